@@ -10,10 +10,15 @@ anchor while a model is linearised.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import fields as _dc_fields
+from functools import partial
+from typing import Any, Callable, Optional, Sequence
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 
 @dataclass(frozen=True)
@@ -121,4 +126,442 @@ def count_params(params: Any) -> int:
     return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
 
 
-__all__ = ["Model", "count_params"]
+
+# ============================================================================================
+# Architectures (issue 3). Flax linen modules with ``__call__(self, x, train: bool = False)``,
+# each with a constructor returning a Model, and a registry (:func:`get_model`).
+# ============================================================================================
+
+@dataclass(frozen=True)
+class FlaxModel(Model):
+    """A :class:`Model` built from a Flax module, which can also return hidden activations.
+
+    Attributes (beyond :class:`Model`'s):
+      module: the linen module (inference-mode ``apply`` of the model is
+        ``module.apply(variables, x, train=False)``).
+      layers: names of the activations :meth:`features` can return, input to output.
+    """
+
+    module: Any = None
+    layers: tuple = ()
+
+    def features(self, params, x, layer: str, state=None):
+        """Activations of hidden layer ``layer`` on ``x`` in inference mode (for linear probes).
+
+        Main paper Fig. 6 trains linear classifiers on the first and second layers' features.
+        The module records them with ``self.sow("intermediates", name, value)``; see
+        :attr:`layers` for the names.
+        """
+        if layer not in self.layers:
+            raise ValueError(f"model {self.name!r} has no layer {layer!r}; choose one of {list(self.layers)}.")
+        variables = {"params": params, **({} if state is None else state)}
+        _, inter = self.module.apply(variables, x, train=False, mutable=["intermediates"])
+        return inter["intermediates"][layer][-1]
+
+
+def _flax_model(module, name, layers, calibration_module=None, meta=None) -> FlaxModel:
+    base = Model.from_flax(module, name, calibration_module=calibration_module, meta=meta)
+    return FlaxModel(**{f.name: getattr(base, f.name) for f in _dc_fields(Model)}, module=module, layers=tuple(layers))
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return value
+
+
+# ---------------------------------------------------------------------------------- LeNet
+class LeNet(nn.Module):
+    """The main paper's LeNet variant (Appendix C), in 1-D or 2-D.
+
+    conv(``channels[0]``, kernel 5) - ReLU - pool - conv(``channels[1]``, kernel 5) - ReLU -
+    pool - dense 120 - ReLU - dense 84 - ReLU - dense ``num_outputs`` (logits; the softmax
+    belongs to the loss). The paper states the kernel size, 50 channels and the dense widths
+    but not the pooling or padding: we follow classic LeNet-5 with unpadded ("VALID")
+    convolutions and 2x2 (2 in 1-D) pooling of stride 2 after each convolution, using max
+    pooling, the "more modern" choice (``pooling="avg"`` gives LeNet-5's average pooling,
+    ``"none"`` none). CIFAR-10 32x32: 32 -> 28 -> 14 -> 10 -> 5; Fashion-MNIST 28x28: 28 -> 24 ->
+    12 -> 8 -> 4; MNIST-1D length 40: 40 -> 36 -> 18 -> 14 -> 7. Weights use Flax's defaults
+    (LeCun-normal kernels, zero biases).
+
+    Sown activations (for :meth:`FlaxModel.features`): ``conv1``, ``conv2`` (after ReLU and
+    pooling), ``dense1``, ``dense2`` (after ReLU).
+    """
+
+    num_outputs: int = 10
+    channels: Sequence[int] = (50, 50)
+    kernel_size: int = 5
+    dense: Sequence[int] = (120, 84)
+    pooling: str = "max"
+    ndim: int = 2
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        want = "NHWC images (N, H, W, C)" if self.ndim == 2 else "signals (N, length, channels)"
+        if x.ndim != self.ndim + 2:
+            raise ValueError(f"LeNet-{self.ndim}D expects {want}, got shape {x.shape}"
+                             + ("; use lenet1d for 1-D signals." if x.ndim == 3 else
+                                "; use lenet (2-D) for images." if x.ndim == 4 else "."))
+        window = (2,) * self.ndim
+        for i, c in enumerate(self.channels):
+            if any(s < self.kernel_size for s in x.shape[1:-1]):
+                raise ValueError(f"LeNet input is too small: spatial size {x.shape[1:-1]} before conv{i + 1} "
+                                 f"is below the kernel size {self.kernel_size}.")
+            x = nn.Conv(c, (self.kernel_size,) * self.ndim, padding="VALID")(x)
+            x = nn.relu(x)
+            if self.pooling == "max":
+                x = nn.max_pool(x, window, strides=window)
+            elif self.pooling == "avg":
+                x = nn.avg_pool(x, window, strides=window)
+            self.sow("intermediates", f"conv{i + 1}", x)
+        x = x.reshape(x.shape[0], -1)
+        for i, w in enumerate(self.dense):
+            x = nn.relu(nn.Dense(w)(x))
+            self.sow("intermediates", f"dense{i + 1}", x)
+        return nn.Dense(self.num_outputs)(x)
+
+
+def _lenet(ndim, num_outputs, channels, kernel_size, dense, pooling):
+    _positive_int("num_outputs", num_outputs)
+    _positive_int("kernel_size", kernel_size)
+    if isinstance(channels, int):
+        channels = (channels, channels)
+    channels, dense = tuple(int(c) for c in channels), tuple(int(d) for d in dense)
+    if pooling not in ("max", "avg", "none"):
+        raise ValueError(f"pooling must be 'max', 'avg' or 'none', got {pooling!r}.")
+    module = LeNet(num_outputs=num_outputs, channels=channels, kernel_size=kernel_size, dense=dense,
+                   pooling=pooling, ndim=ndim)
+    layers = tuple(f"conv{i + 1}" for i in range(len(channels))) + tuple(f"dense{i + 1}" for i in range(len(dense)))
+    meta = {"arch": f"lenet{ndim}d", "channels": channels, "kernel_size": kernel_size, "dense": dense,
+            "pooling": pooling, "padding": "VALID", "num_outputs": num_outputs}
+    return _flax_model(module, f"lenet{ndim}d" if ndim == 1 else "lenet", layers, meta=meta)
+
+
+def lenet(num_outputs: int = 10, channels=(50, 50), kernel_size: int = 5, dense=(120, 84),
+          pooling: str = "max") -> FlaxModel:
+    """2-D LeNet variant of the main paper (Appendix C) for NHWC images (CIFAR-10, Fashion-MNIST).
+
+    ``channels`` may be one integer for both convolutions. See :class:`LeNet` for the pooling.
+    """
+    return _lenet(2, num_outputs, channels, kernel_size, dense, pooling)
+
+
+def lenet1d(num_outputs: int = 10, channels=(50, 50), kernel_size: int = 5, dense=(120, 84),
+            pooling: str = "max") -> FlaxModel:
+    """1-D LeNet variant for signals ``(N, length, channels)`` (MNIST-1D: length 40, 1 channel)."""
+    return _lenet(1, num_outputs, channels, kernel_size, dense, pooling)
+
+
+# ------------------------------------------------------------------------------------ MLP
+def get_activation(name: str, beta: float = 1.0):
+    """``(gamma, gamma')`` for ``"relu"``, ``"silu"`` (``x * sigmoid(beta x)``, Arbel et al. Sec. 3.1) or ``"tanh"``.
+
+    ``gamma'`` is written out (not differentiated) so closed-form kernels stay plain array code.
+    ReLU's derivative at 0 is taken to be 0, as in ``jax.nn.relu``.
+    """
+    if name == "relu":
+        return jax.nn.relu, lambda z: (z > 0).astype(z.dtype)
+    if name == "silu":
+        def silu(z):
+            return z * jax.nn.sigmoid(beta * z)
+
+        def dsilu(z):
+            s = jax.nn.sigmoid(beta * z)
+            return s + beta * z * s * (1.0 - s)
+
+        return silu, dsilu
+    if name == "tanh":
+        return jnp.tanh, lambda z: 1.0 - jnp.tanh(z) ** 2
+    raise ValueError(f"activation must be 'relu', 'silu' or 'tanh', got {name!r}.")
+
+
+class MLP(nn.Module):
+    """Fully connected network: ``len(widths)`` hidden layers, then a linear output layer.
+
+    Inputs are flattened beyond the batch axis. Sown activations: ``hidden1`` ... ``hiddenK``.
+    Flax default initialisation (LeCun-normal weights, zero biases).
+    """
+
+    widths: Sequence[int] = (50, 50, 50, 50, 50)
+    num_outputs: int = 1
+    activation: str = "relu"
+    beta: float = 1.0
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        if x.ndim < 2:
+            raise ValueError(f"MLP expects a batch (N, ...) of inputs, got shape {x.shape}; "
+                             "for scalar inputs use x[:, None].")
+        act, _ = get_activation(self.activation, self.beta)
+        x = x.reshape(x.shape[0], -1)
+        for i, w in enumerate(self.widths):
+            x = act(nn.Dense(w)(x))
+            self.sow("intermediates", f"hidden{i + 1}", x)
+        return nn.Dense(self.num_outputs)(x)
+
+
+def mlp(num_outputs: int = 1, width: int = 50, depth: int = 5, widths=None, activation: str = "relu",
+        beta: float = 1.0) -> FlaxModel:
+    """MLP with ``depth`` hidden layers of ``width`` units (or explicit ``widths``).
+
+    The default is the quintic network of the main paper (Appendix C: "a 5 layer MLP with 50
+    neurons per layer with ReLU activations"): we read "5 layers with 50 neurons" as five hidden
+    layers of 50 (the single-output layer cannot have 50 neurons), i.e. six weight matrices.
+    """
+    if widths is None:
+        _positive_int("width", width)
+        _positive_int("depth", depth)
+        widths = (width,) * depth
+    widths = tuple(int(w) for w in widths)
+    _positive_int("num_outputs", num_outputs)
+    get_activation(activation, beta)  # validate the name
+    module = MLP(widths=widths, num_outputs=num_outputs, activation=activation, beta=float(beta))
+    meta = {"arch": "mlp", "widths": widths, "num_outputs": num_outputs, "activation": activation, "beta": beta}
+    return _flax_model(module, "mlp", tuple(f"hidden{i + 1}" for i in range(len(widths))), meta=meta)
+
+
+# ----------------------------------------------------------------------- mean-field network
+class MeanFieldNet(nn.Module):
+    """One-hidden-layer network in the mean-field scaling (Arbel et al. Eq. 2).
+
+    ``f(x) = (1/M) sum_i v_i gamma(u_i^T x)`` with params ``u`` ``(M, d)`` initialised
+    ``N(0, tau0^2)`` and readout ``v`` ``(M, num_outputs)`` initialised at 0 (their Section 5.1).
+    No biases (augment ``x`` with a constant for one). Outputs ``(N, num_outputs)``. Sown
+    activation: ``hidden`` (``gamma(x u^T)``, ``(N, M)``).
+    """
+
+    width: int = 5000
+    num_outputs: int = 1
+    tau0: float = 1.0
+    activation: str = "relu"
+    beta: float = 1.0
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        if x.ndim != 2:
+            raise ValueError(f"the mean-field network takes vectors (N, d), got shape {x.shape}; "
+                             "flatten images first (x.reshape(len(x), -1)).")
+        tau0 = self.tau0
+        u = self.param("u", lambda k, s: tau0 * jax.random.normal(k, s), (self.width, x.shape[1]))
+        v = self.param("v", nn.initializers.zeros, (self.width, self.num_outputs))
+        act, _ = get_activation(self.activation, self.beta)
+        h = act(x @ u.T.astype(x.dtype))
+        self.sow("intermediates", "hidden", h)
+        return (h @ v.astype(h.dtype)) / self.width
+
+
+def mean_field(width: int = 5000, num_outputs: int = 1, tau0: float = 1.0, activation: str = "relu",
+               beta: float = 1.0) -> FlaxModel:
+    """The student network of Arbel et al. (Eq. 2; M=5000, ``tau0`` from 1e-3 to 1e3 in their Fig. 1).
+
+    ``activation`` is ``"relu"`` or ``"silu"`` (with ``beta``). Its NTK in closed form is
+    :func:`mean_field_ntk`.
+    """
+    _positive_int("width", width)
+    _positive_int("num_outputs", num_outputs)
+    if not (isinstance(tau0, (int, float)) and tau0 > 0 and math.isfinite(tau0)):
+        raise ValueError(f"tau0 (std of the hidden weights at init) must be a positive number, got {tau0!r}.")
+    get_activation(activation, beta)  # validates the name (Arbel et al. use "relu" and "silu")
+    module = MeanFieldNet(width=width, num_outputs=num_outputs, tau0=float(tau0), activation=activation,
+                          beta=float(beta))
+    meta = {"arch": "mean_field", "width": width, "num_outputs": num_outputs, "tau0": float(tau0),
+            "activation": activation, "beta": float(beta), "output_scale": "1/M"}
+    return _flax_model(module, "mean_field", ("hidden",), meta=meta)
+
+
+def mean_field_features(params, x, activation: str = "relu", beta: float = 1.0):
+    """Hidden features ``Gamma(u) = gamma(x u^T)`` ``(N, M)`` of the mean-field net (Arbel et al. Eq. 8)."""
+    act, _ = get_activation(activation, beta)
+    return act(x @ params["u"].T)
+
+
+@partial(jax.jit, static_argnames=("activation", "trace"))
+def _mean_field_ntk(params, x1, x2, beta, activation, trace):
+    act, dact = get_activation(activation, beta)
+    u, v = params["u"], params["v"]
+    m, c = v.shape
+    z1, z2 = x1 @ u.T, x2 @ u.T
+    g1, g2 = act(z1), act(z2)
+    d1, d2 = dact(z1), dact(z2)
+    gram = x1 @ x2.T
+    scale = 1.0 / (m * m)
+    readout = g1 @ g2.T  # derivative in v: same for every output
+    if trace or c == 1:
+        w = jnp.sum(v * v, axis=1)  # sum_c v_ic^2
+        hidden = (d1 * w) @ d2.T
+        return scale * ((c if trace else 1) * readout + hidden * gram)
+    # full (N1*C, N2*C) kernel, example-major: block (n, m) is a C x C matrix
+    a1 = d1[:, :, None] * v[None]  # (N1, M, C)
+    a2 = d2[:, :, None] * v[None]
+    hidden = jnp.einsum("nic,mid->ncmd", a1, a2) * gram[:, None, :, None]
+    eye = jnp.eye(c, dtype=readout.dtype)
+    full = readout[:, None, :, None] * eye[None, :, None, :] + hidden
+    n1, n2 = x1.shape[0], x2.shape[0]
+    return scale * full.reshape(n1 * c, n2 * c)
+
+
+def mean_field_ntk(params, x1, x2=None, *, activation: str = "relu", beta: float = 1.0, trace: bool = False):
+    """Closed-form empirical NTK of the mean-field network (Arbel et al. Eq. 2; kernel of their App. A).
+
+    With ``Gamma_k = gamma(X_k u^T)`` and ``Gamma'_k = gamma'(X_k u^T)`` (``(N_k, M)``), the
+    Jacobian of ``f(x) = (1/M) sum_i v_i gamma(u_i^T x)`` is ``gamma(u_i^T x)/M`` in ``v_i`` and
+    ``v_i gamma'(u_i^T x) x / M`` in ``u_i``, so for one output
+
+        ``K = (1/M^2) [Gamma_1 Gamma_2^T + (Gamma'_1 diag(v^2) Gamma'_2^T) * (X_1 X_2^T)]``
+
+    (``*`` elementwise), which costs ``O(N_1 N_2 M)`` with plain matrix products. For ``C``
+    outputs the readout term is the same for each output and zero across outputs, and the
+    hidden term couples outputs ``c, c'`` through ``diag(v_c v_c')``; the result is
+    ``(N_1*C, N_2*C)`` example-major, as :func:`itlin.kernels.empirical_ntk` returns, or
+    ``(N_1, N_2)`` with ``trace=True`` (sum over outputs) or ``C == 1``. Jitted.
+    """
+    if x2 is None:
+        x2 = x1
+    for name, x in (("x1", x1), ("x2", x2)):
+        if getattr(x, "ndim", None) != 2 or x.shape[1] != params["u"].shape[1]:
+            raise ValueError(f"{name} must be shaped (N, {params['u'].shape[1]}) for hidden weights u of shape "
+                             f"{params['u'].shape}; got {getattr(x, 'shape', None)}.")
+    get_activation(activation, beta)  # validates the name
+    params = {"u": params["u"], "v": jnp.reshape(params["v"], (params["v"].shape[0], -1))}
+    return _mean_field_ntk(params, x1, x2, beta, activation, bool(trace))
+
+
+# ------------------------------------------------------------------------------- ResNet-18
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 convolutions with an identity (or 1x1 projection) shortcut."""
+
+    features: int
+    strides: int = 1
+    batch_norm: bool = True
+    bn_momentum: float = 0.9
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        conv = partial(nn.Conv, use_bias=not self.batch_norm, kernel_init=nn.initializers.he_normal())
+
+        def norm(name):
+            if not self.batch_norm:
+                return lambda y: y
+            return nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5, name=name)
+
+        s = (self.strides, self.strides)
+        y = conv(self.features, (3, 3), strides=s, padding=((1, 1), (1, 1)), name="conv1")(x)
+        y = nn.relu(norm("bn1")(y))
+        y = conv(self.features, (3, 3), padding=((1, 1), (1, 1)), name="conv2")(y)
+        y = norm("bn2")(y)
+        shortcut = x
+        if self.strides != 1 or x.shape[-1] != self.features:
+            shortcut = conv(self.features, (1, 1), strides=s, padding="VALID", name="proj")(x)
+            shortcut = norm("proj_bn")(shortcut)
+        return nn.relu(y + shortcut)
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 with the CIFAR stem (He et al. 2016; main paper Fig. 4).
+
+    3x3 convolution of stride 1 (no max-pool), then 4 stages of 2 basic blocks with widths
+    ``width * (1, 2, 4, 8)`` (64/128/256/512 by default) and strides 1, 2, 2, 2, global average
+    pooling and a dense output layer. With ``batch_norm`` each convolution (bias-free) is
+    followed by batch norm (running-average ``bn_momentum``, epsilon 1e-5); in inference mode
+    (``train=False``) it uses the stored statistics, so outputs of one example do not depend on
+    the rest of the batch and the statistics are frozen while the network is linearised. Without
+    batch norm the convolutions have biases. Convolutions use He-normal initialisation.
+    Sown activations: ``stem``, ``stage1`` ... ``stage4``, ``pool``.
+    """
+
+    num_outputs: int = 10
+    width: int = 64
+    batch_norm: bool = True
+    bn_momentum: float = 0.9
+    stage_sizes: Sequence[int] = (2, 2, 2, 2)
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        if x.ndim != 4:
+            raise ValueError(f"ResNet-18 expects NHWC images (N, H, W, C), got shape {x.shape}.")
+        x = nn.Conv(self.width, (3, 3), padding=((1, 1), (1, 1)), use_bias=not self.batch_norm,
+                    kernel_init=nn.initializers.he_normal(), name="stem_conv")(x)
+        if self.batch_norm:
+            x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5,
+                             name="stem_bn")(x)
+        x = nn.relu(x)
+        self.sow("intermediates", "stem", x)
+        for i, blocks in enumerate(self.stage_sizes):
+            for j in range(blocks):
+                strides = 2 if (i > 0 and j == 0) else 1
+                x = BasicBlock(self.width * 2 ** i, strides, self.batch_norm, self.bn_momentum,
+                               name=f"stage{i + 1}_block{j + 1}")(x, train=train)
+            self.sow("intermediates", f"stage{i + 1}", x)
+        x = jnp.mean(x, axis=(1, 2))
+        self.sow("intermediates", "pool", x)
+        return nn.Dense(self.num_outputs, name="out")(x)
+
+
+def resnet18(num_outputs: int = 10, width: int = 64, batch_norm: bool = True, bn_momentum: float = 0.9) -> FlaxModel:
+    """ResNet-18 (CIFAR stem) with or without batch norm (main paper Fig. 4 / Appendix C).
+
+    ``width`` is the first stage's width (64 for the standard network; small values give cheap
+    test networks). With batch norm, ``calibrate`` runs a training-mode pass of the same network
+    with running-average momentum 0, so the stored statistics become exactly the batch's own
+    (use it to refresh the statistics at a new linearisation point); ``train_apply`` updates them
+    with momentum ``bn_momentum``; ``apply`` uses them frozen.
+    """
+    _positive_int("num_outputs", num_outputs)
+    _positive_int("width", width)
+    if not 0.0 <= bn_momentum < 1.0:
+        raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}.")
+    module = ResNet18(num_outputs=num_outputs, width=width, batch_norm=bool(batch_norm), bn_momentum=float(bn_momentum))
+    calib = module.clone(bn_momentum=0.0) if batch_norm else None
+    meta = {"arch": "resnet18", "width": width, "widths": tuple(width * 2 ** i for i in range(4)),
+            "batch_norm": bool(batch_norm), "bn_momentum": float(bn_momentum), "num_outputs": num_outputs,
+            "stem": "3x3 conv stride 1, no max-pool"}
+    name = "resnet18" if batch_norm else "resnet18_nobn"
+    return _flax_model(module, name, ("stem", "stage1", "stage2", "stage3", "stage4", "pool"),
+                       calibration_module=calib, meta=meta)
+
+
+# -------------------------------------------------------------------------------- registry
+MODELS = {
+    "lenet": lenet,
+    "lenet1d": lenet1d,
+    "mlp": mlp,
+    "mean_field": mean_field,
+    "resnet18": resnet18,
+}
+
+
+def get_model(name: str, **kwargs) -> Model:
+    """Build a model by name (:data:`MODELS`); keyword arguments go to its constructor.
+
+    ``"resnet18_nobn"`` is ``resnet18`` with ``batch_norm=False``; ``"lenet2d"`` is ``lenet``.
+    """
+    key = str(name).strip().lower().replace("-", "_")
+    if key == "resnet18_nobn":
+        kwargs.setdefault("batch_norm", False)
+        key = "resnet18"
+    key = {"lenet2d": "lenet", "meanfield": "mean_field", "resnet": "resnet18"}.get(key, key)
+    if key not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS) + ['resnet18_nobn'])}.")
+    return MODELS[key](**kwargs)
+
+
+__all__ = [
+    "BasicBlock",
+    "FlaxModel",
+    "LeNet",
+    "MLP",
+    "MODELS",
+    "MeanFieldNet",
+    "Model",
+    "ResNet18",
+    "count_params",
+    "get_activation",
+    "get_model",
+    "lenet",
+    "lenet1d",
+    "mean_field",
+    "mean_field_features",
+    "mean_field_ntk",
+    "mlp",
+    "resnet18",
+]
