@@ -10,6 +10,7 @@ Layout. For ``N`` inputs and ``C`` outputs per input, Jacobians are ``(N*C, P)``
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Optional
 
 import jax
@@ -21,6 +22,7 @@ def _flat_outputs(apply_fn, params, x):
     return out.reshape(-1)
 
 
+@partial(jax.jit, static_argnums=(0,))
 def jacobian(apply_fn, params, x):
     """The Jacobian ``J`` of the flattened outputs (``(N*C, P)``, example-major rows).
 
@@ -45,6 +47,7 @@ def _ntk_block(apply_fn, params, x1, x2):
     return sum(a @ b.T for a, b in zip(j1, j2))
 
 
+@partial(jax.jit, static_argnums=(0,), static_argnames=("chunk_size", "trace"))
 def empirical_ntk(apply_fn, params, x1, x2=None, *, chunk_size: Optional[int] = None, trace: bool = False):
     """Empirical NTK ``J(x1) J(x2)^T`` at ``params`` (main paper Eq. 2).
 

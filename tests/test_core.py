@@ -1,0 +1,447 @@
+"""Identities of the core (issue 2), checked against independent oracles in float64.
+
+Tolerances: 1e-10 relative where both sides are the same arithmetic in another order (exact
+identities); looser ones are stated where a discretisation or a limit is being checked.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from itlin import gauss_newton as gn
+from itlin.kernels import empirical_ntk, gradient_flow_outputs, gradient_flow_params, jacobian
+from itlin.linearise import linearisation_at, linearise, linearised_apply
+from itlin.losses import get_loss
+from itlin.schedules import FixedPeriod
+from itlin.train import IterativeLinearisation, batch_indices, fit
+
+from nets import TinyCNN, TinyMLP, make, to64
+
+EXACT = dict(rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _data(n, shape, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n,) + shape)
+    y = rng.integers(0, classes, size=n).astype(np.int32)
+    return jnp.asarray(x), jnp.asarray(y)
+
+
+def _flat(tree):
+    return ravel_pytree(tree)[0]
+
+
+# ----------------------------------------------------------------------------- linearisation
+def test_linearised_model_is_first_order_taylor():
+    x, _ = _data(5, (4,))
+    model, p0, _ = make(TinyMLP(), x)
+    f = model.bind()
+    f_lin = linearise(f, p0)
+    np.testing.assert_allclose(f_lin(p0, x), f(p0, x), **EXACT)
+    # against an explicit Jacobian: f_lin(p) = f(p0) + J (p - p0)
+    flat0, unravel = ravel_pytree(p0)
+    delta = 1e-2 * jax.random.normal(jax.random.PRNGKey(1), flat0.shape, flat0.dtype)
+    p1 = unravel(flat0 + delta)
+    J = jacobian(f, p0, x)
+    expected = f(p0, x).reshape(-1) + J @ delta
+    np.testing.assert_allclose(f_lin(p1, x).reshape(-1), expected, **EXACT)
+    # and the Taylor error of the network shrinks quadratically (finite differences)
+    errs = []
+    for eps in (1e-2, 5e-3):
+        pe = unravel(flat0 + eps * delta / 1e-2)
+        errs.append(float(jnp.max(jnp.abs(f(pe, x) - f_lin(pe, x)))))
+    assert errs[1] < 0.3 * errs[0]
+
+
+def test_reusable_linearisation_matches_jvp_and_transpose():
+    x, _ = _data(6, (5, 5, 1))
+    model, p0, _ = make(TinyCNN(), x)
+    f = model.bind()
+    lin = linearisation_at(f, p0, x)
+    flat0, unravel = ravel_pytree(p0)
+    d = unravel(jax.random.normal(jax.random.PRNGKey(2), flat0.shape, flat0.dtype))
+    J = jacobian(f, p0, x)
+    np.testing.assert_allclose(lin.jvp(d).reshape(-1), J @ _flat(d), **EXACT)
+    r = jax.random.normal(jax.random.PRNGKey(3), lin.outputs.shape, lin.outputs.dtype)
+    np.testing.assert_allclose(_flat(lin.vjp(r)), J.T @ r.reshape(-1), **EXACT)
+
+
+# ----------------------------------------------------------------------------- K = 1 is GD
+def _plain_gd(model, params, opt, x, y, steps, batch_size=None, seed=0):
+    """Reference: the network trained by optax directly, no itlin trainer involved."""
+    loss = get_loss("cross_entropy")
+    f = model.bind()
+    state = opt.init(params)
+    traj = []
+    idx = batch_indices(seed, 0, steps, x.shape[0], batch_size) if batch_size else None
+    for t in range(steps):
+        xb, yb = (x, y) if idx is None else (x[idx[t]], y[idx[t]])
+        g = jax.grad(lambda p: loss(f(p, xb), yb))(params)
+        upd, state = opt.update(g, state, params)
+        params = optax.apply_updates(params, upd)
+        traj.append(_flat(params))
+    return traj
+
+
+@pytest.mark.parametrize("net,shape", [(TinyMLP(), (6,)), (TinyCNN(), (6, 6, 2))], ids=["mlp", "cnn"])
+@pytest.mark.parametrize("batch_size", [None, 8], ids=["fullbatch", "minibatch"])
+def test_K1_equals_gradient_descent_step_for_step(net, shape, batch_size):
+    x, y = _data(24, shape)
+    model, p0, _ = make(net, x)
+    opt = optax.sgd(0.3, momentum=0.9)
+    steps = 6
+    ref = _plain_gd(model, p0, opt, x, y, steps, batch_size)
+    # exact_gd=False forces K=1 through the linearised code path (linearise, step, relinearise)
+    tr = IterativeLinearisation(model, opt, schedule=1, batch_size=batch_size, exact_gd=False, chunk_size=4)
+    st = tr.init(p0)
+    for t in range(steps):
+        st, log = tr.run_chunk(st, x, y, 1)
+        assert bool(log.relinearised[0])
+        np.testing.assert_allclose(_flat(st.params), ref[t], **EXACT)
+    assert st.feature_updates == steps
+    # the default fast path (plain gradient steps) gives the same numbers
+    tr_fast = IterativeLinearisation(model, opt, schedule=1, batch_size=batch_size, chunk_size=4)
+    st2, _ = tr_fast.run(tr_fast.init(p0), x, y, steps)
+    np.testing.assert_allclose(_flat(st2.params), ref[-1], **EXACT)
+
+
+# ----------------------------------------------------------------------------- K = inf
+@pytest.mark.parametrize("batch_size", [None, 8], ids=["fullbatch", "minibatch"])
+def test_K_inf_equals_training_an_explicit_linear_model(batch_size):
+    x, y = _data(24, (6,))
+    model, p0, _ = make(TinyMLP(), x)
+    f = model.bind()
+    # an independently built linearised model: explicit Jacobian matrix, flat parameter vector
+    flat0, unravel = ravel_pytree(p0)
+    J = jacobian(f, p0, x).reshape(x.shape[0], -1, flat0.shape[0])  # (N, C, P)
+    f0 = f(p0, x)
+    loss = get_loss("cross_entropy")
+    opt = optax.adam(1e-2)
+    steps = 7
+    theta, ostate = flat0, opt.init(flat0)
+    idx = batch_indices(1, 0, steps, x.shape[0], batch_size) if batch_size else None
+    for t in range(steps):
+        rows = slice(None) if idx is None else idx[t]
+        g = jax.grad(lambda th: loss(f0[rows] + J[rows] @ (th - flat0), y[rows]))(theta)
+        upd, ostate = opt.update(g, ostate, theta)
+        theta = theta + upd
+    tr = IterativeLinearisation(model, opt, schedule=math.inf, batch_size=batch_size, chunk_size=3)
+    st, log = tr.run(tr.init(p0), x, y, steps, seed=1)
+    np.testing.assert_allclose(_flat(st.params), theta, rtol=1e-9, atol=1e-11)
+    assert st.feature_updates == 0 and not log.relinearised.any()
+    np.testing.assert_allclose(_flat(st.anchor), flat0, **EXACT)
+
+
+# ----------------------------------------------------------------------------- linear models
+def _linear_model(p_dim=10, out=2, seed=0):
+    feats = jax.random.normal(jax.random.PRNGKey(seed), (out, 6, p_dim))
+
+    def apply(params, x):
+        return jnp.einsum("ni,cip->nc", x, feats) @ params["w"] + params["b"]
+
+    # make it linear in params: outputs = (x-features) . w + b, w shaped (p_dim,) broadcast per output
+    def apply_lin(params, x):
+        return jnp.einsum("ni,cip,p->nc", x, feats, params["w"]) + params["b"]
+
+    params = {"w": jax.random.normal(jax.random.PRNGKey(seed + 1), (p_dim,)), "b": jnp.zeros((out,))}
+    return apply_lin, to64(params)
+
+
+@pytest.mark.parametrize("batch_size", [None, 6], ids=["fullbatch", "minibatch"])
+def test_linear_in_parameters_gives_same_trajectory_for_every_K(batch_size):
+    apply, p0 = _linear_model()
+    x = jax.random.normal(jax.random.PRNGKey(5), (18, 6))
+    y = jax.random.randint(jax.random.PRNGKey(6), (18,), 0, 2)
+    finals = []
+    for K in (1, 2, 5, math.inf):
+        tr = IterativeLinearisation(apply, optax.sgd(0.05, momentum=0.5), schedule=K, batch_size=batch_size,
+                                    exact_gd=False, chunk_size=4)
+        st, log = tr.run(tr.init(p0), x, y, 11, seed=3)
+        finals.append((_flat(st.params), log.loss))
+    for params, losses in finals[1:]:
+        np.testing.assert_allclose(params, finals[0][0], **EXACT)
+        np.testing.assert_allclose(losses, finals[0][1], **EXACT)
+
+
+# ----------------------------------------------------------------------------- schedules in the trainer
+@pytest.mark.parametrize("K,steps", [(3, 10), (4, 12), (1, 5), (math.inf, 6)])
+def test_feature_updates_follow_definition_1(K, steps):
+    x, y = _data(12, (6,))
+    model, p0, _ = make(TinyMLP(), x)
+    tr = IterativeLinearisation(model, optax.sgd(0.1), schedule=K, chunk_size=4)
+    res = fit(tr, tr.init(p0), x, y, steps, eval_every=5, progress=False)
+    expected = FixedPeriod(K).expected_updates(steps)
+    assert res.state.feature_updates == expected
+    assert res.history.relin_steps == ([] if math.isinf(K) else list(range(K, steps + 1, K)))
+    assert res.history.evals["feature_updates"][-1] == expected
+    assert res.status == "completed"
+
+
+def test_fullbatch_reuse_path_equals_per_step_jvp_path():
+    x, y = _data(16, (6,))
+    model, p0, _ = make(TinyMLP(), x)
+    opt = optax.sgd(0.2, momentum=0.9)
+    fb = IterativeLinearisation(model, opt, schedule=4, chunk_size=5)
+    st_fb, log_fb = fb.run(fb.init(p0), x, y, 13)
+    # the per-step path on the full batch: one step() call per step with the whole data
+    st = fb.init(p0)
+    losses = []
+    for _ in range(13):
+        st, log = fb.step(st, x, y)
+        losses.append(float(log.loss))
+    np.testing.assert_allclose(_flat(st_fb.params), _flat(st.params), **EXACT)
+    np.testing.assert_allclose(log_fb.loss, losses, **EXACT)
+
+
+def test_optimizer_state_carries_across_relinearisation_unless_reset():
+    x, y = _data(16, (6,))
+    model, p0, _ = make(TinyMLP(), x)
+    opt = optax.sgd(0.2, momentum=0.9)
+    carry = IterativeLinearisation(model, opt, schedule=2)
+    reset = IterativeLinearisation(model, opt, schedule=2, reset_optimizer=True)
+    st_c, _ = carry.run(carry.init(p0), x, y, 4)
+    st_r, _ = reset.run(reset.init(p0), x, y, 4)
+    mom = lambda s: _flat(s.opt_state[0].trace)
+    assert float(jnp.linalg.norm(mom(st_r))) == 0.0  # reset right after the relinearisation at step 4
+    assert float(jnp.linalg.norm(mom(st_c))) > 0.0
+    assert not np.allclose(_flat(st_c.params), _flat(st_r.params))
+
+
+def test_batch_norm_statistics_frozen_while_linearised():
+    from nets import TinyBN
+    from itlin.models import Model
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (16, 5)) * 3 + 1
+    y = jax.random.randint(jax.random.PRNGKey(1), (16,), 0, 2)
+    module = TinyBN()
+    model = Model.from_flax(module, "bn", calibration_module=module.clone(bn_momentum=0.0))
+    p0, s0 = model.init(jax.random.PRNGKey(2), x)
+    p0 = to64(p0)
+    s0 = to64(s0)
+    tr = IterativeLinearisation(model, optax.sgd(0.1), schedule=5, batch_size=8, chunk_size=8)
+    st = tr.init(p0, s0)
+    st, _ = tr.run(st, x, y, 4)  # inside the first phase: statistics untouched
+    for a, b in zip(jax.tree_util.tree_leaves(st.model_state), jax.tree_util.tree_leaves(s0)):
+        np.testing.assert_array_equal(a, b)
+    st, _ = tr.run(st, x, y, 1)  # step 5 relinearises: statistics measured at the new anchor
+    moved = [not np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(st.model_state),
+                                                   jax.tree_util.tree_leaves(s0))]
+    assert any(moved)
+    # the linearised model's outputs depend only on the frozen state: one example alone gives
+    # the same outputs as inside a batch (no batch statistics)
+    f = model.bind(st.model_state)
+    np.testing.assert_allclose(linearised_apply(f, st.anchor, st.params, x[:1]),
+                               linearised_apply(f, st.anchor, st.params, x)[:1], **EXACT)
+
+
+# ----------------------------------------------------------------------------- Gauss-Newton
+def _random_J_problem(n=7, c=1, p=5, seed=0):
+    """A model that *is* a random Jacobian: f(theta) = A theta (+ nothing), P < N*C or > N*C."""
+    A = jax.random.normal(jax.random.PRNGKey(seed), (n, c, p))
+
+    def apply(params, x):
+        return jnp.einsum("ncp,p->nc", A[: x.shape[0]], params["w"])
+
+    params = {"w": jax.random.normal(jax.random.PRNGKey(seed + 1), (p,))}
+    x = jnp.zeros((n, 1))
+    y = jax.random.normal(jax.random.PRNGKey(seed + 2), (n, c))
+    return apply, to64(params), x, y
+
+
+@pytest.mark.parametrize("p", [4, 30], ids=["P<N", "P>N"])
+@pytest.mark.parametrize("lam", [1e-3, 0.7, 50.0])
+def test_woodbury_kernel_equals_primal_random_J(p, lam):
+    apply, params, x, y = _random_J_problem(n=8, p=p)
+    dk, ik = gn.gauss_newton_direction(apply, params, x, y, damping=lam, method="kernel")
+    dp, ip = gn.gauss_newton_direction(apply, params, x, y, damping=lam, method="primal")
+    np.testing.assert_allclose(_flat(dk), _flat(dp), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
+@pytest.mark.parametrize("damping", [0.3, gn.ArbelDamping(alpha=1.0, eps0=1e-7)], ids=["const", "arbel"])
+def test_woodbury_kernel_equals_primal_real_network(loss, damping):
+    x, labels = _data(6, (4,))
+    model, p0, _ = make(TinyMLP(width=5), x)
+    f = model.bind()
+    y = labels if loss == "cross_entropy" else jax.random.normal(jax.random.PRNGKey(9), (6, 3))
+    kw = dict(loss=loss, damping=damping, reduction="mean")
+    dk, ik = gn.gauss_newton_direction(f, p0, x, y, method="kernel", **kw)
+    dp, ip = gn.gauss_newton_direction(f, p0, x, y, method="primal", **kw)
+    np.testing.assert_allclose(_flat(dk), _flat(dp), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ik.damping, ip.damping, rtol=1e-9)
+    if isinstance(damping, gn.ArbelDamping):
+        K = empirical_ntk(f, p0, x)
+        np.testing.assert_allclose(ik.ntk_eigmin, np.linalg.eigvalsh(np.asarray(K))[0], rtol=1e-8, atol=1e-12)
+        assert float(ik.damping) >= 1e-7
+
+
+def test_undamped_gauss_newton_interpolates_in_one_step():
+    # Eq. 5 on a linearised squared-loss problem: one step with eta=1 fits the training data.
+    x = jax.random.normal(jax.random.PRNGKey(0), (6, 4))
+    y = jax.random.normal(jax.random.PRNGKey(1), (6, 3))
+    model, p0, _ = make(TinyMLP(width=12), x)  # P >> N*C: the kernel is invertible
+    f = model.bind()
+    f_lin = linearise(f, p0)
+    p1, info = gn.gauss_newton_step(f_lin, p0, x, y, damping=0.0, lr=1.0)
+    np.testing.assert_allclose(f_lin(p1, x), y, rtol=1e-8, atol=1e-9)
+    # on a model linear in its parameters the network itself interpolates
+    apply, params, xs, ys = _random_J_problem(n=5, p=12)
+    p2, _ = gn.gauss_newton_step(apply, params, xs, ys, damping=0.0)
+    np.testing.assert_allclose(apply(p2, xs), ys, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("lam", [1e-2, 1.0, 20.0])
+def test_damped_gauss_newton_minimises_ridge_linearised_loss(lam):
+    # Eq. 6: theta* = argmin 0.5||f_lin(theta) - Y||^2 + 0.5 lam ||theta - theta_s||^2.
+    x = jax.random.normal(jax.random.PRNGKey(0), (6, 4))
+    y = jax.random.normal(jax.random.PRNGKey(1), (6, 3))
+    model, p0, _ = make(TinyMLP(width=6), x)
+    f = model.bind()
+    p1, _ = gn.gauss_newton_step(f, p0, x, y, damping=lam, lr=1.0)
+    f_lin = linearise(f, p0)
+
+    def objective(p):
+        r = f_lin(p, x) - y
+        d = _flat(p) - _flat(p0)
+        return 0.5 * jnp.sum(r * r) + 0.5 * lam * jnp.dot(d, d)
+
+    grad = _flat(jax.grad(objective)(p1))
+    scale = float(jnp.linalg.norm(_flat(jax.grad(objective)(p0))))
+    assert float(jnp.linalg.norm(grad)) < 1e-9 * scale
+    # the objective is convex: any perturbation increases it
+    d = jax.random.normal(jax.random.PRNGKey(3), _flat(p0).shape)
+    unravel = ravel_pytree(p0)[1]
+    assert objective(unravel(_flat(p1) + 1e-3 * d)) > objective(p1)
+
+
+def test_arbel_damping_floor_and_value():
+    dmp = gn.ArbelDamping(alpha=2.0, eps0=1e-3)
+    assert float(dmp.value(jnp.asarray(1.0))) == 2.0
+    assert float(dmp.value(jnp.asarray(1e-9))) == 1e-3
+
+
+def test_gauss_newton_fit_converges_and_stops_at_tol():
+    apply, params, x, y = _random_J_problem(n=5, p=12)
+    p, trace = gn.gauss_newton_fit(apply, params, x, y, 20, damping=1e-3, lr=1.0, tol=1e-12)
+    assert int(trace.steps) < 20 and not bool(trace.diverged)
+    assert float(get_loss("squared", "sum")(apply(p, x), y)) < 1e-12
+
+
+# ----------------------------------------------------------------------------- closed-form gradient flow
+def test_linearised_gd_matches_closed_form_flow_and_error_shrinks_with_step():
+    x = jax.random.normal(jax.random.PRNGKey(0), (5, 3))
+    y = jax.random.normal(jax.random.PRNGKey(1), (5, 2))
+    model, p0, _ = make(TinyMLP(width=8, out=2), x)
+    f = model.bind()
+    K = empirical_ntk(f, p0, x)
+    tau = 0.5 / float(jnp.linalg.eigvalsh(K)[-1]) * 40  # forty steps at half the stability limit
+    f_flow = gradient_flow_outputs(K, f(p0, x), y, tau)
+    p_flow = gradient_flow_params(f, p0, x, y, tau, kernel=K)
+    np.testing.assert_allclose(linearise(f, p0)(p_flow, x), f_flow, rtol=1e-9, atol=1e-10)
+    errors = []
+    for n_steps in (40, 80, 160):
+        eta = tau / n_steps
+        tr = IterativeLinearisation(f, optax.sgd(eta), schedule=math.inf, loss="squared", reduction="sum",
+                                    chunk_size=64)
+        st, _ = tr.run(tr.init(p0), x, y, n_steps)
+        errors.append(float(jnp.linalg.norm(_flat(st.params) - _flat(p_flow))))
+        f_gd = linearised_apply(f, p0, st.params, x)
+        assert float(jnp.max(jnp.abs(f_gd - f_flow))) < 0.05 * float(jnp.max(jnp.abs(f(p0, x) - y)))
+    # first-order convergence in the step size: halving eta halves the error
+    assert errors[1] / errors[0] == pytest.approx(0.5, abs=0.06)
+    assert errors[2] / errors[1] == pytest.approx(0.5, abs=0.06)
+
+
+def test_large_K_small_step_converges_to_gauss_newton_step():
+    # Section 3.1: solving one linearisation to convergence with squared loss is the GN step.
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 3))
+    y = jax.random.normal(jax.random.PRNGKey(1), (4, 1))
+    model, p0, _ = make(TinyMLP(width=6, out=1), x)
+    f = model.bind()
+    K = empirical_ntk(f, p0, x)
+    s = np.linalg.eigvalsh(np.asarray(K))
+    eta = 1.0 / s[-1]
+    steps = int(np.ceil(40.0 / (eta * s[0])))  # e^{-40} of the slowest mode left
+    tr = IterativeLinearisation(f, optax.sgd(eta), schedule=10 ** 9, loss="squared", reduction="sum",
+                                chunk_size=4096)
+    st, _ = tr.run(tr.init(p0), x, y, steps)
+    p_gn, _ = gn.gauss_newton_step(f, p0, x, y, damping=0.0)
+    np.testing.assert_allclose(_flat(st.params), _flat(p_gn), rtol=1e-7, atol=1e-9)
+    p_inf = gradient_flow_params(f, p0, x, y, math.inf, kernel=K)
+    np.testing.assert_allclose(_flat(p_inf), _flat(p_gn), rtol=1e-9, atol=1e-11)
+
+
+# ----------------------------------------------------------------------------- cross-entropy gradient
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_gradient_of_linearised_loss(reduction):
+    x, y = _data(7, (4,))
+    model, p0, _ = make(TinyMLP(width=5), x)
+    f = model.bind()
+    flat0, unravel = ravel_pytree(p0)
+    p1 = unravel(flat0 + 0.3 * jax.random.normal(jax.random.PRNGKey(4), flat0.shape))
+    loss = get_loss("cross_entropy", reduction)
+    g = jax.grad(lambda p: loss(linearised_apply(f, p0, p, x), y))(p1)
+    J = jacobian(f, p0, x)  # (N*C, P)
+    f_lin = linearised_apply(f, p0, p1, x)
+    residual = jax.nn.softmax(f_lin, axis=-1) - jax.nn.one_hot(y, 3)
+    if reduction == "mean":
+        residual = residual / x.shape[0]
+    np.testing.assert_allclose(_flat(g), J.T @ residual.reshape(-1), **EXACT)
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input_errors_say_what_to_fix():
+    x, y = _data(8, (6,))
+    model, p0, _ = make(TinyMLP(), x)
+    opt = optax.sgd(0.1)
+    with pytest.raises(ValueError, match=r"K must be >= 1"):
+        IterativeLinearisation(model, opt, schedule=0)
+    with pytest.raises(ValueError, match=r"whole number"):
+        IterativeLinearisation(model, opt, schedule=2.5)
+    with pytest.raises(TypeError, match=r"integer >= 1 or math.inf"):
+        FixedPeriod([3])
+    with pytest.raises(ValueError, match=r"damping lambda must be >= 0"):
+        gn.gauss_newton_step(model.bind(), p0, x, y, damping=-1.0)
+    with pytest.raises(ValueError, match=r"lr \(eta\) must be > 0"):
+        gn.gauss_newton_step(model.bind(), p0, x, y, lr=-0.5)
+    with pytest.raises(ValueError, match=r"targets must be shaped like the outputs"):
+        gn.gauss_newton_step(model.bind(), p0, x, jnp.zeros((8, 2)), damping=1.0)
+    tr = IterativeLinearisation(model, opt, schedule=3)
+    with pytest.raises(ValueError, match=r"same length along axis 0"):
+        fit(tr, tr.init(p0), x, y[:5], 2, progress=False)
+    with pytest.raises(ValueError, match=r"non-finite"):
+        fit(tr, tr.init(p0), x.at[0, 0].set(jnp.nan), y, 2, progress=False)
+    with pytest.raises(ValueError, match=r"batch_size must be a positive integer"):
+        IterativeLinearisation(model, opt, batch_size=0)
+    with pytest.raises(ValueError, match=r"larger than the 8 training examples"):
+        IterativeLinearisation(model, opt, batch_size=50).run_chunk(tr.init(p0), x, y, 1)
+    with pytest.raises(ValueError, match=r"unknown loss"):
+        IterativeLinearisation(model, opt, loss="hinge")
+    with pytest.raises(ValueError, match=r"cross-entropy needs integer labels"):
+        tr.evaluate(tr.init(p0), x, jnp.zeros((8, 5)))
+
+
+def test_divergence_stops_cleanly_with_the_step():
+    x, y = _data(16, (6,))
+    x = x * 50.0
+    model, p0, _ = make(TinyMLP(), x)
+    tr = IterativeLinearisation(model, optax.sgd(1e6), schedule=1, loss="squared",
+                                chunk_size=8)
+    yr = jax.random.normal(jax.random.PRNGKey(0), (16, 3)) * 10
+    res = fit(tr, tr.init(p0), x, yr, 40, eval_every=4, eval_sets={"train": (x, yr)}, progress=False)
+    assert res.status.startswith("diverged at step ")
+    s = res.history.diverged_at
+    assert res.status == f"diverged at step {s}"
+    assert len(res.history.loss) == s - 1 and np.all(np.isfinite(res.history.loss))
+    assert all(step < s for step in res.history.evals["step"])
