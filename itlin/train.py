@@ -78,6 +78,12 @@ class StepLog(NamedTuple):
     relinearised: jax.Array
 
 
+def _float_dtype(tree):
+    """The floating dtype of a parameter pytree (losses and logs are kept in it)."""
+    leaves = [a for a in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)]
+    return jnp.result_type(*leaves) if leaves else jnp.float32
+
+
 def _is_quiet() -> bool:
     return bool(os.environ.get("CI")) or os.environ.get("ITLIN_QUIET", "") not in ("", "0")
 
@@ -171,11 +177,12 @@ class IterativeLinearisation:
         return new, StepLog(loss, relin)
 
     def _maybe_true_loss(self, state, x, y):
+        dtype = _float_dtype(state.params)
         if not self.schedule.needs_true_loss:
-            return jnp.asarray(jnp.nan, dtype=jnp.float32)
+            return jnp.asarray(jnp.nan, dtype=dtype)
         return jax.lax.cond(self.schedule.wants_true_loss(state.step + 1),
-                            lambda: self._true_loss(state.params, state.model_state, x, y).astype(jnp.float32),
-                            lambda: jnp.asarray(jnp.nan, dtype=jnp.float32))
+                            lambda: self._true_loss(state.params, state.model_state, x, y).astype(dtype),
+                            lambda: jnp.asarray(jnp.nan, dtype=dtype))
 
     def _step_impl(self, state: TrainState, x, y, key=None):
         if self.augment is not None and key is not None:
@@ -186,7 +193,7 @@ class IterativeLinearisation:
                 return self.loss(out, y), new_ms
 
             (loss, model_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-            true_loss = loss.astype(jnp.float32)
+            true_loss = loss
         else:
             apply = self.model.bind(state.model_state)
 
@@ -198,7 +205,8 @@ class IterativeLinearisation:
             true_loss = self._maybe_true_loss(state, x, y)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        return self._finish_step(state, params, opt_state, model_state, loss.astype(jnp.float32), true_loss, x)
+        dtype = _float_dtype(state.params)
+        return self._finish_step(state, params, opt_state, model_state, loss.astype(dtype), true_loss.astype(dtype), x)
 
     def step(self, state: TrainState, x, y, key=None):
         """One training step on the batch ``(x, y)``; returns ``(state, StepLog)``.
@@ -209,7 +217,8 @@ class IterativeLinearisation:
         return self._fns["step"](state, x, y, key)
 
     # ------------------------------------------------------------------ compiled loops
-    def _empty_logs(self, dtype=jnp.float32):
+    def _empty_logs(self, params):
+        dtype = _float_dtype(params)
         return (jnp.full((self.chunk_size,), jnp.nan, dtype), jnp.zeros((self.chunk_size,), bool))
 
     def _run_minibatch_impl(self, state, X, Y, idx, n, aug_key):
@@ -226,12 +235,12 @@ class IterativeLinearisation:
             st, log = self._step_impl(st, x, y, key)
             return i + 1, st, losses.at[i].set(log.loss), relins.at[i].set(log.relinearised)
 
-        losses, relins = self._empty_logs()
+        losses, relins = self._empty_logs(state.params)
         i, state, losses, relins = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, losses, relins))
         return state, i, losses, relins
 
     def _run_fullbatch_impl(self, state, X, Y, n):
-        losses, relins = self._empty_logs()
+        losses, relins = self._empty_logs(state.params)
         if self.gd_path:
             def cond(carry):
                 i, st, losses, relins = carry
@@ -266,7 +275,7 @@ class IterativeLinearisation:
             true_loss = self._maybe_true_loss(st, X, Y)
             updates, opt_state = self.optimizer.update(grads, st.opt_state, st.params)
             params = optax.apply_updates(st.params, updates)
-            st, log = self._finish_step(st, params, opt_state, st.model_state, loss.astype(jnp.float32),
+            st, log = self._finish_step(st, params, opt_state, st.model_state, loss.astype(losses.dtype),
                                         true_loss, X)
             return i + 1, st, losses.at[i].set(log.loss), relins.at[i].set(log.relinearised)
 
