@@ -498,7 +498,8 @@ def teacher_student(*, n_train: Optional[int] = None, n_test: Optional[int] = No
 
     The paper leaves the teacher's output scale ``alpha(M*)`` unstated. ``teacher_scaling``:
     ``"mean_field"`` (default) ``alpha = 1/M*``, the normalisation of the student (Eq. 2);
-    with it ``Var(y) ~ 1`` for ReLU in d=10. ``"ntk"``: ``1/sqrt(M*)``; ``"none"``: 1.
+    with it ReLU targets have ``E[y^2] = dim / (2 M*) = 1`` in Arbel's setting (averaged over
+    teachers; one teacher's mean square ranges over roughly 0.15-4). ``"ntk"``: ``1/sqrt(M*)``; ``"none"``: 1.
 
     Determinism: ``seed`` fixes the teacher, the training inputs and the test inputs through
     three independent streams, so changing ``n_train`` keeps the teacher and the test set and

@@ -1,0 +1,302 @@
+"""Metrics: accuracy, RMSE, NTK quantities, feature-quality measures of the three papers.
+
+- :func:`accuracy`, :func:`rmse` (also in :mod:`itlin.losses`).
+- :func:`empirical_ntk`, :func:`ntk_smallest_eigenvalue` (from :mod:`itlin.kernels`; main paper
+  Eq. 2, Arbel et al. Eq. 5).
+- :func:`weighted_cosine_distance` (Arbel et al. Eq. 9) and :func:`linear_refit` /
+  :func:`mean_field_refit_test_loss` (Arbel et al. Eq. 8, "Test-LRfit").
+- :func:`linear_probe_accuracy` / :func:`layer_probe_accuracy` (main paper Fig. 6).
+- :func:`energy_concentration` (Ortiz-Jimenez et al. Table 1) and :func:`eigenvector_alignment`,
+  :func:`target_alignment` (their Lemma 1 and Appendix E.3).
+
+Inputs may be numpy or JAX arrays. Functions that solve linear systems or eigenproblems work in
+float64 numpy on the host (deterministic, and accurate where float32 kernels are ill-conditioned)
+and return Python floats or numpy arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+from itlin import losses as _losses
+from itlin.kernels import empirical_ntk, ntk_smallest_eigenvalue
+
+rmse = _losses.rmse
+
+
+def accuracy(outputs, targets):
+    """Fraction of correct predictions.
+
+    Multi-output: arg-max of the outputs against integer labels or against the arg-max of
+    probability/one-hot targets (as :func:`itlin.losses.accuracy`). Single output (``(N, 1)`` or
+    ``(N,)``) with +-1 or 0/1 targets (binary CIFAR-2, Ortiz-Jimenez et al.): an example is
+    predicted positive when its output is > 0 and is positive when its target is > 0. Jittable.
+    """
+    outputs = jnp.asarray(outputs)
+    targets = jnp.asarray(targets)
+    single = outputs.ndim == 1 or (outputs.ndim == 2 and outputs.shape[1] == 1)
+    if single:
+        f = outputs.reshape(-1)
+        y = targets.reshape(-1)
+        if f.shape != y.shape:
+            raise ValueError(f"single-output accuracy needs one target per example: outputs {outputs.shape}, "
+                             f"targets {targets.shape}.")
+        # positive class: y > 0 (label 1 of 0/1 labels, +1 of +-1 targets); predicted: f > 0
+        return jnp.mean((f > 0) == (y > 0))
+    if targets.ndim == outputs.ndim - 1:
+        if targets.shape != outputs.shape[:-1]:
+            raise ValueError(f"labels shaped {targets.shape} do not match outputs {outputs.shape}.")
+    elif targets.shape != outputs.shape:
+        raise ValueError(f"targets must be integer labels {outputs.shape[:-1]} or probabilities {outputs.shape}; "
+                         f"got {targets.shape}.")
+    return _losses.accuracy(outputs, targets)
+
+
+# ------------------------------------------------------------------------------ Arbel et al.
+def weighted_cosine_distance(u, u_star) -> float:
+    """Weighted cosine distance between student and teacher hidden weights (Arbel et al. Eq. 9).
+
+    ``WCD(u, u*) = 2 sum_i p_i (1 - max_j cos(u_i, u*_j))`` with ``p_i = ||u_i||^2 / sum_k ||u_k||^2``,
+    for student weights ``u`` ``(M, d)`` and teacher weights ``u*`` ``(M*, d)``. It is 0 when
+    every student unit with non-zero weights points along some teacher unit, at most 4, and it
+    ignores units with zero weights (``p_i = 0``).
+    """
+    u = np.asarray(u, np.float64)
+    u_star = np.asarray(u_star, np.float64)
+    if u.ndim != 2 or u_star.ndim != 2 or u.shape[1] != u_star.shape[1]:
+        raise ValueError(f"u must be (M, d) and u_star (M*, d) with the same d; got {u.shape} and {u_star.shape}.")
+    sq = np.sum(u * u, axis=1)
+    total = sq.sum()
+    if total == 0:
+        raise ValueError("all student weights are zero: the weighted cosine distance is undefined.")
+    t_norm = np.linalg.norm(u_star, axis=1)
+    if np.any(t_norm == 0):
+        raise ValueError("a teacher unit has zero weights; its direction (and the WCD) is undefined.")
+    norm = np.sqrt(sq)
+    safe = np.where(norm > 0, norm, 1.0)
+    cos = (u @ u_star.T) / (safe[:, None] * t_norm[None, :])
+    best = np.where(norm > 0, cos.max(axis=1), 1.0)
+    return float(2.0 * np.sum((sq / total) * (1.0 - best)))
+
+
+def _as_2d(name, y):
+    y = np.asarray(y, np.float64)
+    if y.ndim == 1:
+        return y[:, None]
+    if y.ndim != 2:
+        raise ValueError(f"{name} must be (N,) or (N, outputs), got shape {y.shape}.")
+    return y
+
+
+def linear_refit(features_train, y_train, features_test, y_test, *, rcond: Optional[float] = None) -> dict:
+    """Minimum-norm least-squares re-fit of a linear read-out on frozen features (Arbel et al. Eq. 8).
+
+    Solves ``min ||w|| s.t. w minimises ||Phi_train w - Y||`` (``w = Phi^T (Phi Phi^T)^+ Y``,
+    Eq. 8 with ``Phi = Gamma(u)^T``) by SVD in float64, and reports the losses of their Eq. 1,
+    ``(1/2N) sum_n ||f(x_n) - y_n||^2``, on both sets. With more features than training
+    examples (their over-parameterised setting) the training loss is ~0 and the test loss
+    measures how good the features are ("Test-LRfit", Section 5.2).
+
+    Returns ``{"weights", "train_loss", "test_loss"}``.
+    """
+    phi_tr = np.asarray(features_train, np.float64).reshape(len(features_train), -1)
+    phi_te = np.asarray(features_test, np.float64).reshape(len(features_test), -1)
+    y_tr, y_te = _as_2d("y_train", y_train), _as_2d("y_test", y_test)
+    if len(phi_tr) != len(y_tr) or len(phi_te) != len(y_te):
+        raise ValueError(f"features and targets must have the same number of examples: train {len(phi_tr)} vs "
+                         f"{len(y_tr)}, test {len(phi_te)} vs {len(y_te)}.")
+    if phi_tr.shape[1] != phi_te.shape[1]:
+        raise ValueError(f"train and test features differ in size: {phi_tr.shape[1]} vs {phi_te.shape[1]}.")
+    w, *_ = np.linalg.lstsq(phi_tr, y_tr, rcond=rcond)
+
+    def loss(phi, y):
+        r = phi @ w - y
+        return float(0.5 * np.mean(np.sum(r * r, axis=1)))
+
+    return {"weights": w, "train_loss": loss(phi_tr, y_tr), "test_loss": loss(phi_te, y_te)}
+
+
+def mean_field_refit_test_loss(params, x_train, y_train, x_test, y_test, *, activation: str = "relu",
+                               beta: float = 1.0) -> float:
+    """Test-LRfit of a mean-field network (Arbel et al. Section 5.2): re-fit ``v`` on ``Gamma(u)``.
+
+    Freezes the hidden weights ``params['u']``, fits the read-out by minimum-norm least squares on
+    the training features ``gamma(X u^T)`` (Eq. 8; the ``1/M`` output scale only rescales ``v``)
+    and returns the test loss ``(1/2N) sum ||f - y||^2``.
+    """
+    from itlin.models import mean_field_features
+
+    f_tr = mean_field_features(params, jnp.asarray(x_train), activation, beta)
+    f_te = mean_field_features(params, jnp.asarray(x_test), activation, beta)
+    return linear_refit(f_tr, y_train, f_te, y_test)["test_loss"]
+
+
+# --------------------------------------------------------------------- main paper: probes
+def linear_probe_accuracy(features_train, labels_train, features_test, labels_test, *, method: str = "ridge",
+                          ridge: float = 1e-3, max_iter: int = 1000) -> float:
+    """Test accuracy of a linear classifier trained on frozen features (main paper Fig. 6).
+
+    Features are flattened and standardised with the training set's mean and standard
+    deviation. ``method="ridge"`` (default): ridge regression of one-hot labels with an
+    intercept, ``lambda = ridge * N_train`` (so ``ridge`` is relative to the standardised
+    features' scale), solved in closed form in float64 (primal or dual, whichever system is
+    smaller); predictions by arg-max. ``method="logistic"``: multinomial logistic regression
+    (scikit-learn, L-BFGS, ``C = 1 / (ridge * N_train)``). Both are deterministic.
+    """
+    x_tr = np.asarray(features_train, np.float64).reshape(len(features_train), -1)
+    x_te = np.asarray(features_test, np.float64).reshape(len(features_test), -1)
+    y_tr, y_te = np.asarray(labels_train), np.asarray(labels_test)
+    if y_tr.ndim != 1 or y_te.ndim != 1 or len(y_tr) != len(x_tr) or len(y_te) != len(x_te):
+        raise ValueError("labels must be 1-D integers, one per feature row: got "
+                         f"{y_tr.shape} for {len(x_tr)} train rows and {y_te.shape} for {len(x_te)} test rows.")
+    if x_tr.shape[1] != x_te.shape[1]:
+        raise ValueError(f"train and test features differ in size: {x_tr.shape[1]} vs {x_te.shape[1]}.")
+    if ridge <= 0:
+        raise ValueError(f"ridge must be > 0, got {ridge!r}.")
+    mean = x_tr.mean(0)
+    std = x_tr.std(0)
+    std = np.where(std > 0, std, 1.0)
+    x_tr = (x_tr - mean) / std
+    x_te = (x_te - mean) / std
+    classes = np.unique(y_tr)
+    lam = ridge * len(x_tr)
+    if method == "ridge":
+        onehot = (y_tr[:, None] == classes[None, :]).astype(np.float64)
+        offset = onehot.mean(0)
+        t = onehot - offset  # features are centred, so the intercept is the label mean
+        n, d = x_tr.shape
+        if d <= n:
+            w = np.linalg.solve(x_tr.T @ x_tr + lam * np.eye(d), x_tr.T @ t)
+        else:
+            w = x_tr.T @ np.linalg.solve(x_tr @ x_tr.T + lam * np.eye(n), t)
+        pred = classes[np.argmax(x_te @ w + offset, axis=1)]
+    elif method == "logistic":
+        from sklearn.linear_model import LogisticRegression
+
+        clf = LogisticRegression(C=1.0 / lam, max_iter=max_iter)
+        clf.fit(x_tr, y_tr)
+        pred = clf.predict(x_te)
+    else:
+        raise ValueError(f"method must be 'ridge' or 'logistic', got {method!r}.")
+    return float(np.mean(pred == y_te))
+
+
+def _batched_features(model, params, x, layer, state, batch_size):
+    out = [np.asarray(model.features(params, x[i:i + batch_size], layer, state=state))
+           for i in range(0, len(x), batch_size)]
+    return np.concatenate(out)
+
+
+def layer_probe_accuracy(model, params, layer: str, x_train, y_train, x_test, y_test, *, state=None,
+                         batch_size: int = 1000, **probe_kwargs) -> float:
+    """Linear-probe test accuracy on the activations of ``layer`` of ``model`` (main paper Fig. 6).
+
+    ``model`` is a :class:`itlin.models.FlaxModel` (``model.layers`` lists the layer names, e.g.
+    ``"conv1"``, ``"conv2"`` for the LeNet); activations are computed in inference mode in
+    batches of ``batch_size``, then :func:`linear_probe_accuracy` (``probe_kwargs``) is applied.
+    """
+    if not hasattr(model, "features"):
+        raise TypeError("layer_probe_accuracy needs a model with a features(params, x, layer) method, such as "
+                        "those built by itlin.models (lenet, mlp, resnet18, ...).")
+    f_tr = _batched_features(model, params, x_train, layer, state, batch_size)
+    f_te = _batched_features(model, params, x_test, layer, state, batch_size)
+    return linear_probe_accuracy(f_tr, y_train, f_te, y_test, **probe_kwargs)
+
+
+# -------------------------------------------------------------------- Ortiz-Jimenez et al.
+def _sym_eigh(kernel):
+    k = np.asarray(kernel, np.float64)
+    if k.ndim != 2 or k.shape[0] != k.shape[1]:
+        raise ValueError(f"kernel must be a square matrix, got shape {k.shape}.")
+    s, v = np.linalg.eigh(0.5 * (k + k.T))
+    order = np.argsort(s)[::-1]  # largest first
+    return s[order], v[:, order]
+
+
+def _flatten_targets(kernel_size, y, name="y"):
+    y = np.asarray(y, np.float64)
+    if y.shape[0] == kernel_size:
+        return y.reshape(kernel_size, -1)
+    if y.size == kernel_size:  # (N, C) targets against an (N*C, N*C) example-major kernel
+        return y.reshape(kernel_size, 1)
+    raise ValueError(f"{name} of shape {y.shape} does not match a kernel of size {kernel_size}: give one row "
+                     "per kernel row (N, ...) or N*C values for an (N*C, N*C) kernel.")
+
+
+def energy_concentration(kernel, y, k: int = 50) -> float:
+    """Energy of the targets on the top-``k`` eigenvectors of a kernel Gram matrix (Ortiz-Jimenez et al.).
+
+    ``||Phi_k^T y||_2 / ||y||_2`` with ``Phi_k`` the orthonormal eigenvectors of the ``k``
+    largest eigenvalues (their Table 1: ``k = 50``, NTK Gram matrix on the training samples,
+    +-1 labels of CIFAR-2). Targets ``(N,)`` or ``(N, C)`` against an ``(N, N)`` kernel
+    (Frobenius norms), or ``(N, C)`` flattened against an ``(N*C, N*C)`` kernel. A value of 1
+    means the targets lie in the span of the top ``k`` eigenvectors.
+    """
+    s, v = _sym_eigh(kernel)
+    yy = _flatten_targets(len(s), y)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= len(s):
+        raise ValueError(f"k must be an integer between 1 and {len(s)} (the kernel size), got {k!r}.")
+    norm = np.linalg.norm(yy)
+    if norm == 0:
+        raise ValueError("y is zero: its energy concentration is undefined.")
+    return float(np.linalg.norm(v[:, :k].T @ yy) / norm)
+
+
+def eigenvector_alignment(kernel_a, kernel_b, k: Optional[int] = None, *, relative: bool = False) -> np.ndarray:
+    """Alignment of the eigenvectors of kernel A with kernel B: Rayleigh quotients ``phi_i^T B phi_i``.
+
+    ``phi_i`` are the unit eigenvectors of ``kernel_a`` ordered by decreasing eigenvalue (first
+    ``k``, default all). Ortiz-Jimenez et al. (Appendix E.3, Figs. 6-7) plot this alignment of
+    the eigenfunctions of the NTK at initialisation with the NTK after training. With
+    ``kernel_b = kernel_a`` it returns A's eigenvalues. ``relative=True`` divides by
+    ``trace(B)`` (the sum of the quotients over all of A's eigenvectors), which makes kernels of
+    different scale comparable. Note: their alignment of a function,
+    ``alpha(f) = E_{x,x'} f(x) Theta(x,x') f(x')`` (Lemma 1), of an eigenfunction normalised to
+    ``E f^2 = 1`` on N samples is this quotient divided by N (see :func:`target_alignment`).
+    """
+    _, v = _sym_eigh(kernel_a)
+    b = np.asarray(kernel_b, np.float64)
+    if b.shape != (len(v), len(v)):
+        raise ValueError(f"kernel_b must have the shape of kernel_a {(len(v), len(v))}, got {b.shape}.")
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= len(v):
+            raise ValueError(f"k must be an integer between 1 and {len(v)}, got {k!r}.")
+        v = v[:, :k]
+    q = np.einsum("ni,nm,mi->i", v, 0.5 * (b + b.T), v)
+    if relative:
+        q = q / np.trace(b)
+    return q
+
+
+def target_alignment(kernel, f) -> float:
+    """Alignment ``alpha(f) = E_{x,x'}[f(x) Theta(x, x') f(x')]`` over the N samples (Ortiz-Jimenez et al. Lemma 1).
+
+    Empirical form ``f^T K f / N^2`` for values ``f`` ``(N,)`` of the function at the samples of
+    the Gram matrix ``K`` (or ``(N, C)`` flattened against an ``(N*C, N*C)`` kernel, summed over
+    outputs against an ``(N, N)`` one). For the NTK this equals ``||E_x[f(x) grad f(x)]||^2``.
+    """
+    k = np.asarray(kernel, np.float64)
+    if k.ndim != 2 or k.shape[0] != k.shape[1]:
+        raise ValueError(f"kernel must be a square matrix, got shape {k.shape}.")
+    ff = _flatten_targets(len(k), f, name="f")
+    n = np.asarray(f).shape[0]
+    return float(np.sum(ff * (k @ ff)) / (n * n))
+
+
+__all__ = [
+    "accuracy",
+    "eigenvector_alignment",
+    "empirical_ntk",
+    "energy_concentration",
+    "layer_probe_accuracy",
+    "linear_probe_accuracy",
+    "linear_refit",
+    "mean_field_refit_test_loss",
+    "ntk_smallest_eigenvalue",
+    "rmse",
+    "target_alignment",
+    "weighted_cosine_distance",
+]
