@@ -1,0 +1,187 @@
+"""Plot curves so that diverged runs stand out, and drop runs the way the paper does.
+
+* :func:`plot_curve` draws one curve; a diverged run is dashed, ends in a cross at its last
+  finite point and says "diverged at step s" in its legend entry.
+* :func:`plot_history` / :func:`plot_runs` draw a metric of one :class:`itlin.train.History` or
+  of every training run of a :class:`itlin.runner.Record`.
+* :func:`filter_runs` drops diverged runs and runs whose metric is over a threshold (main paper
+  Fig. 9 drops runs with train RMSE over 2.5) and says how many were dropped and why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Union
+
+import numpy as np
+
+_DIVERGED = re.compile(r"diverged at step (\d+)")
+
+
+def diverged_step(status: Optional[str]) -> Optional[int]:
+    """``s`` from a status ``"diverged at step s"``, else ``None``."""
+    m = _DIVERGED.search(status or "")
+    return int(m.group(1)) if m else None
+
+
+def plot_curve(ax, x, y, *, status: str = "completed", label: Optional[str] = None, diverged_at=None, **kwargs):
+    """Plot ``y`` against ``x``; a diverged run is dashed with a cross at its last finite point.
+
+    ``status`` is a run status (``"diverged at step s"`` marks the run diverged); ``diverged_at``
+    overrides the step in the legend. Returns the line.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    step = diverged_at if diverged_at is not None else diverged_step(status)
+    diverged = step is not None
+    if diverged:
+        kwargs.setdefault("linestyle", "--")
+        note = f"diverged at step {step}"
+        label = f"{label} ({note})" if label else note
+    (line,) = ax.plot(x, y, label=label, **kwargs)
+    if diverged:
+        finite = np.flatnonzero(np.isfinite(y))
+        if finite.size:
+            i = finite[-1]
+            ax.plot([x[i]], [y[i]], marker="x", markersize=9, markeredgewidth=2, color=line.get_color(),
+                    linestyle="none", zorder=line.get_zorder() + 1)
+    return line
+
+
+def plot_history(ax, history, metric: str = "test/accuracy", *, x: str = "step", label: Optional[str] = None,
+                 **kwargs):
+    """Plot an evaluated metric of a :class:`itlin.train.History` (``"loss"`` plots the training
+    loss per ``loss_every`` steps)."""
+    if metric == "loss":
+        ys = np.asarray(history.loss, dtype=float)
+        xs = (np.arange(ys.size) + 1) * history.loss_every
+    else:
+        if metric not in history.evals:
+            raise KeyError(f"metric {metric!r} was not recorded; recorded: {', '.join(sorted(history.evals))}.")
+        ys = history.eval_array(metric)
+        xs = history.eval_array(x)
+    return plot_curve(ax, xs, ys, status=history.status, label=label, diverged_at=history.diverged_at, **kwargs)
+
+
+def plot_runs(ax, record, metric: str = "test/accuracy", *, tags=None, label: Optional[Callable[[str], str]] = None,
+              **kwargs) -> dict:
+    """Plot ``metric`` of every training run of a :class:`itlin.runner.Record` (or of ``tags``).
+
+    Returns ``{tag: line}``.
+    """
+    tags = list(record.runs) if tags is None else list(tags)
+    return {tag: plot_history(ax, record.history(tag), metric, label=label(tag) if label else tag, **kwargs)
+            for tag in tags}
+
+
+# ------------------------------------------------------------------------------ filtering
+@dataclass
+class FilteredRuns:
+    """The runs kept and dropped by :func:`filter_runs`.
+
+    ``kept``: ``{label: run}``; ``dropped``: ``{label: reason}``; ``summary``: one sentence for a
+    figure caption, e.g. ``"dropped 3 of 12 runs: 2 diverged, 1 with train/rmse > 2.5"``.
+    """
+
+    kept: dict
+    dropped: dict
+    total: int
+    summary: str = ""
+    counts: dict = field(default_factory=dict)
+
+    def __str__(self):
+        return self.summary
+
+    @property
+    def n_dropped(self) -> int:
+        return len(self.dropped)
+
+
+def _status_of(run) -> str:
+    if isinstance(run, str):
+        return run
+    if isinstance(run, Mapping):
+        return str(run.get("status", "completed"))
+    return str(getattr(run, "status", "completed"))
+
+
+def _value_of(run, metric) -> Optional[float]:
+    if metric is None:
+        return None
+    if callable(metric):
+        v = metric(run)
+    elif isinstance(run, Mapping):
+        if metric in run:
+            v = run[metric]
+        elif isinstance(run.get("final"), Mapping) and metric in run["final"]:
+            v = run["final"][metric]
+        else:
+            raise KeyError(f"run has no {metric!r} (keys: {', '.join(map(str, run))}).")
+    elif hasattr(run, "evals"):  # a History
+        v = run.eval_array(metric)
+    else:
+        history = getattr(run, "history", None)
+        if history is None:
+            raise TypeError(f"cannot read {metric!r} from {type(run).__name__}.")
+        v = history.eval_array(metric)
+    arr = np.asarray(v, dtype=float).ravel()
+    if arr.size == 0:
+        return math.nan
+    return float(arr[-1])
+
+
+def filter_runs(runs: Mapping[str, Any], *, metric: Union[str, Callable, None] = None, threshold: Optional[float] = None,
+                drop_diverged: bool = True, keep_above: bool = False) -> FilteredRuns:
+    """Drop diverged runs and runs whose ``metric`` is over ``threshold``.
+
+    Args:
+      runs: ``{label: run}``; a run is a dict with ``"status"`` and metrics (directly or under
+        ``"final"``, as in :attr:`itlin.runner.Record.runs`), a :class:`~itlin.train.History`,
+        a :class:`~itlin.train.FitResult`, or just a status string.
+      metric: key (or ``run -> value`` function) of the value compared with ``threshold``; for
+        a curve, its last value. A non-finite value counts as diverged.
+      threshold: drop runs with ``value > threshold`` (``keep_above=True``: ``value < threshold``).
+      drop_diverged: drop runs whose status says they diverged.
+
+    Example (main paper Fig. 9): ``filter_runs(rec.runs, metric="train/rmse", threshold=2.5)``.
+    """
+    if threshold is not None and metric is None:
+        raise ValueError("a threshold needs a metric to compare it with.")
+    kept, dropped = {}, {}
+    counts = {"diverged": 0, "threshold": 0}
+    for label, r in runs.items():
+        status = _status_of(r)
+        if drop_diverged and (diverged_step(status) is not None or "diverged" in status):
+            dropped[label] = status
+            counts["diverged"] += 1
+            continue
+        if threshold is not None:
+            v = _value_of(r, metric)
+            name = metric if isinstance(metric, str) else "value"
+            if v is None or not math.isfinite(v):
+                if drop_diverged:
+                    dropped[label] = f"{name} is not finite"
+                    counts["diverged"] += 1
+                    continue
+            elif (v < threshold) if keep_above else (v > threshold):
+                dropped[label] = f"{name} = {v:.4g} {'<' if keep_above else '>'} {threshold:g}"
+                counts["threshold"] += 1
+                continue
+        kept[label] = r
+    total = len(runs)
+    if dropped:
+        parts = []
+        if counts["diverged"]:
+            parts.append(f"{counts['diverged']} diverged")
+        if counts["threshold"]:
+            name = metric if isinstance(metric, str) else "value"
+            parts.append(f"{counts['threshold']} with {name} {'<' if keep_above else '>'} {threshold:g}")
+        summary = f"dropped {len(dropped)} of {total} runs: {', '.join(parts)}"
+    else:
+        summary = f"kept all {total} runs"
+    return FilteredRuns(kept, dropped, total, summary, counts)
+
+
+__all__ = ["FilteredRuns", "diverged_step", "filter_runs", "plot_curve", "plot_history", "plot_runs"]

@@ -1,0 +1,809 @@
+"""Run experiments so that they survive crashes and are never computed twice.
+
+Every chapter of the book runs its experiment through :func:`run`::
+
+    from itlin import runner
+    rec = runner.run("fig9_damping", {"dampings": [1e-3, 1e-1], "scale": "tiny"})
+    rec.status            # "completed", "diverged at step 412", or a summary of several runs
+    rec["test_rmse"]      # the arrays the experiment returned
+    rec.history("K=inf")  # the History of one training run made with ctx.fit
+
+What it does:
+
+1. **Validates** the parameters before anything is computed (unknown names with a "did you
+   mean" hint, types, ranges, dataset/model/schedule names), fills in defaults and hashes the
+   resolved dict with the experiment's name and version.
+2. **Loads** the stored result if one exists for that hash and its checksum is right; otherwise
+   runs the experiment. A truncated or damaged result file is detected, reported with a warning
+   and recomputed, never used.
+3. **Checkpoints** every training run made through :meth:`RunContext.fit` every
+   ``checkpoint_every_steps`` steps or ``checkpoint_every_seconds`` seconds, whichever comes
+   first, and saves sub-results made with :meth:`RunContext.stage`. If the process dies (even
+   by SIGKILL), running the same call again resumes from the last checkpoint; on the CPU the
+   final numbers equal those of an uninterrupted run bit for bit.
+4. **Saves** the results atomically: ``results.npz`` (arrays) and ``record.json`` (parameters,
+   versions, git commit, device, wall time, status, sha256 of ``results.npz``).
+
+Where results live (see :func:`results_dir`)::
+
+    <results>/<experiment>/<hash>/
+        params.json     the resolved parameters (written when the run starts)
+        results.npz     the arrays (written when it completes)
+        record.json     written last: the run is complete when this file exists
+        work/           while running: fit-<tag>.npz checkpoints, stage-<tag>.npz sub-results
+                        (removed when the run completes)
+        .lock           held (flock) by the process running it
+
+``<hash>`` is the first 16 hex digits of the sha256 of ``{"experiment", "version", "params"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+import numpy as np
+
+from . import _io
+from . import experiments as _experiments
+from .experiments import Experiment
+
+DEFAULT_CHECKPOINT_EVERY_STEPS = 10_000
+DEFAULT_CHECKPOINT_EVERY_SECONDS = 300.0
+
+RECORD_FILE = "record.json"
+RESULTS_FILE = "results.npz"
+PARAMS_FILE = "params.json"
+WORK_DIR = "work"
+LOCK_FILE = ".lock"
+FITS_KEY = "_fits"
+
+_FORMAT = 1
+_DEFAULT = object()
+
+
+def _quiet() -> bool:
+    return bool(os.environ.get("CI")) or os.environ.get("ITLIN_QUIET", "") not in ("", "0")
+
+
+# ---------------------------------------------------------------------------------- where
+def _source_checkout() -> Optional[Path]:
+    """The repository root if itlin is imported from a source checkout (editable install)."""
+    root = Path(__file__).resolve().parent.parent
+    pyproject = root / "pyproject.toml"
+    try:
+        if pyproject.is_file() and re.search(r'^name\s*=\s*"itlin"', pyproject.read_text(), re.M):
+            return root
+    except OSError:
+        pass
+    return None
+
+
+def results_dir(path=None) -> Path:
+    """The folder that holds all results.
+
+    In order: ``path`` if given (relative paths are relative to the current directory);
+    ``$ITLIN_RESULTS`` if set; ``<repository root>/results`` when itlin is imported from a
+    source checkout (the usual editable install), so that chapters executed from ``book/``,
+    scripts run from the root and tests all share one store; otherwise the user cache
+    (``~/.cache/itlin/results`` on Linux, ``~/Library/Caches/itlin/results`` on macOS).
+    """
+    if path is None:
+        env = os.environ.get("ITLIN_RESULTS")
+        if env:
+            path = env
+        else:
+            root = _source_checkout()
+            if root is not None:
+                path = root / "results"
+            else:
+                try:
+                    import pooch
+
+                    path = Path(pooch.os_cache("itlin")) / "results"
+                except Exception:  # pragma: no cover
+                    path = Path.home() / ".cache" / "itlin" / "results"
+    return Path(path).expanduser().absolute()
+
+
+_results_root = results_dir  # run() and plan() take an argument of the same name
+
+
+def run_hash(name: str, version: str, params: Mapping) -> str:
+    """The key of a run: 16 hex digits of sha256 over name, version and resolved parameters."""
+    import hashlib
+    import json
+
+    blob = json.dumps({"experiment": name, "version": str(version), "params": _io.jsonable(params)},
+                      sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a run's files go, before it runs: the experiment, resolved params, hash and folder."""
+
+    experiment: Experiment
+    params: dict
+    hash: str
+    path: Path
+
+    @property
+    def complete(self) -> bool:
+        return (self.path / RECORD_FILE).is_file()
+
+
+def plan(experiment, params=None, *, results_dir=None) -> Plan:
+    """Validate ``params`` and say where the run's files are (nothing is computed)."""
+    exp = _experiments.get(experiment)
+    resolved = exp.resolve(params)
+    h = run_hash(exp.name, exp.version, resolved)
+    root = _results_root(results_dir)
+    return Plan(exp, resolved, h, root / exp.name / h)
+
+
+# ---------------------------------------------------------------------------------- provenance
+def _git_commit() -> tuple:
+    """``(commit, dirty)`` of the checkout itlin is imported from, or ``(None, None)``."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            return None, None
+        commit = out.stdout.strip() or None
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                            capture_output=True, text=True, timeout=10)
+        dirty = bool(st.stdout.strip()) if st.returncode == 0 else None
+        return commit, dirty
+    except Exception:  # git missing, not a repository, timeout: never fail because of git
+        return None, None
+
+
+def _device() -> dict:
+    try:
+        import jax
+
+        devs = jax.devices()
+        d = devs[0]
+        return {"device": f"{d.platform} ({d.device_kind})", "device_count": len(devs),
+                "jax_version": jax.__version__, "x64": bool(jax.config.read("jax_enable_x64"))}
+    except Exception as err:  # pragma: no cover
+        return {"device": f"unknown ({err})", "device_count": None, "jax_version": None, "x64": None}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------- Record
+@dataclass
+class Record:
+    """A finished run: its arrays, its record and where it lives.
+
+    ``arrays`` is the flat dict of arrays (keys ``"a/b"`` for nested results); ``record[key]``
+    gives an array by flat key or a nested dict for a top-level key of the experiment's result.
+    ``info`` is the content of ``record.json``. ``loaded`` says whether it came from disk.
+    """
+
+    experiment: str
+    params: dict
+    status: str
+    path: Path
+    arrays: dict
+    paths: list
+    info: dict
+    loaded: bool = False
+
+    @property
+    def hash(self) -> str:
+        return self.info.get("hash", self.path.name)
+
+    @property
+    def runs(self) -> dict:
+        """``{tag: summary}`` of the training runs made with ``ctx.fit``: status, diverged_at,
+        steps, feature_updates, resumed_from and ``final`` (the last evaluation's metrics)."""
+        return self.info.get("runs", {})
+
+    @property
+    def meta(self) -> dict:
+        return self.info.get("meta", {})
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def diverged(self) -> bool:
+        return "diverged" in self.status or any(r.get("diverged_at") is not None for r in self.runs.values())
+
+    def tree(self) -> dict:
+        """The experiment's results as the nested dict ``run`` returned (numpy arrays)."""
+        t = _io.unflatten_tree(self.arrays, self.paths)
+        if isinstance(t, dict):
+            t = {k: v for k, v in t.items() if k != FITS_KEY}
+        return t
+
+    def keys(self) -> list:
+        """Top-level keys of the experiment's results."""
+        t = self.tree()
+        return list(t) if isinstance(t, dict) else []
+
+    def __contains__(self, key) -> bool:
+        return key in self.arrays or any(p and p[0] == key for p in self.paths)
+
+    def __getitem__(self, key):
+        if key in self.arrays:
+            return self.arrays[key]
+        sub = [p for p in self.paths if p and p[0] == key]
+        if sub:
+            return _io.unflatten_tree(self.arrays, sub)[key]
+        raise KeyError(f"{key!r} is not in the results of {self.experiment}; keys: {', '.join(self.keys())}.")
+
+    def history(self, tag: str):
+        """The :class:`itlin.train.History` of the training run ``tag`` (as made by ``ctx.fit``)."""
+        from .train import History
+
+        if tag not in self.runs:
+            raise KeyError(f"no training run {tag!r} in {self.experiment}; runs: {', '.join(self.runs) or '(none)'}.")
+        prefix = [FITS_KEY, tag]
+        arrays = {"/".join(p[2:]): self.arrays["/".join(p)] for p in self.paths if p[:2] == prefix}
+        r = self.runs[tag]
+        return History.from_arrays(arrays, {"status": r["status"], "diverged_at": r.get("diverged_at"),
+                                            "loss_every": r.get("loss_every", 1)})
+
+    def histories(self) -> dict:
+        return {tag: self.history(tag) for tag in self.runs}
+
+    def __repr__(self):
+        return (f"Record({self.experiment!r}, status={self.status!r}, loaded={self.loaded}, "
+                f"path='{self.path}')")
+
+
+def _read_record(plan_: Plan) -> tuple:
+    """``(Record, None)`` if the stored result is complete and intact, else ``(None, reason)``;
+    reason is None when there is simply nothing stored."""
+    rec_path, res_path = plan_.path / RECORD_FILE, plan_.path / RESULTS_FILE
+    if not rec_path.exists():
+        return None, None
+    info = _io.read_json(rec_path)
+    if info is None:
+        return None, f"{rec_path} is unreadable"
+    if info.get("experiment") != plan_.experiment.name or info.get("params") != _io.jsonable(plan_.params) \
+            or str(info.get("version")) != plan_.experiment.version:
+        return None, f"{rec_path} belongs to other parameters or another version"
+    if not res_path.is_file():
+        return None, f"{res_path} is missing"
+    try:
+        digest = _io.sha256_file(res_path)
+    except OSError as err:
+        return None, f"{res_path} is unreadable ({err})"
+    if digest != info.get("arrays_sha256"):
+        return None, f"{res_path} does not match its checksum (truncated or modified)"
+    try:
+        flat, paths, _ = _io.load_tree(res_path)
+    except Exception as err:
+        return None, f"{res_path} is unreadable ({type(err).__name__}: {err})"
+    rec = Record(plan_.experiment.name, dict(plan_.params), info.get("status", "unknown"), plan_.path,
+                 flat, paths, info, loaded=True)
+    return rec, None
+
+
+def load(experiment, params=None, *, results_dir=None) -> Optional[Record]:
+    """The stored result of ``experiment`` with ``params``, or ``None`` if there is none (or it
+    is damaged). Never computes anything."""
+    rec, reason = _read_record(plan(experiment, params, results_dir=results_dir))
+    if reason is not None:
+        warnings.warn(f"itlin.runner: {reason}; it will be recomputed by run().", RuntimeWarning, stacklevel=2)
+    return rec
+
+
+# ---------------------------------------------------------------------------------- locking
+class RunLockedError(RuntimeError):
+    """Another process holds the lock of this run."""
+
+
+@contextlib.contextmanager
+def _locked(folder: Path, say: Callable[[str], None], wait: bool = True):
+    """Hold an exclusive flock on ``folder/.lock``; the OS frees it when the process dies."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no locking
+        yield
+        return
+    fh = open(folder / LOCK_FILE, "a+")
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            if not wait:
+                raise RunLockedError(f"process {holder} is running this experiment in {folder}.") from None
+            say(f"waiting for process {holder}, which is running this experiment in {folder}")
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        finally:
+            fh.close()
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+def _safe_tag(tag: str) -> str:
+    """A file-name-safe version of a tag (with a short hash when characters were replaced)."""
+    import hashlib
+
+    safe = re.sub(r"[^A-Za-z0-9._=+-]", "_", tag)[:80]
+    if safe != tag:
+        safe += "-" + hashlib.sha256(tag.encode()).hexdigest()[:8]
+    return safe
+
+
+def _leaf_to_numpy(leaf):
+    import jax
+
+    arr = leaf
+    if hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        arr = jax.random.key_data(leaf)
+    return np.asarray(arr)
+
+
+def _leaf_spec(leaf) -> list:
+    a = _leaf_to_numpy(leaf)
+    return [list(a.shape), str(a.dtype)]
+
+
+def _restore_leaf(template, arr):
+    import jax
+    import jax.numpy as jnp
+
+    if hasattr(template, "dtype") and jax.dtypes.issubdtype(template.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(jnp.asarray(arr), impl=jax.random.key_impl(template))
+    return jnp.asarray(arr)
+
+
+def _history_snapshot(h) -> tuple:
+    """What is needed to rebuild ``h`` as it is now, cheaply (fit keeps appending to it)."""
+    return (len(h.loss), list(h._pending), len(h.relin_steps), len(h.evals.get("step", [])),
+            h.status, h.diverged_at)
+
+
+def _history_from_snapshot(h, snap):
+    from .train import History
+
+    n_loss, pending, n_relin, n_eval, status, diverged_at = snap
+    out = History(loss_every=h.loss_every, status=status, diverged_at=diverged_at)
+    out.loss = list(h.loss[:n_loss])
+    out._pending = list(pending)
+    out.relin_steps = list(h.relin_steps[:n_relin])
+    out.evals = {k: list(v[:n_eval]) for k, v in h.evals.items()}
+    return out
+
+
+def _final_metrics(history) -> dict:
+    out = {}
+    for k, v in history.evals.items():
+        if k in ("step", "seconds", "feature_updates") or not v:
+            continue
+        out[k] = float(v[-1])
+    return out
+
+
+# ---------------------------------------------------------------------------------- context
+class RunContext:
+    """What an experiment's ``run(params, ctx)`` uses to train, save and report.
+
+    Attributes: ``experiment``, ``params`` (resolved), ``path`` (the run's folder), ``hash``,
+    ``runs`` (``{tag: summary}`` of the fits so far), ``checkpoint_every_steps``,
+    ``checkpoint_every_seconds``, ``show_progress``.
+    """
+
+    def __init__(self, plan_: Plan, *, checkpoint_every_steps, checkpoint_every_seconds, progress: bool,
+                 verbose: bool):
+        self.experiment = plan_.experiment
+        self.params = dict(plan_.params)
+        self.path = plan_.path
+        self.hash = plan_.hash
+        self.work = plan_.path / WORK_DIR
+        self.checkpoint_every_steps = checkpoint_every_steps
+        self.checkpoint_every_seconds = checkpoint_every_seconds
+        self.show_progress = bool(progress) and not _quiet()
+        self.verbose = verbose
+        self.runs: dict = {}
+        self.histories: dict = {}
+        self.resumed: dict = {}
+        self._tags: set = set()
+
+    # ------------------------------------------------------------ helpers
+    @property
+    def checkpointing(self) -> bool:
+        return self.checkpoint_every_steps is not None or self.checkpoint_every_seconds is not None
+
+    def say(self, msg: str):
+        """Print one line (``[itlin] <experiment>: msg``) unless the run is silent."""
+        if self.verbose:
+            print(f"[itlin] {self.experiment.name}: {msg}", flush=True)
+
+    def progress(self, iterable: Optional[Iterable] = None, *, total=None, desc: Optional[str] = None, **kw):
+        """An outer progress bar (``tqdm.auto``) over ``iterable``; a plain iterator when quiet
+        (``CI``/``ITLIN_QUIET`` set, or ``progress=False``)."""
+        if not self.show_progress:
+            return iterable if iterable is not None else _NullBar()
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc or self.experiment.name, dynamic_ncols=True, **kw)
+
+    def _claim(self, kind: str, tag: str):
+        if not isinstance(tag, str) or not tag:
+            raise ValueError(f"ctx.{kind} needs a non-empty string tag, got {tag!r}.")
+        if tag in self._tags:
+            raise ValueError(f"ctx.{kind}: tag {tag!r} is already used in this run; tags must be unique "
+                             "(they name the checkpoints).")
+        self._tags.add(tag)
+
+    # ------------------------------------------------------------ stage
+    def stage(self, tag: str, fn: Callable[[], Any]):
+        """Compute ``fn()`` once and keep it: on a resumed run, the saved value is returned.
+
+        ``fn`` returns a dict (nested dicts allowed) of arrays, numbers or strings, or a single
+        array. The value returned is the saved one (numpy arrays), the same on the first run as
+        on a resumed one. Use it for expensive sub-results that are not training runs (e.g. a
+        vmapped Gauss-Newton sweep); keep each stage deterministic.
+        """
+        self._claim("stage", tag)
+        path = self.work / f"stage-{_safe_tag(tag)}.npz"
+        if path.exists():
+            try:
+                flat, paths, meta = _io.load_tree(path)
+                if meta.get("tag") != tag:
+                    raise ValueError(f"it holds stage {meta.get('tag')!r}")
+                self.say(f"stage {tag}: loaded from {path.name}")
+                return _io.unflatten_tree(flat, paths)
+            except Exception as err:
+                warnings.warn(f"itlin.runner: stage file {path} is unusable ({err}); recomputing the stage.",
+                              RuntimeWarning, stacklevel=2)
+        value = fn()
+        flat, paths = _io.flatten_tree(value, what=f"stage {tag!r}")
+        if self.checkpointing:
+            _io.save_tree(path, value, {"format": _FORMAT, "kind": "stage", "tag": tag, "saved_at": _now()},
+                          what=f"stage {tag!r}")
+        return _io.unflatten_tree(flat, paths)
+
+    # ------------------------------------------------------------ fit
+    def fit(self, tag: str, trainer, state, x, y, steps: int, **fit_kwargs):
+        """:func:`itlin.train.fit` with checkpoints; returns its :class:`~itlin.train.FitResult`.
+
+        ``tag`` names the training run (unique within the experiment, e.g. ``"K=100"``). If a
+        checkpoint of this run exists it is restored (the fresh ``state`` serves as the template
+        of the pytree) and training continues from there; a run that had already finished is
+        returned at once. Checkpoints are saved from ``fit``'s callback every
+        ``checkpoint_every_steps`` steps or ``checkpoint_every_seconds`` seconds, whichever
+        comes first, and when the run ends (completed or diverged). ``fit_kwargs`` go to
+        :func:`itlin.train.fit` (``eval_sets``, ``eval_every``, ``seed``, ``loss_every``,
+        ``callback``, ``progress``, ``desc``); ``history`` is managed here.
+        """
+        import jax
+
+        from .train import FitResult, History
+        from .train import fit as train_fit
+
+        self._claim("fit", tag)
+        if "history" in fit_kwargs:
+            raise TypeError("ctx.fit manages the history itself (it restores it from the checkpoint); "
+                            "do not pass history=.")
+        user_cb = fit_kwargs.pop("callback", None)
+        fit_kwargs.setdefault("progress", self.show_progress)
+        fit_kwargs.setdefault("desc", tag)
+        steps = int(steps)
+        fingerprint = {
+            "steps": steps,
+            "seed": int(fit_kwargs.get("seed", 0)),
+            "eval_every": fit_kwargs.get("eval_every"),
+            "loss_every": fit_kwargs.get("loss_every"),
+            "x": [list(np.shape(x)), str(getattr(x, "dtype", ""))],
+            "y": [list(np.shape(y)), str(getattr(y, "dtype", ""))],
+            "eval_sets": sorted((fit_kwargs.get("eval_sets") or {}).keys()),
+            "schedule": trainer.schedule.describe(),
+            "batch_size": trainer.batch_size,
+            "chunk_size": trainer.chunk_size,
+        }
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        specs = [_leaf_spec(leaf) for leaf in leaves]
+        path = self.work / f"fit-{_safe_tag(tag)}.npz"
+
+        history, resumed_from = None, None
+        restored = self._restore_fit(path, tag, leaves, treedef, specs, fingerprint) if path.exists() else None
+        if restored is not None:
+            state, history, done = restored
+            if done:
+                self.say(f"{tag}: finished earlier ({history.status}, step {int(state.step)}); restored")
+                result = FitResult(state, history)
+                self._summarize(tag, result, steps, resumed_from=int(state.step))
+                return result
+            resumed_from = int(state.step)
+            self.resumed[tag] = resumed_from
+            self.say(f"resuming {tag} from step {resumed_from}")
+
+        every_steps, every_seconds = self.checkpoint_every_steps, self.checkpoint_every_seconds
+        mark = {"step": int(state.step), "time": time.monotonic(), "saved": None}
+        last = {}
+
+        def save(st, hist, done):
+            self._save_fit(path, tag, st, hist, specs, str(treedef), fingerprint, done)
+
+        def callback(st, hist):
+            if self.checkpointing:
+                step = int(st.step)
+                last["state"], last["snap"], last["history"] = st, _history_snapshot(hist), hist
+                due = (every_steps is not None and step - mark["step"] >= every_steps) or \
+                      (every_seconds is not None and time.monotonic() - mark["time"] >= every_seconds)
+                if due:
+                    save(st, hist, False)
+                    mark.update(step=step, time=time.monotonic(), saved=step)
+            if user_cb is not None:
+                user_cb(st, hist)
+
+        try:
+            result = train_fit(trainer, state, x, y, steps, history=history, callback=callback, **fit_kwargs)
+        except KeyboardInterrupt:
+            # Keep what was reached: the state and history as of the latest chunk.
+            if self.checkpointing and last and mark["saved"] != int(last["state"].step):
+                save(last["state"], _history_from_snapshot(last["history"], last["snap"]), False)
+                self.say(f"{tag}: interrupted; checkpoint saved at step {int(last['state'].step)}")
+            raise
+        if self.checkpointing:
+            save(result.state, result.history, True)
+        self._summarize(tag, result, steps, resumed_from=resumed_from)
+        return result
+
+    def _save_fit(self, path, tag, state, history, specs, treedef_str, fingerprint, done):
+        import jax
+
+        leaves = jax.tree_util.tree_leaves(state)
+        tree = {"state": {f"{i:05d}": _leaf_to_numpy(leaf) for i, leaf in enumerate(leaves)},
+                "history": history.arrays()}
+        meta = {"format": _FORMAT, "kind": "fit", "tag": tag, "step": int(state.step), "done": bool(done),
+                "history_meta": history.meta(), "fingerprint": fingerprint, "leaves": specs,
+                "treedef": treedef_str, "saved_at": _now()}
+        _io.save_tree(path, tree, meta, what=f"checkpoint {tag!r}")
+
+    def _restore_fit(self, path, tag, leaves, treedef, specs, fingerprint):
+        import jax
+
+        from .train import History
+
+        try:
+            flat, paths, meta = _io.load_tree(path)
+            if meta.get("tag") != tag or meta.get("kind") != "fit":
+                raise ValueError(f"it holds {meta.get('kind')} {meta.get('tag')!r}")
+            if _io.jsonable(meta.get("fingerprint")) != _io.jsonable(fingerprint):
+                raise ValueError(f"it was made by a different call (saved {meta.get('fingerprint')}, "
+                                 f"now {fingerprint})")
+            if meta.get("leaves") != specs:
+                raise ValueError("its state does not have the shapes and dtypes of the fresh state")
+            new_leaves = [_restore_leaf(t, flat[f"state/{i:05d}"]) for i, t in enumerate(leaves)]
+            hist_arrays = {"/".join(p[1:]): flat["/".join(p)] for p in paths if p[0] == "history"}
+            history = History.from_arrays(hist_arrays, meta["history_meta"])
+        except Exception as err:
+            warnings.warn(f"itlin.runner: checkpoint {path} is unusable ({err}); starting {tag} from scratch.",
+                          RuntimeWarning, stacklevel=3)
+            return None
+        return jax.tree_util.tree_unflatten(treedef, new_leaves), history, bool(meta.get("done"))
+
+    def _summarize(self, tag, result, steps, resumed_from):
+        h = result.history
+        self.histories[tag] = h
+        self.runs[tag] = {
+            "status": h.status,
+            "diverged_at": h.diverged_at,
+            "steps": int(result.state.step),
+            "target_steps": int(steps),
+            "feature_updates": int(result.state.feature_updates),
+            "loss_every": int(h.loss_every),
+            "resumed_from": resumed_from,
+            "final": _final_metrics(h),
+        }
+
+
+class _NullBar:
+    """Stands in for a tqdm bar when progress is off."""
+
+    def update(self, *a, **k):
+        pass
+
+    def set_postfix(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# ---------------------------------------------------------------------------------- status
+def _overall_status(runs: Mapping[str, dict]) -> str:
+    if not runs:
+        return "completed"
+    if len(runs) == 1:
+        return next(iter(runs.values()))["status"]
+    bad = {t: r for t, r in runs.items() if r["status"] != "completed"}
+    if not bad:
+        return "completed"
+    parts = []
+    for t, r in list(bad.items())[:5]:
+        s = r["status"]
+        parts.append(f"{t} at step {r['diverged_at']}" if r.get("diverged_at") is not None else f"{t}: {s}")
+    more = f", and {len(bad) - 5} more" if len(bad) > 5 else ""
+    n_div = sum(1 for r in bad.values() if r.get("diverged_at") is not None)
+    what = "diverged" if n_div == len(bad) else "did not complete"
+    return f"{len(bad)} of {len(runs)} runs {what}: {', '.join(parts)}{more}"
+
+
+# ---------------------------------------------------------------------------------- run
+def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *, results_dir=None,
+        force: bool = False, checkpoint_every_steps=_DEFAULT, checkpoint_every_seconds=_DEFAULT,
+        progress: bool = True, verbose: bool = True) -> Record:
+    """Run ``experiment`` with ``params``, or load its stored result.
+
+    Args:
+      experiment: a registered name (see :func:`itlin.experiments.names`) or an Experiment.
+      params: parameter values, e.g. what papermill injected into a chapter's parameters cell;
+        missing ones take their defaults. Validated before anything runs.
+      results_dir: where results live (default: :func:`results_dir`).
+      force: recompute even if a stored result exists (and ignore checkpoints).
+      checkpoint_every_steps: checkpoint each training run every so many steps (default
+        10_000); ``None`` for no step trigger.
+      checkpoint_every_seconds: ... or every so many seconds (default 300), whichever comes
+        first; ``None`` for no time trigger. Both ``None``: no checkpoints or stage files.
+      progress: progress bars (always off when ``CI`` or ``ITLIN_QUIET`` is set).
+      verbose: print one line when loading, resuming or finishing.
+
+    Returns:
+      :class:`Record` with the arrays, status and provenance.
+
+    Raises:
+      itlin.experiments.ParameterError (a ValueError) for a bad parameter, before any compute;
+      itlin.experiments.UnknownExperimentError for an unknown experiment.
+    """
+    p = plan(experiment, params, results_dir=results_dir)
+    exp = p.experiment
+    every_steps = DEFAULT_CHECKPOINT_EVERY_STEPS if checkpoint_every_steps is _DEFAULT else checkpoint_every_steps
+    every_secs = DEFAULT_CHECKPOINT_EVERY_SECONDS if checkpoint_every_seconds is _DEFAULT else checkpoint_every_seconds
+    if every_steps is not None and (isinstance(every_steps, bool) or int(every_steps) < 1):
+        raise ValueError(f"checkpoint_every_steps must be an integer >= 1 or None, got {every_steps!r}.")
+    if every_secs is not None and not float(every_secs) >= 0:
+        raise ValueError(f"checkpoint_every_seconds must be >= 0 or None, got {every_secs!r}.")
+    every_steps = None if every_steps is None else int(every_steps)
+    every_secs = None if every_secs is None else float(every_secs)
+
+    def say(msg):
+        if verbose:
+            print(f"[itlin] {exp.name}: {msg}", flush=True)
+
+    if not force:
+        rec = _load_or_warn(p)
+        if rec is not None:
+            say(f"loaded stored result ({rec.status}) from {p.path}")
+            return rec
+
+    with _locked(p.path, say):
+        if not force:  # another process may have finished it while we waited for the lock
+            rec = _load_or_warn(p, quiet=True)
+            if rec is not None:
+                say(f"loaded stored result ({rec.status}) from {p.path}")
+                return rec
+        for name in (RECORD_FILE, RESULTS_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p.path / name)
+        if force:
+            shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
+        prev = _io.read_json(p.path / PARAMS_FILE) or {}
+        first_started = prev.get("first_started_at") if prev.get("hash") == p.hash else None
+        started = _now()
+        _io.write_json(p.path / PARAMS_FILE, {"experiment": exp.name, "version": exp.version, "hash": p.hash,
+                                              "params": p.params, "first_started_at": first_started or started})
+        ctx = RunContext(p, checkpoint_every_steps=every_steps, checkpoint_every_seconds=every_secs,
+                         progress=progress, verbose=verbose)
+        if (p.path / WORK_DIR).is_dir() and any((p.path / WORK_DIR).iterdir()):
+            say(f"found checkpoints in {p.path / WORK_DIR}; resuming")
+        t0 = time.perf_counter()
+        out = exp.run(dict(p.params), ctx)
+        wall = time.perf_counter() - t0
+        rec = _finish(p, ctx, out, wall=wall, started=started, first_started=first_started or started)
+        shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
+    say(f"{rec.status} in {wall:.1f} s; saved to {p.path}")
+    return rec
+
+
+def _load_or_warn(p: Plan, quiet: bool = False) -> Optional[Record]:
+    rec, reason = _read_record(p)
+    if reason is not None and not quiet:
+        warnings.warn(f"itlin.runner: stored result of {p.experiment.name} is damaged: {reason}; recomputing.",
+                      RuntimeWarning, stacklevel=3)
+    return rec
+
+
+def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_started: str) -> Record:
+    import itlin
+
+    if out is None:
+        out = {}
+    if not isinstance(out, Mapping):
+        raise TypeError(f"experiment {p.experiment.name!r}: run must return a dict of results, "
+                        f"got {type(out).__name__}.")
+    out = dict(out)
+    status = out.pop("status", None)
+    meta = out.pop("meta", {}) or {}
+    if FITS_KEY in out:
+        raise ValueError(f"experiment {p.experiment.name!r}: the result key {FITS_KEY!r} is reserved.")
+    if status is not None and not isinstance(status, str):
+        raise TypeError(f"experiment {p.experiment.name!r}: 'status' must be a string, got {status!r}.")
+    status = status or _overall_status(ctx.runs)
+    tree = dict(out)
+    if ctx.histories:
+        tree[FITS_KEY] = {tag: h.arrays() for tag, h in ctx.histories.items()}
+    sha, flat, paths = _io.save_tree(p.path / RESULTS_FILE, tree, what=f"result of {p.experiment.name!r}")
+    commit, dirty = _git_commit()
+    info = {
+        "format": _FORMAT,
+        "experiment": p.experiment.name,
+        "version": p.experiment.version,
+        "hash": p.hash,
+        "params": _io.jsonable(p.params),
+        "status": status,
+        "runs": ctx.runs,
+        "resumed": ctx.resumed,
+        "meta": meta,
+        "itlin_version": getattr(itlin, "__version__", None),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        **_device(),
+        "python": sys.version.split()[0],
+        "numpy_version": np.__version__,
+        "wall_seconds": wall,
+        "started_at": started,
+        "first_started_at": first_started,
+        "finished_at": _now(),
+        "arrays_file": RESULTS_FILE,
+        "arrays_sha256": sha,
+        "arrays_bytes": (p.path / RESULTS_FILE).stat().st_size,
+    }
+    _io.write_json(p.path / RECORD_FILE, info)
+    info = _io.read_json(p.path / RECORD_FILE)  # exactly what a later load sees
+    return Record(p.experiment.name, dict(p.params), status, p.path, flat, paths, info, loaded=False)
+
+
+__all__ = [
+    "DEFAULT_CHECKPOINT_EVERY_SECONDS",
+    "DEFAULT_CHECKPOINT_EVERY_STEPS",
+    "Plan",
+    "Record",
+    "RunContext",
+    "RunLockedError",
+    "load",
+    "plan",
+    "results_dir",
+    "run",
+    "run_hash",
+]

@@ -1,0 +1,498 @@
+"""The experiment runner (issue 4): validation, stored results, checkpoints, resume, divergence.
+
+Test-only experiments are registered below: a tiny MLP trained on the quintic (a few Ks) and a
+run whose learning rate turns NaN at a known step. The SIGKILL test runs the tiny experiment in
+a subprocess (this module is its entry point, see ``_subprocess_main``).
+"""
+
+import collections
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from itlin import experiments, plotting, runner
+from itlin.experiments import Experiment, Param, ParameterError, register
+from itlin.train import IterativeLinearisation
+
+CALLS = collections.Counter()
+HERE = Path(__file__).resolve().parent
+HOOKS = {}  # test hooks: "callback" -> fn(tag, state, history); "after_stage" -> fn()
+
+
+# ------------------------------------------------------------------------------ tiny experiments
+def mlp_apply(params, x):
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    return h @ params["w2"] + params["b2"]
+
+
+def mlp_init(seed, d_in=1, width=8, d_out=1):
+    rng = np.random.default_rng(seed)
+    return {"w1": jnp.asarray(rng.normal(size=(d_in, width)), jnp.float32),
+            "b1": jnp.zeros((width,), jnp.float32),
+            "w2": jnp.asarray(rng.normal(size=(width, d_out)) / np.sqrt(width), jnp.float32),
+            "b2": jnp.zeros((d_out,), jnp.float32)}
+
+
+def _callback(tag):
+    sleep = float(os.environ.get("ITLIN_TEST_SLEEP", "0") or 0)
+
+    def cb(state, history):
+        if sleep:
+            time.sleep(sleep)
+        hook = HOOKS.get("callback")
+        if hook is not None:
+            hook(tag, state, history)
+
+    return cb
+
+
+def run_tiny(p, ctx):
+    CALLS["test_tiny"] += 1
+    from itlin.data import load
+
+    ds = load(p["dataset"])
+    x, y, xt, yt = ds.x_train, ds.y_train, ds.x_test[::10], ds.y_test[::10]
+    init = ctx.stage("init", lambda: {"params": mlp_init(p["seed"]), "note": "initial weights"})
+    out = {"init_note": init["note"]}
+    for K in ctx.progress(p["Ks"], desc="K"):
+        trainer = IterativeLinearisation(mlp_apply, optax.adam(p["learning_rate"]), schedule=K, loss="squared",
+                                         batch_size=p["batch_size"], chunk_size=8)
+        state = trainer.init(jax.tree_util.tree_map(jnp.asarray, init["params"]))
+        tag = f"K={K}"
+        res = ctx.fit(tag, trainer, state, x, y, p["steps"], eval_sets={"train": (x, y), "test": (xt, yt)},
+                      eval_every=20, seed=p["seed"], callback=_callback(tag))
+        out[tag] = {"params": res.state.params, "anchor": res.state.anchor,
+                    "opt_state": {str(i): leaf for i, leaf in enumerate(jax.tree_util.tree_leaves(res.state.opt_state))},
+                    "history": res.history.arrays()}
+    return out
+
+
+register(Experiment(
+    name="test_tiny",
+    doc="Test only: a tiny MLP on the quintic with Adam, for several K.",
+    params={
+        "Ks": Param.period([1, 3], many=True, doc="relinearisation periods"),
+        "learning_rate": Param.positive(0.01),
+        "dataset": Param.dataset("quintic"),
+        "steps": Param.integer(64, minimum=1),
+        "batch_size": Param.integer(8, minimum=1),
+        "seed": Param.seed(0),
+        "scale": Param.scale(),
+    },
+    run=run_tiny,
+    version="1",
+))
+
+
+def run_diverge(p, ctx):
+    """Full-batch SGD whose learning rate becomes NaN for update number nan_at - 1, so the loss
+    of step nan_at is the first non-finite one: fit reports "diverged at step nan_at"."""
+    CALLS["test_diverge"] += 1
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 2)).astype(np.float32)
+    y = np.sin(x[:, :1]).astype(np.float32)
+    s = p["nan_at"]
+    runs = {"stable": 0.05, "unstable": lambda count: jnp.where(count >= s - 2, jnp.nan, 0.05)}
+    out = {}
+    for tag in p["runs"]:
+        trainer = IterativeLinearisation(mlp_apply, optax.sgd(runs[tag]), schedule=p["K"], loss="squared")
+        res = ctx.fit(tag, trainer, trainer.init(mlp_init(0, d_in=2)), x, y, p["steps"],
+                      eval_sets={"train": (x, y)}, eval_every=5)
+        out[tag] = {"loss": np.asarray(res.history.loss)}
+    return out
+
+
+register(Experiment(
+    name="test_diverge",
+    doc="Test only: a learning rate that turns NaN at a known step.",
+    params={
+        "K": Param.period(2),
+        "nan_at": Param.integer(23, minimum=2),
+        "steps": Param.integer(40, minimum=1),
+        "runs": Param(["unstable"], "str", choices=("stable", "unstable"), many=True),
+    },
+    run=run_diverge,
+))
+
+
+def run_stage(p, ctx):
+    CALLS["test_stage"] += 1
+
+    def sweep():
+        CALLS["test_stage/sweep"] += 1
+        d = np.asarray(p["dampings"])
+        return {"dampings": d, "curves": {"eval/test/rmse": np.outer(d, np.arange(3.0))}, "count": 3}
+
+    res = ctx.stage("sweep", sweep)
+    hook = HOOKS.get("after_stage")
+    if hook is not None:
+        hook()
+    return {"sweep": res, "meta": {"n": int(res["count"])}, "status": "completed (stage only)"}
+
+
+register(Experiment(
+    name="test_stage",
+    params={"dampings": Param.nonnegative([0.0, 1e-3, 1.0], many=True)},
+    run=run_stage,
+))
+
+
+def _subprocess_main():
+    """Entry point of the subprocess in the SIGKILL test: argv = results_dir, params (JSON)."""
+    results, params = sys.argv[1], json.loads(sys.argv[2])
+    rec = runner.run("test_tiny", params, results_dir=results, checkpoint_every_steps=8,
+                     checkpoint_every_seconds=None)
+    print("STATUS", rec.status, flush=True)
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    CALLS.clear()
+    HOOKS.clear()
+    yield
+    HOOKS.clear()
+
+
+def _equal_results(a: runner.Record, b: runner.Record):
+    """Every array equal bit for bit, except wall-clock seconds."""
+    assert sorted(a.arrays) == sorted(b.arrays)
+    for k in a.arrays:
+        if k.endswith("seconds"):
+            continue
+        assert a.arrays[k].dtype == b.arrays[k].dtype, k
+        nan_ok = np.issubdtype(a.arrays[k].dtype, np.inexact)
+        assert np.array_equal(a.arrays[k], b.arrays[k], equal_nan=nan_ok), k
+
+
+FAST = {"Ks": [1, 3], "steps": 48}
+
+
+# ------------------------------------------------------------------------------ registry
+def test_registry_unknown_experiment_lists_known():
+    assert "test_tiny" in experiments.names()
+    assert experiments.get("test_tiny").name == "test_tiny"
+    with pytest.raises(experiments.UnknownExperimentError, match=r"unknown experiment 'test_tiyn'.*did you mean "
+                                                                 r"'test_tiny'.*known experiments: .*test_tiny"):
+        runner.run("test_tiyn")
+
+
+def test_register_refuses_a_second_experiment_with_a_taken_name():
+    with pytest.raises(ValueError, match="already registered"):
+        register(Experiment(name="test_tiny", params={}, run=lambda p, ctx: {}))
+
+
+# ------------------------------------------------------------------------------ validation
+@pytest.mark.parametrize("name, params, message", [
+    ("test_tiny", {"dataset": "mnist2d"},
+     "parameter 'dataset' = 'mnist2d' is not allowed: dataset must be a known dataset (one of: "),
+    ("test_diverge", {"K": 0}, "parameter 'K' = 0 is not allowed: K must be an integer >= 1 or \"inf\""),
+    ("test_tiny", {"learning_rate": -0.1},
+     "parameter 'learning_rate' = -0.1 is not allowed: learning_rate must be a finite number > 0"),
+    ("test_tiny", {"lr": 0.1}, "unknown parameter 'lr' for experiment 'test_tiny': did you mean 'learning_rate'?"),
+    ("test_tiny", {"Ks": [1, 0]}, "Ks[1] = 0 is not allowed"),
+    ("test_tiny", {"steps": 2.5}, "parameter 'steps' = 2.5 is not allowed: steps must be an integer >= 1"),
+    ("test_tiny", {"scale": "papr"}, "scale must be one of \"default\", \"tiny\", \"paper\" (did you mean 'paper'?)"),
+    ("test_tiny", {"seed": -1}, "seed must be an integer >= 0"),
+    ("test_diverge", {"runs": ["stable", "wobbly"]}, "runs[1] = 'wobbly' is not allowed"),
+])
+def test_bad_parameters_fail_before_any_compute(tmp_path, name, params, message):
+    with pytest.raises(ParameterError) as err:
+        runner.run(name, params, results_dir=tmp_path)
+    assert message in str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert not CALLS
+    assert not any(tmp_path.iterdir())
+
+
+def test_papermill_style_values_are_normalised():
+    exp = experiments.get("test_tiny")
+    p = exp.resolve({"Ks": [1, "100", "inf", 1e3], "learning_rate": "1e-3", "dataset": "Quintic", "steps": 1e2})
+    assert p["Ks"] == [1, 100, math.inf, 1000] and isinstance(p["Ks"][3], int)
+    assert p["learning_rate"] == 1e-3 and p["dataset"] == "quintic" and p["steps"] == 100
+    assert exp.resolve({"Ks": "[1, 100, inf]"})["Ks"] == [1, 100, math.inf]
+    assert experiments.get("test_diverge").resolve({"K": "inf"})["K"] == math.inf
+    # same values, different spellings: same hash
+    a = runner.plan("test_tiny", {"Ks": [1, "inf"], "learning_rate": 0.01})
+    b = runner.plan("test_tiny", {"Ks": [1.0, math.inf]})
+    assert a.hash == b.hash and a.params == b.params
+    assert runner.plan("test_tiny", {"Ks": [1, 100]}).hash != a.hash
+
+
+# ------------------------------------------------------------------------------ store and reload
+def test_same_params_load_instead_of_recompute(tmp_path, capsys):
+    first = runner.run("test_tiny", FAST, results_dir=tmp_path)
+    assert CALLS["test_tiny"] == 1 and not first.loaded
+    assert first.status == "completed"
+    assert "completed" in capsys.readouterr().out
+    again = runner.run("test_tiny", dict(FAST, learning_rate=0.01), results_dir=tmp_path)  # the default, spelled out
+    assert CALLS["test_tiny"] == 1 and again.loaded
+    assert "loaded stored result" in capsys.readouterr().out
+    _equal_results(first, again)
+    assert again.history("K=3").status == "completed"
+    assert np.array_equal(again.history("K=3").eval_array("test/rmse"), first["K=3"]["history"]["eval/test/rmse"])
+    assert runner.load("test_tiny", FAST, results_dir=tmp_path) is not None
+    assert runner.load("test_tiny", dict(FAST, seed=1), results_dir=tmp_path) is None
+    runner.run("test_tiny", FAST, results_dir=tmp_path, force=True)
+    assert CALLS["test_tiny"] == 2
+
+
+def test_record_contents_and_layout(tmp_path):
+    rec = runner.run("test_tiny", FAST, results_dir=tmp_path)
+    p = runner.plan("test_tiny", FAST, results_dir=tmp_path)
+    assert rec.path == p.path == tmp_path / "test_tiny" / p.hash
+    assert sorted(f.name for f in rec.path.iterdir() if not f.name.startswith(".")) == \
+        ["params.json", "record.json", "results.npz"]  # work/ (checkpoints) removed on completion
+    info = json.loads((rec.path / "record.json").read_text())
+    for key in ("experiment", "version", "hash", "params", "status", "itlin_version", "git_commit", "jax_version",
+                "device", "wall_seconds", "arrays_sha256", "runs", "finished_at"):
+        assert key in info, key
+    assert info["experiment"] == "test_tiny" and info["status"] == "completed"
+    assert info["params"]["Ks"] == [1, 3] and info["params"]["dataset"] == "quintic"
+    import hashlib
+
+    assert info["arrays_sha256"] == hashlib.sha256((rec.path / "results.npz").read_bytes()).hexdigest()
+    assert info["git_commit"] is None or len(info["git_commit"]) == 40
+    assert info["device"].startswith("cpu")
+    assert info["runs"]["K=3"]["steps"] == 48 and info["runs"]["K=3"]["feature_updates"] == 16
+    assert info["runs"]["K=1"]["final"]["test/rmse"] == pytest.approx(float(rec["K=1"]["history"]["eval/test/rmse"][-1]))
+    assert str(rec["init_note"]) == "initial weights"
+    assert rec.keys() == ["init_note", "K=1", "K=3"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "record"])
+def test_damaged_results_are_detected_and_recomputed(tmp_path, damage):
+    params = {"dampings": [0.5, 2.0]}
+    first = runner.run("test_stage", params, results_dir=tmp_path)
+    f = first.path / ("record.json" if damage == "record" else "results.npz")
+    data = bytearray(f.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = data[:10]
+    f.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        again = runner.run("test_stage", params, results_dir=tmp_path)
+    assert CALLS["test_stage"] == 2 and not again.loaded
+    _equal_results(first, again)
+    assert runner.run("test_stage", params, results_dir=tmp_path).loaded
+
+
+# ------------------------------------------------------------------------------ stages
+def test_stage_is_computed_once_and_reloaded_on_resume(tmp_path):
+    def crash():
+        raise RuntimeError("simulated crash after the stage")
+
+    HOOKS["after_stage"] = crash
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        runner.run("test_stage", results_dir=tmp_path)
+    assert CALLS["test_stage/sweep"] == 1
+    HOOKS.clear()
+    rec = runner.run("test_stage", results_dir=tmp_path)
+    assert CALLS["test_stage/sweep"] == 1 and CALLS["test_stage"] == 2
+    assert rec.status == "completed (stage only)" and rec.meta == {"n": 3}
+    sweep = rec["sweep"]
+    assert set(sweep["curves"]) == {"eval/test/rmse"}  # keys with '/' survive the round trip
+    assert np.array_equal(sweep["dampings"], [0.0, 1e-3, 1.0])
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys):
+    ref = runner.run("test_tiny", FAST, results_dir=tmp_path / "ref", checkpoint_every_steps=None,
+                     checkpoint_every_seconds=None)
+
+    def crash(tag, state, history):
+        if tag == "K=3" and int(state.step) >= 24:
+            raise RuntimeError("simulated crash")
+
+    HOOKS["callback"] = crash
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        runner.run("test_tiny", FAST, results_dir=tmp_path / "run", checkpoint_every_steps=16)
+    plan = runner.plan("test_tiny", FAST, results_dir=tmp_path / "run")
+    assert {f.name for f in (plan.path / "work").iterdir()} == {"fit-K=1.npz", "fit-K=3.npz", "stage-init.npz"}
+    assert not plan.complete
+    HOOKS.clear()
+    capsys.readouterr()
+    rec = runner.run("test_tiny", FAST, results_dir=tmp_path / "run", checkpoint_every_steps=16)
+    out = capsys.readouterr().out
+    assert "K=1: finished earlier (completed, step 48); restored" in out
+    assert "resuming K=3 from step 16" in out
+    assert rec.info["resumed"] == {"K=3": 16}
+    _equal_results(ref, rec)
+
+
+def test_keyboard_interrupt_saves_a_checkpoint(tmp_path, capsys):
+    def interrupt(tag, state, history):
+        if tag == "K=1" and int(state.step) == 28:  # chunks end at 8, 16, 20 (evaluation), 28, ...
+            raise KeyboardInterrupt
+
+    HOOKS["callback"] = interrupt
+    params = {"Ks": [1], "steps": 48}
+    with pytest.raises(KeyboardInterrupt):
+        runner.run("test_tiny", params, results_dir=tmp_path, checkpoint_every_steps=1000)
+    assert "interrupted; checkpoint saved at step 28" in capsys.readouterr().out
+    HOOKS.clear()
+    rec = runner.run("test_tiny", params, results_dir=tmp_path)
+    assert rec.info["resumed"] == {"K=1": 28}
+    ref = runner.run("test_tiny", params, results_dir=tmp_path / "ref")
+    _equal_results(ref, rec)
+
+
+def test_time_based_checkpoints(tmp_path):
+    seen = []
+
+    def check(tag, state, history):
+        ck = runner.plan("test_tiny", {"Ks": [1], "steps": 24}, results_dir=tmp_path).path / "work" / "fit-K=1.npz"
+        from itlin import _io
+
+        seen.append((int(state.step), _io.load_tree(ck)[2]["step"]))
+
+    HOOKS["callback"] = check
+    runner.run("test_tiny", {"Ks": [1], "steps": 24}, results_dir=tmp_path, checkpoint_every_steps=None,
+               checkpoint_every_seconds=0)
+    assert seen == [(8, 8), (16, 16), (20, 20), (24, 24)]  # every chunk: 0 s have always passed
+
+
+def test_unusable_checkpoint_is_ignored_with_a_warning(tmp_path):
+    def crash(tag, state, history):
+        if int(state.step) >= 16:
+            raise RuntimeError("simulated crash")
+
+    HOOKS["callback"] = crash
+    params = {"Ks": [1], "steps": 32}
+    with pytest.raises(RuntimeError):
+        runner.run("test_tiny", params, results_dir=tmp_path, checkpoint_every_steps=8)
+    HOOKS.clear()
+    ck = runner.plan("test_tiny", params, results_dir=tmp_path).path / "work" / "fit-K=1.npz"
+    data = bytearray(ck.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    ck.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="unusable"):
+        rec = runner.run("test_tiny", params, results_dir=tmp_path)
+    assert rec.info["resumed"] == {} and rec.status == "completed"
+    _equal_results(runner.run("test_tiny", params, results_dir=tmp_path / "ref"), rec)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_is_bit_for_bit(tmp_path):
+    params = {"Ks": [1, 3], "steps": 160}
+    killed_dir, ref_dir = tmp_path / "killed", tmp_path / "ref"
+    env = dict(os.environ, ITLIN_QUIET="1", JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_runner; "
+                                 "test_runner._subprocess_main()", str(killed_dir), json.dumps(params)]
+    ck = runner.plan("test_tiny", params, results_dir=killed_dir).path / "work" / "fit-K=3.npz"
+    proc = subprocess.Popen(cmd, env=dict(env, ITLIN_TEST_SLEEP="0.05"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ck.exists():  # the second run has checkpointed at least once
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == -signal.SIGKILL, out
+    assert "STATUS" not in out
+    assert not runner.plan("test_tiny", params, results_dir=killed_dir).complete
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "K=1: finished earlier (completed, step 160); restored" in done.stdout
+    assert "resuming K=3 from step" in done.stdout and "STATUS completed" in done.stdout
+
+    resumed = runner.load("test_tiny", params, results_dir=killed_dir)
+    assert 0 < resumed.info["resumed"]["K=3"] < 160
+    ref = runner.run("test_tiny", params, results_dir=ref_dir, checkpoint_every_steps=None,
+                     checkpoint_every_seconds=None)  # uninterrupted, in this process
+    _equal_results(ref, resumed)
+    assert ref.history("K=3").loss == resumed.history("K=3").loss
+
+
+# ------------------------------------------------------------------------------ divergence
+def test_divergence_at_a_known_step(tmp_path):
+    rec = runner.run("test_diverge", results_dir=tmp_path)
+    assert rec.status == "diverged at step 23"
+    assert rec.runs["unstable"]["diverged_at"] == 23 and rec.diverged
+    h = rec.history("unstable")
+    assert len(h.loss) == 22 and np.all(np.isfinite(h.loss))  # curves stop at step s - 1
+    assert list(h.eval_array("step")) == [0, 5, 10, 15, 20]
+    assert np.array_equal(rec["unstable"]["loss"], h.loss)
+    info = json.loads((rec.path / "record.json").read_text())
+    assert info["status"] == "diverged at step 23"
+    again = runner.run("test_diverge", results_dir=tmp_path)
+    assert again.loaded and again.status == "diverged at step 23"
+
+
+def test_multi_run_status_summary_and_filter(tmp_path):
+    rec = runner.run("test_diverge", {"runs": ["stable", "unstable"]}, results_dir=tmp_path)
+    assert rec.status == "1 of 2 runs diverged: unstable at step 23"
+    assert rec.runs["stable"]["status"] == "completed"
+    kept = plotting.filter_runs(rec.runs)
+    assert list(kept.kept) == ["stable"] and kept.dropped == {"unstable": "diverged at step 23"}
+    assert kept.summary == "dropped 1 of 2 runs: 1 diverged"
+    rmse = rec.runs["stable"]["final"]["train/rmse"]
+    strict = plotting.filter_runs(rec.runs, metric="train/rmse", threshold=rmse / 2)
+    assert strict.kept == {} and strict.summary == f"dropped 2 of 2 runs: 1 diverged, 1 with train/rmse > {rmse / 2:g}"
+    runs = {"a": {"status": "completed", "train/rmse": 0.3}, "b": {"status": "completed", "train/rmse": 3.0},
+            "c": {"status": "completed", "train/rmse": float("nan")}, "d": "diverged at step 7"}
+    fig9 = plotting.filter_runs(runs, metric="train/rmse", threshold=2.5)
+    assert list(fig9.kept) == ["a"] and fig9.counts == {"diverged": 2, "threshold": 1}
+    assert str(fig9) == "dropped 3 of 4 runs: 2 diverged, 1 with train/rmse > 2.5"
+
+
+def test_plot_marks_diverged_runs(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rec = runner.run("test_diverge", {"runs": ["stable", "unstable"]}, results_dir=tmp_path)
+    fig, ax = plt.subplots()
+    lines = plotting.plot_runs(ax, rec, "loss")
+    assert lines["unstable"].get_linestyle() == "--" and lines["stable"].get_linestyle() == "-"
+    assert lines["unstable"].get_label() == "unstable (diverged at step 23)"
+    crosses = [ln for ln in ax.lines if ln.get_marker() == "x"]
+    assert len(crosses) == 1 and crosses[0].get_xdata()[0] == 22  # the last finite loss (step 22)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ misc
+def test_default_results_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "r"))
+    assert runner.results_dir() == tmp_path / "r"
+    monkeypatch.delenv("ITLIN_RESULTS")
+    repo = Path(runner.__file__).resolve().parent.parent
+    assert runner.results_dir() == repo / "results"  # a source checkout: the repo's results/
+    monkeypatch.chdir(tmp_path)
+    assert runner.results_dir("rel") == tmp_path / "rel"
+
+
+def test_lock_refuses_a_second_holder(tmp_path):
+    with runner._locked(tmp_path, print):
+        with pytest.raises(runner.RunLockedError, match=str(os.getpid())):
+            with runner._locked(tmp_path, print, wait=False):
+                pass
+    with runner._locked(tmp_path, print, wait=False):  # free again
+        pass
+
+
+def test_progress_is_quiet_under_ci(tmp_path, monkeypatch):
+    monkeypatch.setenv("ITLIN_QUIET", "1")
+    p = runner.plan("test_stage", results_dir=tmp_path)
+    ctx = runner.RunContext(p, checkpoint_every_steps=None, checkpoint_every_seconds=None, progress=True,
+                            verbose=False)
+    items = [1, 2]
+    assert ctx.progress(items) is items
