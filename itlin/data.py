@@ -116,8 +116,10 @@ class Dataset:
         """Class-balanced subsets of the training and/or test split (``None`` keeps a split whole).
 
         Datasets with class labels (classification, or ``meta['labels_*']``) get balanced, nested
-        subsets (:func:`balanced_indices`); others get a seeded random subset. Indices into the
-        split this was called on are recorded in ``meta['train_index']``/``meta['test_index']``.
+        subsets (:func:`balanced_indices`); others get a seeded random subset. The chosen rows,
+        as indices into the loader's full split (composed over repeated subsets), are recorded in
+        ``meta['train_index']``/``meta['test_index']``. ``load(name, n_train=n, seed=s)`` equals
+        ``load(name).subset(n, seed=s)``.
         """
         meta = dict(self.meta)
         arrays = {}
@@ -601,13 +603,17 @@ def digits(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed:
     Split: ``test_per_class`` (30) images of each digit, drawn with ``split_seed`` (0), form a
     balanced test set of 300; the other 1497 images are the training set. ``seed`` only picks
     ``n_train``/``n_test`` subsets. ``normalize`` as in the module docstring (the "unit" scale
-    is 16). Bundled with scikit-learn, so nothing is downloaded or cached.
+    is 16). Bundled with scikit-learn, so nothing is downloaded; the arrays are cached to skip
+    importing scikit-learn on later loads.
     """
-    from sklearn.datasets import load_digits
+    def build():
+        from sklearn.datasets import load_digits
 
-    d = load_digits()
-    images = np.asarray(d.images, np.uint8)[..., None]
-    labels = np.asarray(d.target, np.int32)
+        d = load_digits()
+        return {"images": np.asarray(d.images, np.uint8)[..., None], "labels": np.asarray(d.target, np.int32)}
+
+    a = _cached(cache_dir_fn(cache_dir) / "digits-v1.npz", build)
+    images, labels = a["images"], a["labels"]
     counts = np.bincount(labels, minlength=10)
     if test_per_class < 1 or test_per_class >= counts.min():
         raise ValueError(f"test_per_class must be between 1 and {counts.min() - 1}, got {test_per_class}.")

@@ -150,6 +150,9 @@ def test_load_dispatch_and_unknown_name(cache):
     ds = data.load("digits", n_train=100, n_test=50, seed=0)
     assert ds.n_train == 100 and ds.n_test == 50
     assert np.bincount(ds.y_train).min() == 10
+    same = data.load("digits").subset(n_train=100, n_test=50, seed=0)
+    np.testing.assert_array_equal(same.x_train, ds.x_train)
+    np.testing.assert_array_equal(same.y_test, ds.y_test)
 
 
 def test_cache_dir_resolution(tmp_path, monkeypatch):
