@@ -211,12 +211,12 @@ def test_resnet_train_apply_updates_and_calibrate_sets_batch_statistics(small_re
 
 def test_resnet_without_batchnorm_has_no_state():
     model = models.resnet18(width=2, batch_norm=False)
-    x = jax.random.normal(jax.random.PRNGKey(0), (3, 8, 8, 3))
-    params, state = jax.jit(model.init)(jax.random.PRNGKey(0), x)
-    assert state == {} and model.calibrate_fn is None
-    out, new_state = model.train_apply(params, state, x)
-    np.testing.assert_allclose(out, model.apply(params, x))
-    assert new_state == {} and out.shape == (3, 10)
+    x = jnp.zeros((3, 8, 8, 3))
+    params, state = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)  # shapes only: cheap
+    assert state == {} and model.calibrate_fn is None and model.name == "resnet18_nobn"
+    assert "stem_bn" not in params and "bias" in params["stem_conv"]
+    out, new_state = jax.eval_shape(model.train_apply, params, state, x)
+    assert out.shape == (3, 10) and new_state == {}
 
 
 # -------------------------------------------------------------------------------- registry
