@@ -203,6 +203,15 @@ def test_mnist1d_generation_cache_and_global_rng(cache, monkeypatch):
     assert abs(float(std.x_train.mean())) < 1e-5
 
 
+def test_mnist1d_generation_is_deterministic(tmp_path):
+    a = data.mnist1d(num_samples=200, cache_dir=tmp_path / "a")
+    b = data.mnist1d(num_samples=200, cache_dir=tmp_path / "b")  # generated again from scratch
+    c = data.mnist1d(num_samples=200, cache_dir=tmp_path / "c", generation_seed=7)
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    np.testing.assert_array_equal(a.y_test, b.y_test)
+    assert not np.array_equal(a.x_train, c.x_train)
+
+
 # ------------------------------------------------------------------------------------ IDX
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64])
 @pytest.mark.parametrize("suffix", ["", ".gz"])
