@@ -324,6 +324,8 @@ def _fetch(url: str, fname: str, md5: Optional[str], folder: Path, *, what: str,
     """
     import pooch
 
+    if os.environ.get("ITLIN_QUIET"):
+        pooch.get_logger().setLevel("WARNING")
     known = None if md5 is None else f"md5:{md5}"
     downloader = _copy_downloader if url.startswith("file://") else None
     try:
