@@ -257,6 +257,9 @@ def _atomic_write(path: Path, write: Callable[[Path], None]):
     os.close(fd)
     try:
         write(Path(tmp))
+        umask = os.umask(0)  # mkstemp makes the file private; give it the usual permissions
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -21,9 +21,10 @@ from itlin import data
 from itlin.augment import augment, augment_1d
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
-    """A fresh, empty cache directory; no user data directory."""
+    """A fresh, empty cache directory for every test (nothing is written to the user's cache);
+    no user data directory."""
     c = tmp_path / "cache"
     monkeypatch.setenv("ITLIN_CACHE", str(c))
     monkeypatch.delenv("ITLIN_DATA", raising=False)
@@ -159,8 +160,12 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
     monkeypatch.setenv("ITLIN_CACHE", str(tmp_path / "env"))
     assert data.cache_dir() == tmp_path / "env" and (tmp_path / "env").is_dir()
     assert data.cache_dir(tmp_path / "explicit") == tmp_path / "explicit"
+    # without ITLIN_CACHE: the platform's user cache (XDG_CACHE_HOME on Linux), here under tmp_path
     monkeypatch.delenv("ITLIN_CACHE")
-    assert data.cache_dir().name == "itlin"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    default = data.cache_dir()
+    assert default.name == "itlin" and str(default).startswith(str(tmp_path))
 
 
 # -------------------------------------------------------------------------------- digits
