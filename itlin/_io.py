@@ -61,7 +61,8 @@ def atomic_write(path, write: Callable[[Any], None], *, binary: bool = True, fsy
 
 
 def write_json(path, obj, *, fsync: bool = True):
-    text = json.dumps(jsonable(obj), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    """Write ``jsonable(obj)`` atomically (keys in insertion order, so run order is kept)."""
+    text = json.dumps(jsonable(obj), indent=1, allow_nan=False) + "\n"
     atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), fsync=fsync)
 
 

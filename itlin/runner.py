@@ -153,6 +153,16 @@ def plan(experiment, params=None, *, results_dir=None) -> Plan:
     return Plan(exp, resolved, h, root / exp.name / h)
 
 
+def params_from(experiment, namespace: Mapping) -> dict:
+    """The experiment's parameters found in ``namespace`` (a chapter's ``globals()`` after
+    papermill's parameters cell), to forward to :func:`run`::
+
+        rec = runner.run("fig9_damping", runner.params_from("fig9_damping", globals()))
+    """
+    exp = _experiments.get(experiment)
+    return {k: namespace[k] for k in exp.params if k in namespace}
+
+
 # ---------------------------------------------------------------------------------- provenance
 def _git_commit() -> tuple:
     """``(commit, dirty)`` of the checkout itlin is imported from, or ``(None, None)``."""
@@ -802,6 +812,7 @@ __all__ = [
     "RunContext",
     "RunLockedError",
     "load",
+    "params_from",
     "plan",
     "results_dir",
     "run",
