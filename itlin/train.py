@@ -17,12 +17,13 @@ Two execution paths, chosen automatically:
   one ``jax.jvp`` and differentiates through it; the anchor is an argument of the compiled loop,
   so relinearising costs nothing but a copy.
 * full batch (``batch_size=None``): the linearisation on the whole training set is computed once
-  per phase (:func:`itlin.linearise.linearisation_at`) and reused for every step of the phase,
-  so a step is one tangent pass and one transposed pass, with no forward pass of the network.
+  per phase (``jax.linearize``) and reused for every step of the phase, so a step is one tangent
+  pass and one transposed pass, with no forward pass of the network. The stored residuals are
+  passed to the compiled step as arguments, never folded in as constants.
 
-Steps run inside compiled loops of at most ``chunk_size`` steps; :func:`fit` strings them
-together, evaluates the true network and the linearised model, and stops cleanly on a
-non-finite loss.
+Steps run in chunks of at most ``chunk_size`` steps (one compiled loop each, or one compiled call
+per step for convolutional networks on the CPU: see ``loop``); :func:`fit` strings them together,
+evaluates the true network and the linearised model, and stops cleanly on a non-finite loss.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import optax
 
 from ._checks import check_finite_array, check_same_leading
 from ._tree import tree_all_finite, tree_select, tree_sub
-from .linearise import linearisation_at, linearised_apply
+from .linearise import linearised_apply
 from .losses import Loss, accuracy, get_loss
 from .models import Model
 from .schedules import Schedule, ScheduleState, StepInfo, get_schedule
@@ -84,6 +85,19 @@ def _float_dtype(tree):
     return jnp.result_type(*leaves) if leaves else jnp.float32
 
 
+def _has_primitive(jaxpr, name: str) -> bool:
+    """Whether a jaxpr (or any jaxpr nested in it) uses the primitive ``name``."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            return True
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (list, tuple)) else [v]):
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None and _has_primitive(getattr(inner, "jaxpr", inner), name):
+                    return True
+    return False
+
+
 def _is_quiet() -> bool:
     return bool(os.environ.get("CI")) or os.environ.get("ITLIN_QUIET", "") not in ("", "0")
 
@@ -105,6 +119,8 @@ class IterativeLinearisation:
       exact_gd: with ``K = 1`` take the network's own gradient step (identical maths, one pass
         fewer); ``False`` runs ``K = 1`` through the linearised path, which the tests use to
         show that the two agree.
+      loop: ``"device"`` runs each chunk as one compiled loop, ``"host"`` as one compiled call
+        per step, ``"auto"`` (default) chooses (see :meth:`uses_device_loop`).
     """
 
     model: Any
@@ -117,6 +133,7 @@ class IterativeLinearisation:
     reset_optimizer: bool = False
     chunk_size: int = 256
     exact_gd: bool = True
+    loop: str = "auto"
     _fns: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
@@ -139,9 +156,14 @@ class IterativeLinearisation:
         if self.augment is not None and self.batch_size is None:
             raise ValueError("augmentation needs mini-batches: set batch_size (full-batch training reuses "
                              "one linearisation of fixed inputs).")
+        if self.loop not in ("auto", "device", "host"):
+            raise ValueError(f"loop must be 'auto', 'device' or 'host', got {self.loop!r}.")
         self._fns["step"] = jax.jit(self._step_impl)
-        self._fns["run_mb"] = jax.jit(self._run_minibatch_impl)
-        self._fns["run_fb"] = jax.jit(self._run_fullbatch_impl)
+        self._fns["mb_step"] = jax.jit(self._mb_step)
+        self._fns["mb_loop"] = jax.jit(self._mb_loop_impl)
+        self._fns["fb_step"] = jax.jit(self._fb_step)
+        self._fns["fb_loop"] = jax.jit(self._fb_loop_impl)
+        self._fns["linearise"] = jax.jit(self._linearise_impl)
         self._fns["eval"] = jax.jit(self._eval_impl, static_argnames=("linearised",))
 
     # ------------------------------------------------------------------ state
@@ -216,74 +238,90 @@ class IterativeLinearisation:
         """
         return self._fns["step"](state, x, y, key)
 
-    # ------------------------------------------------------------------ compiled loops
+    # ------------------------------------------------------------------ loops
     def _empty_logs(self, params):
         dtype = _float_dtype(params)
         return (jnp.full((self.chunk_size,), jnp.nan, dtype), jnp.zeros((self.chunk_size,), bool))
 
-    def _run_minibatch_impl(self, state, X, Y, idx, n, aug_key):
-        def cond(carry):
-            i, st, losses, relins = carry
-            last = losses[jnp.maximum(i - 1, 0)]
-            return jnp.logical_and(i < n, jnp.logical_or(i == 0, jnp.isfinite(last)))
+    def _mb_step(self, state, X, Y, idx, i, aug_key):
+        """Step ``i`` of a chunk of mini-batch steps; batch rows ``idx[i]`` of the training set."""
+        b = idx[i]
+        key = None if self.augment is None else jax.random.fold_in(aug_key, state.step)
+        return self._step_impl(state, X[b], Y[b], key)
 
-        def body(carry):
-            i, st, losses, relins = carry
-            b = idx[i]
-            x, y = X[b], Y[b]
-            key = None if self.augment is None else jax.random.fold_in(aug_key, st.step)
-            st, log = self._step_impl(st, x, y, key)
-            return i + 1, st, losses.at[i].set(log.loss), relins.at[i].set(log.relinearised)
+    def _linearise_impl(self, model_state, anchor, X):
+        """``f(anchor, X)`` and ``delta -> J delta`` with stored residuals (a ``Partial`` pytree,
+        so it crosses ``jit`` boundaries as an argument instead of being baked in as constants)."""
+        return jax.linearize(lambda p: self.model.bind(model_state)(p, X), anchor)
 
-        losses, relins = self._empty_logs(state.params)
-        i, state, losses, relins = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, losses, relins))
-        return state, i, losses, relins
-
-    def _run_fullbatch_impl(self, state, X, Y, n):
-        losses, relins = self._empty_logs(state.params)
+    def _fb_step(self, state, X, Y, lin_out, lin_jvp):
+        """One full-batch step; on the linearised path it reuses the phase's linearisation: one
+        tangent pass and one transposed pass, no forward pass of the network."""
         if self.gd_path:
-            def cond(carry):
-                i, st, losses, relins = carry
-                last = losses[jnp.maximum(i - 1, 0)]
-                return jnp.logical_and(i < n, jnp.logical_or(i == 0, jnp.isfinite(last)))
+            return self._step_impl(state, X, Y)
+        out = lin_out + lin_jvp(tree_sub(state.params, state.anchor))
+        loss, g_out = jax.value_and_grad(self.loss)(out, Y)
+        (grads,) = jax.linear_transpose(lin_jvp, state.anchor)(g_out)
+        true_loss = self._maybe_true_loss(state, X, Y)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        dtype = _float_dtype(state.params)
+        return self._finish_step(state, params, opt_state, state.model_state, loss.astype(dtype),
+                                 true_loss.astype(dtype), X)
 
-            def body(carry):
-                i, st, losses, relins = carry
-                st, log = self._step_impl(st, X, Y)
-                return i + 1, st, losses.at[i].set(log.loss), relins.at[i].set(log.relinearised)
-
-            i, state, losses, relins = jax.lax.while_loop(
-                cond, body, (jnp.zeros((), jnp.int32), state, losses, relins))
-            return state, i, losses, relins
-
-        # One linearisation for the whole phase: no forward pass of the network per step.
-        lin = linearisation_at(self.model.bind(state.model_state), state.anchor, X)
-        loss_and_grad_out = jax.value_and_grad(self.loss)
-
+    def _device_loop(self, step, state, n, stop_at_relin):
+        """Up to ``n`` steps in one compiled while loop; stops after a non-finite loss (and after
+        a relinearisation when ``stop_at_relin``)."""
         def cond(carry):
             i, st, losses, relins = carry
-            last = losses[jnp.maximum(i - 1, 0)]
-            ok = jnp.logical_or(i == 0, jnp.isfinite(last))
-            not_relin = jnp.logical_or(i == 0, ~relins[jnp.maximum(i - 1, 0)])
-            return jnp.logical_and(jnp.logical_and(i < n, ok), not_relin)
+            prev = jnp.maximum(i - 1, 0)
+            go = jnp.logical_or(i == 0, jnp.isfinite(losses[prev]))
+            if stop_at_relin:
+                go = jnp.logical_and(go, jnp.logical_or(i == 0, ~relins[prev]))
+            return jnp.logical_and(i < n, go)
 
         def body(carry):
             i, st, losses, relins = carry
-            out = lin.outputs + lin.jvp(tree_sub(st.params, st.anchor))
-            loss, g_out = loss_and_grad_out(out, Y)
-            grads = lin.vjp(g_out)
-            true_loss = self._maybe_true_loss(st, X, Y)
-            updates, opt_state = self.optimizer.update(grads, st.opt_state, st.params)
-            params = optax.apply_updates(st.params, updates)
-            st, log = self._finish_step(st, params, opt_state, st.model_state, loss.astype(losses.dtype),
-                                        true_loss, X)
+            st, log = step(st, i)
             return i + 1, st, losses.at[i].set(log.loss), relins.at[i].set(log.relinearised)
 
+        losses, relins = self._empty_logs(state.params)
         i, state, losses, relins = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, losses, relins))
         return state, i, losses, relins
+
+    def _mb_loop_impl(self, state, X, Y, idx, n, aug_key):
+        return self._device_loop(lambda st, i: self._mb_step(st, X, Y, idx, i, aug_key), state, n, False)
+
+    def _fb_loop_impl(self, state, X, Y, n, lin_out, lin_jvp):
+        return self._device_loop(lambda st, i: self._fb_step(st, X, Y, lin_out, lin_jvp), state, n,
+                                 not self.gd_path)
+
+    def uses_device_loop(self, state: TrainState, x) -> bool:
+        """Whether chunks run as one compiled loop (``loop="device"``) or as one compiled call
+        per step (``"host"``). ``"auto"`` picks the host loop for networks with convolutions:
+        XLA:CPU runs convolution gradients inside a compiled loop 15-40x slower than at the top
+        level of a program, while a per-step call costs only dispatch."""
+        if self.loop != "auto":
+            return self.loop == "device"
+        if "uses_conv" not in self._fns:
+            jaxpr = jax.make_jaxpr(lambda p: self.model.apply(p, x[:1], state.model_state))(state.params)
+            self._fns["uses_conv"] = _has_primitive(jaxpr.jaxpr, "conv_general_dilated")
+        return not self._fns["uses_conv"]
+
+    def _phase_linearisation(self, state: TrainState, x):
+        """The stored linearisation for the current phase (computed once per anchor)."""
+        leaf = jax.tree_util.tree_leaves(state.anchor)[0]
+        key = (id(x), int(state.schedule.updates), int(state.schedule.last), float(jnp.sum(leaf)),
+               float(jnp.sum(jnp.abs(leaf))))
+        cached = self._fns.get("phase")
+        if cached is None or cached[0] != key:
+            self._fns.pop("phase", None)  # free the previous residuals first
+            cached = (key, self._fns["linearise"](state.model_state, state.anchor, x))
+            self._fns["phase"] = cached
+        return cached[1]
 
     def run_chunk(self, state: TrainState, x, y, n: int, *, seed: int = 0):
-        """Run at most ``min(n, chunk_size)`` steps in one compiled loop.
+        """Run at most ``min(n, chunk_size)`` steps.
 
         Full batch: the chunk also ends right after a relinearisation (the next chunk
         linearises at the new anchor). Any path: it ends early at a non-finite loss.
@@ -294,16 +332,37 @@ class IterativeLinearisation:
         n = int(min(n, self.chunk_size))
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}.")
+        device = self.uses_device_loop(state, x)
         if self.batch_size is None:
-            state, done, losses, relins = self._fns["run_fb"](state, x, y, jnp.int32(n))
+            lin = (None, None) if self.gd_path else self._phase_linearisation(state, x)
+            stop_at_relin = not self.gd_path
+            if device:
+                state, done, losses, relins = self._fns["fb_loop"](state, x, y, jnp.int32(n), *lin)
+                done = int(done)
+                return state, StepLog(np.asarray(losses[:done]), np.asarray(relins[:done]))
+            step = lambda st, i: self._fns["fb_step"](st, x, y, *lin)
         else:
             start = int(state.step)
             idx = np.zeros((self.chunk_size, self.batch_size), np.int32)
             idx[:n] = batch_indices(seed, start, n, x.shape[0], self.batch_size)
+            idx = jnp.asarray(idx)
             aug_key = jax.random.PRNGKey(np.uint32(seed) ^ np.uint32(0x5EED))
-            state, done, losses, relins = self._fns["run_mb"](state, x, y, jnp.asarray(idx), jnp.int32(n), aug_key)
-        done = int(done)
-        return state, StepLog(np.asarray(losses[:done]), np.asarray(relins[:done]))
+            stop_at_relin = False
+            if device:
+                state, done, losses, relins = self._fns["mb_loop"](state, x, y, idx, jnp.int32(n), aug_key)
+                done = int(done)
+                return state, StepLog(np.asarray(losses[:done]), np.asarray(relins[:done]))
+            step = lambda st, i: self._fns["mb_step"](st, x, y, idx, jnp.int32(i), aug_key)
+        losses, relins = [], []
+        for i in range(n):
+            state, log = step(state, i)
+            loss, relin = float(log.loss), bool(log.relinearised)
+            losses.append(loss)
+            relins.append(relin)
+            if not math.isfinite(loss) or (stop_at_relin and relin):
+                break
+        dtype = np.dtype(_float_dtype(state.params))
+        return state, StepLog(np.asarray(losses, dtype), np.asarray(relins, bool))
 
     def run(self, state: TrainState, x, y, steps: int, *, seed: int = 0):
         """Run ``steps`` steps (several compiled chunks); stops early at a non-finite loss.

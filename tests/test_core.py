@@ -97,6 +97,7 @@ def _plain_gd(model, params, opt, x, y, steps, batch_size=None, seed=0):
 @pytest.mark.parametrize("net,shape", [(TinyMLP(), (6,)), (TinyCNN(), (6, 6, 2))], ids=["mlp", "cnn"])
 @pytest.mark.parametrize("batch_size", [None, 8], ids=["fullbatch", "minibatch"])
 def test_K1_equals_gradient_descent_step_for_step(net, shape, batch_size):
+    # the MLP runs in a compiled device loop, the CNN as one compiled call per step (loop="auto")
     x, y = _data(24, shape)
     model, p0, _ = make(net, x)
     opt = optax.sgd(0.3, momentum=0.9)
@@ -105,6 +106,7 @@ def test_K1_equals_gradient_descent_step_for_step(net, shape, batch_size):
     # exact_gd=False forces K=1 through the linearised code path (linearise, step, relinearise)
     tr = IterativeLinearisation(model, opt, schedule=1, batch_size=batch_size, exact_gd=False, chunk_size=4)
     st = tr.init(p0)
+    assert tr.uses_device_loop(st, x) == isinstance(net, TinyMLP)
     for t in range(steps):
         st, log = tr.run_chunk(st, x, y, 1)
         assert bool(log.relinearised[0])
@@ -158,15 +160,16 @@ def _linear_model(p_dim=10, out=2, seed=0):
     return apply_lin, to64(params)
 
 
+@pytest.mark.parametrize("loop", ["device", "host"])
 @pytest.mark.parametrize("batch_size", [None, 6], ids=["fullbatch", "minibatch"])
-def test_linear_in_parameters_gives_same_trajectory_for_every_K(batch_size):
+def test_linear_in_parameters_gives_same_trajectory_for_every_K(batch_size, loop):
     apply, p0 = _linear_model()
     x = jax.random.normal(jax.random.PRNGKey(5), (18, 6))
     y = jax.random.randint(jax.random.PRNGKey(6), (18,), 0, 2)
     finals = []
     for K in (1, 2, 5, math.inf):
         tr = IterativeLinearisation(apply, optax.sgd(0.05, momentum=0.5), schedule=K, batch_size=batch_size,
-                                    exact_gd=False, chunk_size=4)
+                                    exact_gd=False, chunk_size=4, loop=loop)
         st, log = tr.run(tr.init(p0), x, y, 11, seed=3)
         finals.append((_flat(st.params), log.loss))
     for params, losses in finals[1:]:
@@ -188,11 +191,12 @@ def test_feature_updates_follow_definition_1(K, steps):
     assert res.status == "completed"
 
 
-def test_fullbatch_reuse_path_equals_per_step_jvp_path():
+@pytest.mark.parametrize("loop", ["device", "host"])
+def test_fullbatch_reuse_path_equals_per_step_jvp_path(loop):
     x, y = _data(16, (6,))
     model, p0, _ = make(TinyMLP(), x)
     opt = optax.sgd(0.2, momentum=0.9)
-    fb = IterativeLinearisation(model, opt, schedule=4, chunk_size=5)
+    fb = IterativeLinearisation(model, opt, schedule=4, chunk_size=5, loop=loop)
     st_fb, log_fb = fb.run(fb.init(p0), x, y, 13)
     # the per-step path on the full batch: one step() call per step with the whole data
     st = fb.init(p0)

@@ -232,3 +232,16 @@ def test_get_model_registry():
         get_model("vgg16")
     with pytest.raises(ValueError, match="tau0"):
         get_model("mean_field", tau0=-1.0)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("shape", [(3, 9, 4), (2, 7, 10, 3), (2, 28, 28, 5)])
+def test_pool2_equals_flax_pooling(kind, shape):
+    import flax.linen as nn
+
+    from itlin.models import pool2
+
+    x = jax.random.normal(jax.random.PRNGKey(0), shape)
+    window = (2,) * (len(shape) - 2)
+    ref = (nn.max_pool if kind == "max" else nn.avg_pool)(x, window, strides=window)
+    np.testing.assert_allclose(pool2(x, kind), ref, rtol=1e-6, atol=1e-6)
