@@ -24,6 +24,7 @@ import numpy as np
 
 STRUCTURE_KEY = "__structure__"
 META_KEY = "__meta__"
+DIGEST_KEY = "__digest__"
 _LEAF = "__leaf__"
 
 
@@ -179,6 +180,18 @@ def unflatten_tree(flat: Mapping[str, np.ndarray], paths: list):
     return root
 
 
+def content_digest(flat: Mapping[str, np.ndarray], paths: list, meta_text: str = "") -> str:
+    """sha256 over every array's name, dtype, shape and bytes, the structure and the meta."""
+    h = hashlib.sha256()
+    h.update(json.dumps(paths).encode())
+    h.update(meta_text.encode())
+    for name in sorted(flat):
+        a = np.ascontiguousarray(flat[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True) -> tuple[str, dict, list]:
     """Save a nested dict of arrays (and optional JSON ``meta``) to one ``.npz`` atomically.
 
@@ -187,26 +200,37 @@ def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True
     flat, paths = flatten_tree(tree, what=what)
     members = dict(flat)
     members[STRUCTURE_KEY] = np.asarray(json.dumps(paths))
+    meta_text = "" if meta is None else json.dumps(jsonable(meta), allow_nan=False)
     if meta is not None:
-        members[META_KEY] = np.asarray(json.dumps(jsonable(meta), allow_nan=False))
+        members[META_KEY] = np.asarray(meta_text)
+    members[DIGEST_KEY] = np.asarray(content_digest(flat, paths, meta_text))
     return save_npz(path, members, fsync=fsync), flat, paths
 
 
 def load_tree(path) -> tuple[dict, list, dict]:
-    """``(flat, paths, meta)`` from a file written by :func:`save_tree`; raises if damaged."""
-    members = load_npz(path)
-    if STRUCTURE_KEY not in members:
-        raise ValueError(f"{path} has no {STRUCTURE_KEY} member (not written by itlin).")
+    """``(flat, paths, meta)`` from a file written by :func:`save_tree`; raises ValueError if it
+    is damaged (unreadable, or its content does not match the digest stored with it)."""
+    try:
+        members = load_npz(path)
+    except Exception as err:
+        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err})") from err
+    for key in (STRUCTURE_KEY, DIGEST_KEY):
+        if key not in members:
+            raise ValueError(f"{path} has no {key} member (damaged, or not written by itlin).")
     paths = json.loads(str(members.pop(STRUCTURE_KEY)))
-    meta = json.loads(str(members.pop(META_KEY))) if META_KEY in members else {}
+    digest = str(members.pop(DIGEST_KEY))
+    meta_text = str(members.pop(META_KEY)) if META_KEY in members else ""
     names = {"/".join(p) if p else _LEAF for p in paths}
     if names != set(members):
         raise ValueError(f"{path}: members do not match the stored structure.")
-    return members, paths, meta
+    if content_digest(members, paths, meta_text) != digest:
+        raise ValueError(f"{path}: content does not match its digest (damaged).")
+    return members, paths, (json.loads(meta_text) if meta_text else {})
 
 
 __all__ = [
     "atomic_write",
+    "content_digest",
     "flatten_tree",
     "jsonable",
     "load_npz",
