@@ -199,6 +199,35 @@ def test_register_refuses_a_second_experiment_with_a_taken_name():
         register(Experiment(name="test_tiny", params={}, run=lambda p, ctx: {}))
 
 
+def test_submodules_are_discovered_and_broken_ones_reported(tmp_path, monkeypatch):
+    pkg = tmp_path / "more"
+    pkg.mkdir()
+    (pkg / "test_found.py").write_text(
+        "from itlin.experiments import Experiment, Param, register\n"
+        "register(Experiment(name='test_found', params={'n': Param.integer(1)}, run=lambda p, ctx: {}))\n")
+    (pkg / "test_broken.py").write_text("raise ImportError('half-written figure module')\n")
+    (pkg / "_private.py").write_text("raise AssertionError('private modules are not imported')\n")
+    monkeypatch.setattr(experiments, "__path__", list(experiments.__path__) + [str(pkg)])
+    monkeypatch.setattr(experiments, "_DISCOVERED", False)
+    monkeypatch.setattr(experiments, "_IMPORT_ERRORS", {})
+    try:
+        assert experiments.get("test_found").params["n"].default == 1  # imported by its module's name
+        with pytest.warns(RuntimeWarning, match="could not import 'test_broken'"):
+            with pytest.raises(experiments.UnknownExperimentError, match="test_broken .*half-written"):
+                experiments.get("test_nowhere")
+    finally:
+        experiments.unregister("test_found")
+        for mod in ("test_found", "test_broken"):
+            sys.modules.pop(f"itlin.experiments.{mod}", None)
+
+
+def test_bad_defaults_are_caught_at_definition():
+    with pytest.raises(ValueError, match="the default of parameter 'K' = 0 is not allowed"):
+        Experiment(name="test_bad_default", params={"K": Param.period(0)}, run=lambda p, ctx: {})
+    with pytest.raises(ValueError, match="Python identifiers"):
+        Experiment(name="test_bad_name", params={"learning-rate": Param.positive(0.1)}, run=lambda p, ctx: {})
+
+
 # ------------------------------------------------------------------------------ validation
 @pytest.mark.parametrize("name, params, message", [
     ("test_tiny", {"dataset": "mnist2d"},
