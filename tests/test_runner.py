@@ -59,10 +59,10 @@ def _callback(tag):
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_trainer(K, learning_rate, batch_size):
+def tiny_trainer(K, learning_rate, batch_size, loop="auto"):
     """Trainers are shared between runs in this process only to save compilation time."""
     return IterativeLinearisation(mlp_apply, optax.adam(learning_rate), schedule=K, loss="squared",
-                                  batch_size=batch_size, chunk_size=8)
+                                  batch_size=batch_size, chunk_size=8, loop=loop)
 
 
 def run_tiny(p, ctx):
@@ -74,7 +74,7 @@ def run_tiny(p, ctx):
     init = ctx.stage("init", lambda: {"params": mlp_init(p["seed"]), "note": "initial weights"})
     out = {"init_note": init["note"]}
     for K in ctx.progress(p["Ks"], desc="K"):
-        trainer = tiny_trainer(K, p["learning_rate"], p["batch_size"])
+        trainer = tiny_trainer(K, p["learning_rate"], p["batch_size"], p["loop"])
         state = trainer.init(jax.tree_util.tree_map(jnp.asarray, init["params"]))
         tag = f"K={K}"
         res = ctx.fit(tag, trainer, state, x, y, p["steps"], eval_sets={"train": (x, y), "test": (xt, yt)},
@@ -96,6 +96,7 @@ register(Experiment(
         "batch_size": Param.integer(8, minimum=1, allow_none=True, doc="None: full batch"),
         "seed": Param.seed(0),
         "scale": Param.scale(),
+        "loop": Param.choice("auto", ("auto", "host", "device"), doc="the trainer's loop (host: one call per step)"),
     },
     run=run_tiny,
     version="1",
@@ -348,9 +349,10 @@ def test_stage_is_computed_once_and_reloaded_on_resume(tmp_path):
 
 
 # ------------------------------------------------------------------------------ checkpoints
-@pytest.mark.parametrize("batch_size", [8, None], ids=["minibatch", "fullbatch"])
-def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys, batch_size):
-    params = dict(FAST, batch_size=batch_size)
+@pytest.mark.parametrize("batch_size, loop", [(8, "auto"), (None, "auto"), (8, "host"), (None, "host")],
+                         ids=["minibatch", "fullbatch", "minibatch-hostloop", "fullbatch-hostloop"])
+def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys, batch_size, loop):
+    params = dict(FAST, batch_size=batch_size, loop=loop)
     ref = runner.run("test_tiny", params, results_dir=tmp_path / "ref", checkpoint_every_steps=None,
                      checkpoint_every_seconds=None)
 
