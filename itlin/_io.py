@@ -85,10 +85,11 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-def save_npz(path, arrays: Mapping[str, np.ndarray], *, fsync: bool = True) -> str:
-    """Write a flat dict of arrays atomically (uncompressed ``.npz``); returns its sha256."""
+def save_npz(path, arrays: Mapping[str, np.ndarray], *, fsync: bool = True, checksum: bool = True):
+    """Write a flat dict of arrays atomically (uncompressed ``.npz``); returns its sha256
+    (``None`` with ``checksum=False``)."""
     atomic_write(path, lambda fh: np.savez(fh, **arrays), fsync=fsync)
-    return sha256_file(path)
+    return sha256_file(path) if checksum else None
 
 
 def load_npz(path) -> dict:
@@ -192,10 +193,12 @@ def content_digest(flat: Mapping[str, np.ndarray], paths: list, meta_text: str =
     return h.hexdigest()
 
 
-def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True) -> tuple[str, dict, list]:
+def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True,
+              checksum: bool = True) -> tuple:
     """Save a nested dict of arrays (and optional JSON ``meta``) to one ``.npz`` atomically.
 
-    Returns ``(sha256, flat, paths)``: the file's checksum and the flattened tree that was written.
+    Returns ``(sha256, flat, paths)``: the file's checksum (``None`` with ``checksum=False``;
+    the content digest stored inside the file protects it either way) and the flattened tree.
     """
     flat, paths = flatten_tree(tree, what=what)
     members = dict(flat)
@@ -204,7 +207,7 @@ def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True
     if meta is not None:
         members[META_KEY] = np.asarray(meta_text)
     members[DIGEST_KEY] = np.asarray(content_digest(flat, paths, meta_text))
-    return save_npz(path, members, fsync=fsync), flat, paths
+    return save_npz(path, members, fsync=fsync, checksum=checksum), flat, paths
 
 
 def load_tree(path) -> tuple[dict, list, dict]:

@@ -493,7 +493,7 @@ class RunContext:
         flat, paths = _io.flatten_tree(value, what=f"stage {tag!r}")
         if self.checkpointing:
             _io.save_tree(path, value, {"format": _FORMAT, "kind": "stage", "tag": tag, "saved_at": _now()},
-                          what=f"stage {tag!r}")
+                          what=f"stage {tag!r}", checksum=False)
         return _io.unflatten_tree(flat, paths)
 
     # ------------------------------------------------------------ fit
@@ -592,7 +592,7 @@ class RunContext:
         meta = {"format": _FORMAT, "kind": "fit", "tag": tag, "step": int(state.step), "done": bool(done),
                 "history_meta": history.meta(), "fingerprint": fingerprint, "leaves": specs,
                 "treedef": treedef_str, "saved_at": _now()}
-        _io.save_tree(path, tree, meta, what=f"checkpoint {tag!r}")
+        _io.save_tree(path, tree, meta, what=f"checkpoint {tag!r}", checksum=False)
 
     def _restore_fit(self, path, tag, leaves, treedef, specs, fingerprint):
         import jax
