@@ -122,8 +122,10 @@ def jsonable(obj):
         return out
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray) and obj.ndim == 0:
-        return jsonable(obj.item())
+    if isinstance(obj, np.ndarray) or hasattr(obj, "__array__"):  # numpy or jax arrays
+        arr = np.asarray(obj)
+        if arr.dtype != object:
+            return jsonable(arr.tolist())
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"{obj!r} ({type(obj).__name__}) cannot be stored as JSON.")

@@ -146,7 +146,7 @@ def run_stage(p, ctx):
     hook = HOOKS.get("after_stage")
     if hook is not None:
         hook()
-    return {"sweep": res, "meta": {"n": int(res["count"])}, "status": "completed (stage only)"}
+    return {"sweep": res, "meta": {"n": res["count"], "dampings": res["dampings"]}, "status": "completed (stage only)"}
 
 
 register(Experiment(
@@ -342,7 +342,7 @@ def test_stage_is_computed_once_and_reloaded_on_resume(tmp_path):
     HOOKS.clear()
     rec = runner.run("test_stage", results_dir=tmp_path)
     assert CALLS["test_stage/sweep"] == 1 and CALLS["test_stage"] == 2
-    assert rec.status == "completed (stage only)" and rec.meta == {"n": 3}
+    assert rec.status == "completed (stage only)" and rec.meta == {"n": 3, "dampings": [0.0, 1e-3, 1.0]}
     sweep = rec["sweep"]
     assert set(sweep["curves"]) == {"eval/test/rmse"}  # keys with '/' survive the round trip
     assert np.array_equal(sweep["dampings"], [0.0, 1e-3, 1.0])
