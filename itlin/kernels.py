@@ -35,20 +35,30 @@ def jacobian(apply_fn, params, x):
     return jax.jacrev(lambda v: _flat_outputs(apply_fn, unravel(v), x))(flat)
 
 
-def _jacobian_blocks(apply_fn, params, x):
-    """Per-leaf Jacobian blocks ``(N*C, leaf_size)`` without concatenating them."""
+def _jacobian_blocks(apply_fn, params, x, per_example=True):
+    """Per-leaf Jacobian blocks ``(N*C, leaf_size)`` without concatenating them.
+
+    ``per_example=True`` differentiates one example at a time (``vmap`` over examples): ``N*C``
+    single-example backward passes instead of ``N*C`` passes over the whole batch, valid when
+    the network treats examples independently (every itlin model in inference mode; not
+    batch norm in training mode).
+    """
+    if per_example:
+        jac = jax.vmap(lambda xi: jax.jacrev(lambda p: apply_fn(p, xi[None]).reshape(-1))(params))(x)
+        return [j.reshape(j.shape[0] * j.shape[1], -1) for j in jax.tree_util.tree_leaves(jac)]
     jac = jax.jacrev(lambda p: _flat_outputs(apply_fn, p, x))(params)
     return [j.reshape(j.shape[0], -1) for j in jax.tree_util.tree_leaves(jac)]
 
 
-def _ntk_block(apply_fn, params, x1, x2):
-    j1 = _jacobian_blocks(apply_fn, params, x1)
-    j2 = j1 if x2 is None else _jacobian_blocks(apply_fn, params, x2)
+def _ntk_block(apply_fn, params, x1, x2, per_example):
+    j1 = _jacobian_blocks(apply_fn, params, x1, per_example)
+    j2 = j1 if x2 is None else _jacobian_blocks(apply_fn, params, x2, per_example)
     return sum(a @ b.T for a, b in zip(j1, j2))
 
 
-@partial(jax.jit, static_argnums=(0,), static_argnames=("chunk_size", "trace"))
-def empirical_ntk(apply_fn, params, x1, x2=None, *, chunk_size: Optional[int] = None, trace: bool = False):
+@partial(jax.jit, static_argnums=(0,), static_argnames=("chunk_size", "trace", "per_example"))
+def empirical_ntk(apply_fn, params, x1, x2=None, *, chunk_size: Optional[int] = None, trace: bool = False,
+                  per_example: bool = True):
     """Empirical NTK ``J(x1) J(x2)^T`` at ``params`` (main paper Eq. 2).
 
     Args:
@@ -58,6 +68,9 @@ def empirical_ntk(apply_fn, params, x1, x2=None, *, chunk_size: Optional[int] = 
       chunk_size: if given, Jacobians are formed for at most this many inputs at a time, so
         memory is ``O(chunk_size * C * P)`` instead of ``O(N * C * P)``.
       trace: if True, sum over the output dimension and return ``(N1, N2)``.
+      per_example: form Jacobians one example at a time (``N`` times fewer backward passes);
+        valid when outputs of one example do not depend on the others (all itlin models in
+        inference mode). ``False`` differentiates the batch as a whole.
 
     Returns:
       ``(N1*C, N2*C)`` array (example-major), or ``(N1, N2)`` if ``trace`` or ``C == 1``.
@@ -65,15 +78,15 @@ def empirical_ntk(apply_fn, params, x1, x2=None, *, chunk_size: Optional[int] = 
     n1 = x1.shape[0]
     same = x2 is None
     if chunk_size is None or chunk_size >= max(n1, n1 if same else x2.shape[0]):
-        k = _ntk_block(apply_fn, params, x1, None if same else x2)
+        k = _ntk_block(apply_fn, params, x1, None if same else x2, per_example)
     else:
         xs2 = x1 if same else x2
         rows = []
         for i in range(0, n1, chunk_size):
-            ja = _jacobian_blocks(apply_fn, params, x1[i:i + chunk_size])
+            ja = _jacobian_blocks(apply_fn, params, x1[i:i + chunk_size], per_example)
             cols = []
             for j in range(0, xs2.shape[0], chunk_size):
-                jb = _jacobian_blocks(apply_fn, params, xs2[j:j + chunk_size])
+                jb = _jacobian_blocks(apply_fn, params, xs2[j:j + chunk_size], per_example)
                 cols.append(sum(a @ b.T for a, b in zip(ja, jb)))
             rows.append(jnp.concatenate(cols, axis=1))
         k = jnp.concatenate(rows, axis=0)

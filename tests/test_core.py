@@ -254,11 +254,11 @@ def _random_J_problem(n=7, c=1, p=5, seed=0):
     """A model that *is* a random Jacobian: f(theta) = A theta (+ nothing), P < N*C or > N*C."""
     A = jax.random.normal(jax.random.PRNGKey(seed), (n, c, p))
 
-    def apply(params, x):
-        return jnp.einsum("ncp,p->nc", A[: x.shape[0]], params["w"])
+    def apply(params, x):  # x is one-hot: example k's Jacobian is A[k]
+        return jnp.einsum("nk,kcp,p->nc", x, A, params["w"])
 
     params = {"w": jax.random.normal(jax.random.PRNGKey(seed + 1), (p,))}
-    x = jnp.zeros((n, 1))
+    x = jnp.eye(n)
     y = jax.random.normal(jax.random.PRNGKey(seed + 2), (n, c))
     return apply, to64(params), x, y
 
@@ -449,3 +449,17 @@ def test_divergence_stops_cleanly_with_the_step():
     assert res.status == f"diverged at step {s}"
     assert len(res.history.loss) == s - 1 and np.all(np.isfinite(res.history.loss))
     assert all(step < s for step in res.history.evals["step"])
+
+
+@pytest.mark.parametrize("net,shape", [(TinyMLP(), (6,)), (TinyCNN(), (6, 6, 2))], ids=["mlp", "cnn"])
+def test_per_example_ntk_equals_whole_batch_jacobian(net, shape):
+    x, _ = _data(5, shape)
+    x2, _ = _data(3, shape, seed=1)
+    model, p0, _ = make(net, x)
+    f = model.bind()
+    J1, J2 = jacobian(f, p0, x), jacobian(f, p0, x2)
+    for kw in ({}, {"chunk_size": 2}):
+        np.testing.assert_allclose(empirical_ntk(f, p0, x, x2, **kw), J1 @ J2.T, **EXACT)
+        np.testing.assert_allclose(empirical_ntk(f, p0, x, x2, per_example=False, **kw), J1 @ J2.T, **EXACT)
+    np.testing.assert_allclose(empirical_ntk(f, p0, x, trace=True),
+                               (J1 @ J1.T).reshape(5, 3, 5, 3).trace(axis1=1, axis2=3), **EXACT)

@@ -245,3 +245,20 @@ def test_pool2_equals_flax_pooling(kind, shape):
     window = (2,) * (len(shape) - 2)
     ref = (nn.max_pool if kind == "max" else nn.avg_pool)(x, window, strides=window)
     np.testing.assert_allclose(pool2(x, kind), ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("activation", ["relu", "silu"])
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_mlp_closed_form_ntk_equals_empirical_ntk(activation, outputs):
+    with jax.enable_x64(True):
+        model = models.mlp(num_outputs=outputs, width=7, depth=3, activation=activation)
+        x1 = jax.random.normal(jax.random.PRNGKey(0), (5, 4), jnp.float64)
+        x2 = jax.random.normal(jax.random.PRNGKey(1), (3, 4), jnp.float64)
+        params, _ = model.init(jax.random.PRNGKey(2), x1)
+        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64) + 0.1, params)  # non-zero biases
+        f = model.bind()
+        for xb in (None, x2):
+            ref = empirical_ntk(f, params, x1, xb)
+            np.testing.assert_allclose(model.ntk_fn(params, x1, xb), ref, rtol=1e-11, atol=1e-12)
+            np.testing.assert_allclose(models.mlp_ntk(params, x1, xb, activation=activation, trace=True),
+                                       empirical_ntk(f, params, x1, xb, trace=True), rtol=1e-11, atol=1e-12)
