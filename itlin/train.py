@@ -98,6 +98,12 @@ def _has_primitive(jaxpr, name: str) -> bool:
     return False
 
 
+@jax.jit
+def _trees_equal(a, b):
+    leaves = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda u, v: jnp.array_equal(u, v), a, b))
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
 def _is_quiet() -> bool:
     return bool(os.environ.get("CI")) or os.environ.get("ITLIN_QUIET", "") not in ("", "0")
 
@@ -309,16 +315,20 @@ class IterativeLinearisation:
         return not self._fns["uses_conv"]
 
     def _phase_linearisation(self, state: TrainState, x):
-        """The stored linearisation for the current phase (computed once per anchor)."""
-        leaf = jax.tree_util.tree_leaves(state.anchor)[0]
-        key = (id(x), int(state.schedule.updates), int(state.schedule.last), float(jnp.sum(leaf)),
-               float(jnp.sum(jnp.abs(leaf))))
+        """The stored linearisation for the current phase, computed once per anchor.
+
+        Reused only for the very same input array and an anchor and model state equal leaf for
+        leaf to those it was computed at (one cheap comparison per chunk).
+        """
         cached = self._fns.get("phase")
-        if cached is None or cached[0] != key:
-            self._fns.pop("phase", None)  # free the previous residuals first
-            cached = (key, self._fns["linearise"](state.model_state, state.anchor, x))
-            self._fns["phase"] = cached
-        return cached[1]
+        if cached is not None:
+            cx, canchor, cstate, lin = cached
+            if cx is x and bool(_trees_equal((canchor, cstate), (state.anchor, state.model_state))):
+                return lin
+        self._fns.pop("phase", None)  # free the previous residuals first
+        lin = self._fns["linearise"](state.model_state, state.anchor, x)
+        self._fns["phase"] = (x, state.anchor, state.model_state, lin)
+        return lin
 
     def run_chunk(self, state: TrainState, x, y, n: int, *, seed: int = 0):
         """Run at most ``min(n, chunk_size)`` steps.
@@ -353,16 +363,26 @@ class IterativeLinearisation:
                 done = int(done)
                 return state, StepLog(np.asarray(losses[:done]), np.asarray(relins[:done]))
             step = lambda st, i: self._fns["mb_step"](st, x, y, idx, jnp.int32(i), aug_key)
-        losses, relins = [], []
+        # One compiled call per step. Each step's loss is read one step late, so the host
+        # dispatches step i+1 before waiting for step i: no pipeline bubble per step. A stop
+        # (non-finite loss, or a relinearisation in full batch) returns the state right after
+        # the step that caused it, as the device loop does; the one extra step already
+        # dispatched is discarded.
+        logs = []
+        prev_state, prev_log = state, None
         for i in range(n):
-            state, log = step(state, i)
-            loss, relin = float(log.loss), bool(log.relinearised)
-            losses.append(loss)
-            relins.append(relin)
-            if not math.isfinite(loss) or (stop_at_relin and relin):
+            if prev_log is not None and stop_at_relin and bool(prev_log.relinearised):
+                break  # the next phase needs a new linearisation: end the chunk here
+            new_state, log = step(prev_state, i)
+            if prev_log is not None and not math.isfinite(float(prev_log.loss)):
                 break
+            logs.append(log)
+            prev_state, prev_log = new_state, log
+        state = prev_state
         dtype = np.dtype(_float_dtype(state.params))
-        return state, StepLog(np.asarray(losses, dtype), np.asarray(relins, bool))
+        losses = np.asarray([float(l.loss) for l in logs], dtype)
+        relins = np.asarray([bool(l.relinearised) for l in logs], bool)
+        return state, StepLog(losses, relins)
 
     def run(self, state: TrainState, x, y, steps: int, *, seed: int = 0):
         """Run ``steps`` steps (several compiled chunks); stops early at a non-finite loss.
@@ -552,8 +572,11 @@ def fit(trainer: IterativeLinearisation, state: TrainState, x, y, steps: int, *,
 
     Returns:
       :class:`FitResult` with the final state and the :class:`History`. A non-finite loss stops
-      the run with ``history.status == "diverged at step s"``; the state returned is the last
-      one before that chunk, and the curves stop at step ``s - 1``.
+      the run with ``history.status == "diverged at step s"``, ``s`` the first step whose loss
+      was not finite (non-finite parameters show up in the next step's loss; after the last
+      step they are checked directly, giving ``s = steps``). The curves stop at step ``s - 1``
+      and the state returned is the last one before the chunk that diverged. ``s`` does not
+      depend on how the run is cut into chunks, so a resumed run reports the same step.
     """
     steps = int(steps)
     if steps < 0:
@@ -604,17 +627,20 @@ def fit(trainer: IterativeLinearisation, state: TrainState, x, y, steps: int, *,
                 history.diverged_at = start + bad + 1
                 history.status = f"diverged at step {history.diverged_at}"
                 break
+            at_end = int(new_state.step) == steps
+            if at_end and not bool(tree_all_finite(new_state.params)):
+                # the last step left non-finite parameters (no later loss will show it)
+                history.add_losses(log.loss[:-1])
+                history.diverged_at = steps
+                history.status = f"diverged at step {steps}"
+                break
             history.add_losses(log.loss)
             history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised)).tolist())
             state = new_state
             if bar is not None:
                 bar.update(int(state.step) - start)
                 bar.set_postfix(loss=f"{log.loss[-1]:.4g}", updates=state.feature_updates, refresh=False)
-            if int(state.step) % eval_every == 0 or int(state.step) == steps:
-                if not bool(tree_all_finite(state.params)):
-                    history.diverged_at = int(state.step)
-                    history.status = f"diverged at step {history.diverged_at}"
-                    break
+            if int(state.step) % eval_every == 0 or at_end:
                 do_eval(state)
             if callback is not None:
                 callback(state, history)
