@@ -1,0 +1,140 @@
+"""The book: every chapter executes under papermill (tiny scale), and the book builds with -W.
+
+Chapters are executed one test each (so a failing chapter names itself) into a session folder;
+the build test then assembles those executed notebooks into a copy of the book with execution
+switched off and runs ``jupyter-book build -W -n --keep-going``: a warning or a chapter that did
+not execute fails it. Results go to a temporary ``ITLIN_RESULTS``, so nothing cached elsewhere
+is reused.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from itlin.run import chapter_parameters, execute_chapter, main as run_main, parameters_cell, _read
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"scale": "tiny"}
+TIMES: dict = {}
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                files.append(e["file"])
+            walk(e.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return files
+
+
+CHAPTERS = toc_files()
+
+
+@pytest.fixture(scope="session")
+def book_dirs(tmp_path_factory):
+    executed = tmp_path_factory.mktemp("executed")
+    results = tmp_path_factory.mktemp("results")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ITLIN_RESULTS", str(results))
+    mp.setenv("ITLIN_QUIET", "1")
+    yield executed
+    mp.undo()
+
+
+def test_every_chapter_is_a_paired_myst_notebook_with_one_parameters_cell():
+    for f in CHAPTERS:
+        src = ROOT / (f + ".md")
+        assert src.exists(), f"{f}.md is listed in _toc.yml but missing"
+        text = src.read_text()
+        assert text.startswith("---\njupytext:"), f"{f}.md lacks the jupytext header"
+        parameters_cell(_read(src))  # exactly one, else ValueError
+    listed = {ROOT / (f + ".md") for f in CHAPTERS}
+    stray = [p.name for p in (ROOT / "book").glob("*.md") if p not in listed]
+    assert not stray, f"chapters missing from _toc.yml: {stray}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_executes_under_papermill_at_tiny_scale(chapter, book_dirs):
+    src = ROOT / (chapter + ".md")
+    params = {k: v for k, v in TINY.items() if k in chapter_parameters(src)}
+    out = book_dirs / (chapter + ".ipynb")
+    t = time.perf_counter()
+    execute_chapter(src, out, params, timeout=900)
+    TIMES[chapter] = time.perf_counter() - t
+    nb = nbformat.read(out, as_version=4)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    if params:
+        injected = [c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+        assert len(injected) == 1 and "scale = \"tiny\"" in injected[0].source
+
+
+@pytest.mark.slow
+def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tmp_path):
+    missing = [c for c in CHAPTERS if not (book_dirs / (c + ".ipynb")).exists()]
+    assert not missing, f"chapters that did not execute: {missing}"
+    site = tmp_path / "site"
+    shutil.copytree(book_dirs, site)
+    for name in ("_toc.yml", "references.bib"):
+        shutil.copy(ROOT / name, site / name)
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["execute"]["execute_notebooks"] = "off"
+    (site / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for extra in (ROOT / "book").iterdir():  # images or data files the chapters refer to
+        if extra.suffix not in (".md", ".ipynb") and extra.is_file():
+            shutil.copy(extra, site / "book" / extra.name)
+    exe = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(site), "-W", "-n", "--keep-going"]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    TIMES["build"] = time.perf_counter() - t
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    html = site / "_build" / "html"
+    for chapter in CHAPTERS:
+        assert (html / (chapter + ".html")).exists(), chapter
+    demo = (html / "book" / "iterative_linearisation.html").read_text()
+    assert 'class="itlin-static-demo"' in demo and "<input type=\"range\"" in demo
+    if os.environ.get("ITLIN_REPORT_TIMES"):
+        print(json.dumps(TIMES, indent=1))
+
+
+def test_rerun_cli_rejects_unknown_parameters_and_lists_known_ones(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    rc = run_main(["book/intro.md", str(tmp_path / "out.ipynb"), "-p", "sead", "1"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "intro.md has no parameter(s) 'sead'" in err and "its parameters are: seed" in err
+    assert run_main(["book/intro.md", "--list"]) == 0
+    assert "seed = 0" in capsys.readouterr().out
+    assert run_main(["book/nope.md", str(tmp_path / "o.ipynb")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_rerun_cli_executes_a_chapter_with_other_parameters(tmp_path, monkeypatch):
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    out = tmp_path / "intro.ipynb"
+    cmd = [sys.executable, "-m", "itlin.run", "book/intro.md", str(out), "-p", "seed", "3"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    nb = nbformat.read(out, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+    assert injected and "seed = 3" in injected[0].source
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "feature updates" in text
