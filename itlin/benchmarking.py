@@ -1,0 +1,97 @@
+"""The speed benchmark's vocabulary: what each measured ratio means and its target.
+
+``benchmarks/run.py`` measures and writes the JSON files in ``benchmarks/results/``; the
+Performance chapter of the book reads them back with :func:`load_results` and shows them with
+:func:`summary_table`. Keeping the names and targets here keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+#: (key, what it measures, comparison, target) in the order the book shows them.
+METRICS = [
+    ("fullbatch_lin_over_gd",
+     "full-batch linearised step reusing the phase's linearisation / GD step (LeNet-1D, MNIST-1D, 4000 examples)",
+     "<=", 0.8),
+    ("fullbatch_naive_over_gd",
+     "naive linearised step (a JVP through the network every step) / GD step, same setting", None, None),
+    ("minibatch_lin_over_sgd", "mini-batch (256) linearised step / SGD step, same model", "<=", 1.4),
+    ("gn_speedup_over_naive",
+     "naive damped Gauss-Newton step (jacrev, J J^T, eigh) / kernel-form step with the closed-form NTK "
+     "(N=500, d=10, M=5000, float64)", ">=", 5.0),
+    ("sweep_speedup_over_loop",
+     "quintic damped-GN sweep (50 seeds x 8 dampings): Python loop of compiled runs / one vmapped program",
+     ">=", 10.0),
+    ("sweep_speedup_over_stepwise_loop",
+     "the same sweep: Python loop over runs and steps (one compiled GN step per call) / vmapped program",
+     None, None),
+    ("quintic_closed_form_ntk_speedup",
+     "quintic GN step with the Jacobian kernel / with the closed-form MLP kernel", None, None),
+]
+
+TARGETS = {k: (op, v) for k, _, op, v in METRICS if op is not None}
+
+
+def target_met(key: str, value: float):
+    """True/False against the key's target, or None when the key has no target."""
+    if key not in TARGETS or value is None or not math.isfinite(value):
+        return None
+    op, v = TARGETS[key]
+    return value <= v if op == "<=" else value >= v
+
+
+def load_results(folder) -> list:
+    """Every benchmark JSON file in ``folder``, each with its file name under ``"file"``."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        rec = json.loads(path.read_text())
+        rec["file"] = path.name
+        out.append(rec)
+    if not out:
+        raise FileNotFoundError(f"no benchmark results (*.json) in {folder}; run "
+                                "`python benchmarks/run.py --json benchmarks/results/<machine>.json`.")
+    return out
+
+
+def machine_label(rec: dict) -> str:
+    m = rec.get("machine", {})
+    label = rec.get("label") or rec["file"].rsplit(".", 1)[0]
+    return f"{label} ({m.get('device', '?')}, {m.get('cpu_count', '?')} CPU cores, JAX {m.get('jax', '?')}, {m.get('date', '?')})"
+
+
+def summary_table(results: list) -> str:
+    """A Markdown table: one row per metric, one column per result file."""
+    head = "| measure | target | " + " | ".join(r.get("label") or r["file"] for r in results) + " |"
+    rule = "|" + "---|" * (2 + len(results))
+    rows = [head, rule]
+    for key, text, op, v in METRICS:
+        cells = []
+        for r in results:
+            val = r.get(key)
+            if val is None:
+                cells.append("—")
+                continue
+            met = target_met(key, val)
+            mark = "" if met is None else (" ✓" if met else " ✗ missed")
+            cells.append(f"{val:.2f}{mark}")
+        target = f"{op} {v:g}" if op else "(reference)"
+        rows.append(f"| **{key}**: {text} | {target} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def times_table(results: list) -> str:
+    """Absolute medians behind the ratios (milliseconds; seconds for the sweep), per file."""
+    keys = [("fullbatch_ms", "ms"), ("minibatch_ms", "ms"), ("gn_ms", "ms"), ("quintic_gn_step_ms", "ms"),
+            ("sweep_seconds", "s")]
+    rows = ["| file | measurement | median |", "|---|---|---|"]
+    for r in results:
+        for key, unit in keys:
+            for name, val in (r.get(key) or {}).items():
+                rows.append(f"| {r['file']} | {key.rsplit('_', 1)[0]} / {name} | {val:.3g} {unit} |")
+    return "\n".join(rows)
+
+
+__all__ = ["METRICS", "TARGETS", "load_results", "machine_label", "summary_table", "target_met", "times_table"]
