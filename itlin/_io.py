@@ -1,4 +1,4 @@
-"""Crash-safe files for the experiment runner (no public API).
+"""Crash-safe files for the experiment runner and the data cache (no public API).
 
 Every file is written to a temporary name in its destination folder, flushed to disk and moved
 into place with ``os.replace``, so a reader sees either the old file or the complete new one,
@@ -53,6 +53,9 @@ def atomic_write(path, write: Callable[[Any], None], *, binary: bool = True, fsy
             fh.flush()
             if fsync:
                 os.fsync(fh.fileno())
+        umask = os.umask(0)  # mkstemp makes the file private; give it the usual permissions
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
         if fsync:
             _fsync_dir(path.parent)

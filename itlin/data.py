@@ -36,12 +36,13 @@ import pickle
 import shutil
 import struct
 import tarfile
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from . import _io
 
 # --------------------------------------------------------------------------------------------
 # the Dataset container
@@ -250,28 +251,9 @@ def _user_data_dirs(data_dir) -> list:
     return [Path(env).expanduser()] if env else []
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]):
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        umask = os.umask(0)  # mkstemp makes the file private; give it the usual permissions
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _save_npz(path: Path, arrays: dict):
-    def write(tmp):
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-
-    _atomic_write(path, write)
+    """Write a cache entry atomically (temporary file, fsync, rename)."""
+    _io.save_npz(path, arrays, checksum=False)
 
 
 def _load_npz(path: Path) -> Optional[dict]:

@@ -115,12 +115,12 @@ class Model:
                                           mutable=list(state.keys()))
             return out, dict(new_state)
 
-        calibrate_fn = None
-        if calibration_module is not None:
-            def calibrate_fn(params, state, x):
-                _, new_state = calibration_module.apply({"params": params, **state}, x, train=True,
-                                                        mutable=list(state.keys()))
-                return dict(new_state)
+        def calibrate(params, state, x):
+            _, new_state = calibration_module.apply({"params": params, **state}, x, train=True,
+                                                    mutable=list(state.keys()))
+            return dict(new_state)
+
+        calibrate_fn = calibrate if calibration_module is not None else None
 
         return cls(name=name, init_fn=init_fn, apply_fn=apply_fn, train_apply_fn=train_apply_fn,
                    calibrate_fn=calibrate_fn, meta=meta or {})

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import math
 import os
 import re
 import shutil
@@ -49,7 +48,7 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
@@ -511,7 +510,7 @@ class RunContext:
         """
         import jax
 
-        from .train import FitResult, History
+        from .train import FitResult
         from .train import fit as train_fit
 
         self._claim("fit", tag)

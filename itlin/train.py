@@ -32,7 +32,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,11 +42,9 @@ import optax
 from ._checks import check_finite_array, check_same_leading
 from ._tree import tree_all_finite, tree_select, tree_sub
 from .linearise import linearised_apply
-from .losses import Loss, accuracy, get_loss
+from .losses import get_loss
 from .models import Model
-from .schedules import Schedule, ScheduleState, StepInfo, get_schedule
-
-from typing import NamedTuple
+from .schedules import ScheduleState, StepInfo, get_schedule
 
 
 class TrainState(NamedTuple):

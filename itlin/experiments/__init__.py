@@ -56,7 +56,7 @@ import numbers
 import pkgutil
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .._io import jsonable
