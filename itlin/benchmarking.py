@@ -57,6 +57,7 @@ def load_results(folder) -> list:
 
 
 def machine_label(rec: dict) -> str:
+    """A one-line description of the machine a result file came from."""
     m = rec.get("machine", {})
     label = rec.get("label") or rec["file"].rsplit(".", 1)[0]
     return f"{label} ({m.get('device', '?')}, {m.get('cpu_count', '?')} CPU cores, JAX {m.get('jax', '?')}, {m.get('date', '?')})"

@@ -44,6 +44,7 @@ class ConstantDamping(NamedTuple):
     lam: float
 
     def value(self, eigmin):
+        """The damping: ``lam`` whatever the kernel's smallest eigenvalue."""
         return jnp.asarray(self.lam)
 
 
@@ -57,6 +58,7 @@ class ArbelDamping(NamedTuple):
     eps0: float = 1e-7
 
     def value(self, eigmin):
+        """``max(alpha * eigmin, eps0)`` with ``eigmin`` the NTK's smallest eigenvalue (Eq. 5)."""
         return jnp.maximum(self.alpha * eigmin, self.eps0)
 
 

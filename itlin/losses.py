@@ -88,6 +88,7 @@ class Loss:
         return scale * h
 
     def with_reduction(self, reduction: str) -> "Loss":
+        """The same loss with ``reduction`` ``"mean"`` or ``"sum"``."""
         return get_loss(self.name, reduction)
 
 

@@ -89,6 +89,7 @@ def execute_chapter(source, output, parameters: Optional[dict] = None, *, kernel
 
 
 def main(argv=None):
+    """Command-line entry point (``python -m itlin.run``); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m itlin.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("chapter", help="the chapter's MyST markdown file, e.g. book/damping.md")

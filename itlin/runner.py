@@ -272,6 +272,7 @@ class Record:
                                             "loss_every": r.get("loss_every", 1)})
 
     def histories(self) -> dict:
+        """Every training run's :class:`itlin.train.History`, keyed by its tag."""
         return {tag: self.history(tag) for tag in self.runs}
 
     def __repr__(self):

@@ -106,6 +106,7 @@ class Schedule(abc.ABC):
         return self.period == 1
 
     def describe(self) -> str:
+        """A short label for legends and progress bars (e.g. ``"K=1000"``)."""
         return type(self).__name__
 
 
@@ -130,6 +131,7 @@ class FixedPeriod(Schedule):
         return 0 if math.isinf(self.K) else int(steps) // int(self.K)
 
     def describe(self):
+        """``"K=<period>"`` or ``"K=inf"``."""
         return "K=inf" if math.isinf(self.K) else f"K={self.K}"
 
     def __repr__(self):
@@ -151,6 +153,7 @@ class AtSteps(Schedule):
         return jnp.any(jnp.asarray(self.steps, jnp.int32) == info.step), ()
 
     def describe(self):
+        """``"at <n> steps"``."""
         return f"at {self.steps.size} steps"
 
 
@@ -177,6 +180,7 @@ class LossDrift(Schedule):
         self.check_every, self.max_period = _check_adaptive(check_every, max_period)
 
     def wants_true_loss(self, step):
+        """True every ``check_every`` steps (each check costs one forward pass)."""
         return step % self.check_every == 0
 
     def _decide(self, state, info):
@@ -186,6 +190,7 @@ class LossDrift(Schedule):
         return jnp.logical_or(drift, late), ()
 
     def describe(self):
+        """``"loss drift > <rtol>"``."""
         return f"loss drift > {self.rtol:g}"
 
 
@@ -227,6 +232,7 @@ class KernelDrift(Schedule):
         return relin, jnp.where(relin, k_now, k_anchor)
 
     def describe(self):
+        """``"kernel drift > <threshold>"``."""
         return f"kernel drift > {self.threshold:g}"
 
 

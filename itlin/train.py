@@ -501,12 +501,14 @@ class History:
     _pending: list = field(default_factory=list, repr=False)
 
     def add_eval(self, record: dict):
+        """Append one evaluation (missing keys become NaN, new keys are back-filled with NaN)."""
         for k in set(self.evals) | set(record):
             self.evals.setdefault(k, [math.nan] * (len(self.evals.get("step", []))))
         for k in self.evals:
             self.evals[k].append(record.get(k, math.nan))
 
     def add_losses(self, losses: np.ndarray):
+        """Append per-step losses; they are stored as means over blocks of ``loss_every`` steps."""
         self._pending.extend(np.asarray(losses, np.float64).tolist())
         while len(self._pending) >= self.loss_every:
             block, self._pending = self._pending[:self.loss_every], self._pending[self.loss_every:]
@@ -521,6 +523,7 @@ class History:
         return out
 
     def meta(self) -> dict:
+        """The non-array part of the history (status, divergence step, loss_every)."""
         return {"status": self.status, "diverged_at": self.diverged_at, "loss_every": self.loss_every}
 
     @classmethod
@@ -534,6 +537,7 @@ class History:
         return h
 
     def eval_array(self, key: str) -> np.ndarray:
+        """One evaluated quantity (e.g. ``"test/accuracy"``) as a float array, one entry per evaluation."""
         return np.asarray(self.evals.get(key, []), np.float64)
 
 
