@@ -1,0 +1,401 @@
+"""Main paper Fig. 9: damped Gauss-Newton on the quintic for several damping values.
+
+Setup (main paper Section 4.3, Fig. 9 caption and Appendix C; workshop version Appendix D):
+the quintic ``y = x^5/32 - x^3/2 + 2x - 1`` (:func:`itlin.data.quintic`: 20 evenly spaced
+training points and 1000 test points on [-3.5, 3.5]), the 5-layer MLP of width 50 with ReLU
+(:func:`itlin.models.mlp`), the squared loss ``0.5 ||f - Y||^2`` and full-batch damped
+Gauss-Newton (main paper Eq. 6)::
+
+    theta <- theta - eta (J^T J + lambda I)^{-1} J^T (f(X) - Y)
+
+for every damping ``lambda`` in ``dampings`` and every initialisation ``s = 0 .. seeds-1``
+(parameters drawn with ``jax.random.fold_in(PRNGKey(seed), s)``, so a run with more seeds
+contains the runs of one with fewer). A run stops after ``gn_steps`` steps, when its train RMSE
+falls below ``train_tol``, or when a step is not finite (it *diverged*; its parameters are
+those before the bad step). Everything runs in float64: with a damping of 1e-6 against NTK
+eigenvalues of order 1e2 the kernel system is far too ill-conditioned for float32.
+
+The sweep is one compiled program, :func:`itlin.gauss_newton.gauss_newton_fit` with the MLP's
+closed-form kernel vmapped over the initialisations with the damping as a traced argument; it is
+called once per damping value, each call a :meth:`~itlin.runner.RunContext.stage`, so that an
+interrupted run resumes at the damping it had reached.
+
+Results (``D`` dampings, ``S`` seeds, ``M`` samples, ``G`` = 1000 test points, ``T`` logged steps):
+
+* ``dampings`` (D,); ``seed_index`` (S,); ``ntk_eigs_init`` (S, N): eigenvalues of the NTK
+  ``J J^T`` on the training inputs at each initialisation, ascending
+* ``train_rmse``, ``test_rmse`` (D, S): of the final parameters; ``steps`` (D, S): GN steps
+  taken; ``diverged`` (D, S); ``reached_tol`` (D, S): stopped because train RMSE < train_tol;
+  ``still_descending`` (D, S): ran the whole budget and its training loss still fell by more than
+  1% over the last tenth of it (so more steps would have trained it further)
+* ``trace_steps`` (T,) and ``train_rmse_trace`` (D, S, T): the train RMSE after
+  ``trace_steps[j]`` steps (about 150 log-spaced steps, first and last included; NaN after a run
+  stopped)
+* ``functions`` (D, M, G): the learnt functions of seeds ``0 .. M-1`` on the test inputs;
+  ``sample_dampings`` (4,): the dampings the figure draws them for
+* ``x_test``, ``y_test`` (G,), ``x_train``, ``y_train`` (N,): the data, for plotting
+
+``meta["resolved"]`` holds the sizes actually used (``scale`` fills in what was left ``None``).
+:func:`run_table`, :func:`filter_by_damping`, :func:`summarize` and :func:`claim_check` turn a
+record into the numbers the chapter reports.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Optional
+
+import numpy as np
+
+from . import Experiment, Param, register
+
+NAME = "fig9_damping"
+
+#: Sizes that ``scale`` chooses when the parameter is left ``None``.
+SCALES = {
+    # seconds: for tests and CI
+    "tiny": {"seeds": 4, "dampings": [1e-4, 1e-2, 1.0, 100.0], "gn_steps": 30, "samples": 3},
+    # the book on a 2-core CPU: 10 x 32 runs of at most 2000 GN steps (about 2-3 minutes)
+    "default": {"seeds": 32, "dampings": [10.0 ** k for k in range(-6, 4)], "gn_steps": 2000, "samples": 10},
+    # a GPU: half-decades, 200 seeds, a budget that lets even lambda = 1000 converge
+    "paper": {"seeds": 200, "dampings": [round(10.0 ** (k / 2), 12) for k in range(-12, 7)], "gn_steps": 20000,
+              "samples": 10},
+}
+SIZE_PARAMS = ("seeds", "dampings", "gn_steps", "samples")
+N_SAMPLE_DAMPINGS = 4
+TRACE_POINTS = 150
+#: a run "still descends" if its training loss fell by more than this fraction over the last
+#: tenth of its step budget
+DESCENT_RTOL = 0.01
+
+
+def _check_list(name, values):
+    if values is None:
+        return
+    for i, a in enumerate(values):
+        if a is None:
+            raise ValueError(f"{name}[{i}] is None; give numbers > 0 (or None for the whole list)")
+        for b in values[:i]:
+            if math.isclose(a, b, rel_tol=1e-9):
+                raise ValueError(f"{name} must be distinct values, {a!r} appears twice")
+
+
+def resolve_sizes(p: dict) -> dict:
+    """The sizes a run uses: each of ``seeds``, ``dampings``, ``gn_steps``, ``samples`` and
+    ``sample_dampings`` as given, or, where ``None``, from ``p["scale"]`` (``samples`` is then
+    at most ``seeds``; ``sample_dampings`` are four of the dampings spread over the list: the
+    smallest, the largest and two between). Raises ValueError for a combination that does not fit."""
+    base = SCALES[p["scale"]]
+    out = {k: (list(base[k]) if k == "dampings" else base[k]) if p.get(k) is None else p[k] for k in SIZE_PARAMS}
+    out["dampings"] = [float(v) for v in out["dampings"]]
+    if p.get("samples") is None:
+        out["samples"] = min(out["samples"], out["seeds"])
+    elif out["samples"] > out["seeds"]:
+        raise ValueError(f"samples = {out['samples']} learnt functions are drawn per damping, but there are only "
+                         f"seeds = {out['seeds']} runs per damping; lower samples or raise seeds")
+    lams = out["dampings"]
+    if p.get("sample_dampings") is None:
+        order = sorted(range(len(lams)), key=lambda i: lams[i])
+        n = min(N_SAMPLE_DAMPINGS, len(lams))
+        picks = sorted({order[round(j * (len(lams) - 1) / max(n - 1, 1))] for j in range(n)})
+        out["sample_dampings"] = [lams[i] for i in sorted(picks, key=lambda i: lams[i])]
+    else:
+        sample = [float(v) for v in p["sample_dampings"]]
+        missing = [v for v in sample if not any(math.isclose(v, lam, rel_tol=1e-9) for lam in lams)]
+        if missing:
+            raise ValueError(f"sample_dampings {missing} are not among the dampings {lams}; the learnt functions "
+                             "are drawn from the sweep's runs, so pick sample_dampings from dampings")
+        out["sample_dampings"] = sample
+    return out
+
+
+def _check(p: dict):
+    _check_list("dampings", p.get("dampings"))
+    _check_list("sample_dampings", p.get("sample_dampings"))
+    resolve_sizes(p)
+
+
+def _sample_index(dampings, sample_dampings):
+    return [next(i for i, lam in enumerate(dampings) if math.isclose(lam, v, rel_tol=1e-9)) for v in sample_dampings]
+
+
+def trace_steps(gn_steps: int, points: int = TRACE_POINTS) -> np.ndarray:
+    """About ``points`` log-spaced step counts in ``[0, gn_steps - 1]`` (both included)."""
+    idx = np.unique(np.round(np.geomspace(1, gn_steps, points)).astype(np.int64) - 1)
+    return idx
+
+
+def init_params(model, x, seeds: int, seed: int):
+    """The ``seeds`` initial parameters (float64, stacked on a leading axis); seed ``s`` uses
+    ``fold_in(PRNGKey(seed), s)``. Call inside ``jax.enable_x64(True)``."""
+    import jax
+    import jax.numpy as jnp
+
+    base = jax.random.PRNGKey(seed)
+    keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.arange(seeds))
+    params = jax.vmap(lambda k: model.init(k, x[:2])[0])(keys)
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), params)
+
+
+def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_tol: float, samples: int):
+    """``sweep(params, damping) -> dict`` of numpy arrays: every initialisation in ``params``
+    (leading axis) trained by damped Gauss-Newton with one damping, as one jitted program.
+
+    A single run is ``sweep`` on parameters with a leading axis of one. Call inside
+    ``jax.enable_x64(True)`` with float64 arrays.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from ..gauss_newton import gauss_newton_fit
+
+    apply = model.bind()
+    n = x.shape[0]
+    tol = 0.5 * n * float(train_tol) ** 2  # the loss is 0.5 ||f - Y||^2: train RMSE < train_tol
+    idx = jnp.asarray(trace_steps(gn_steps))
+    tail = gn_steps - max(1, gn_steps // 10)
+
+    def rmse(p, a, b):
+        return jnp.sqrt(jnp.mean((apply(p, a) - b) ** 2))
+
+    def one(p0, lam):
+        p, trace = gauss_newton_fit(apply, p0, x, y, gn_steps, damping=lam, lr=lr, tol=tol, ntk_fn=model.ntk_fn)
+        final_loss = 0.5 * jnp.sum((apply(p, x) - y) ** 2)
+        reached = ~trace.diverged & (final_loss < tol)
+        full = trace.steps >= gn_steps
+        descending = full & ~trace.diverged & ~reached & (final_loss < (1.0 - DESCENT_RTOL) * trace.loss[tail])
+        return {
+            "train_rmse": rmse(p, x, y),
+            "test_rmse": rmse(p, x_test, y_test),
+            "steps": trace.steps,
+            "diverged": trace.diverged,
+            "reached_tol": reached,
+            "still_descending": descending,
+            "train_rmse_trace": jnp.sqrt(2.0 * trace.loss[idx] / n),
+            "outputs": apply(p, x_test)[:, 0],
+        }
+
+    batched = jax.jit(jax.vmap(one, in_axes=(0, None)))
+
+    def sweep(params, damping):
+        out = {k: np.asarray(v) for k, v in batched(params, jnp.asarray(damping, jnp.float64)).items()}
+        out["functions"] = out.pop("outputs")[:samples]
+        return out
+
+    return sweep
+
+
+def run(p: dict, ctx) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from .. import data, models
+
+    sizes = resolve_sizes(p)
+    seeds, lams, gn_steps, samples = sizes["seeds"], sizes["dampings"], sizes["gn_steps"], sizes["samples"]
+    ds = data.load("quintic")
+    model = models.mlp(num_outputs=1, width=50, depth=5, activation="relu")
+    with jax.enable_x64(True):
+        x, y = jnp.asarray(ds.x_train, jnp.float64), jnp.asarray(ds.y_train, jnp.float64)
+        xt, yt = jnp.asarray(ds.x_test, jnp.float64), jnp.asarray(ds.y_test, jnp.float64)
+        params = init_params(model, x, seeds, p["seed"])
+        ntk_eigs = np.asarray(jax.jit(jax.vmap(lambda q: jnp.linalg.eigvalsh(model.ntk_fn(q, x))))(params))
+        sweep = make_sweep(model, x, y, xt, yt, gn_steps=gn_steps, lr=p["lr"], train_tol=p["train_tol"],
+                           samples=samples)
+        per = []
+        ctx.say(f"{len(lams)} dampings x {seeds} seeds, at most {gn_steps} GN steps each (float64)")
+        for lam in ctx.progress(lams, desc="dampings"):
+            t0 = time.perf_counter()
+            per.append(ctx.stage(f"damping={lam:.12g}", lambda lam=lam: sweep(params, lam)))
+            ctx.say(f"damping {lam:g}: {time.perf_counter() - t0:.1f} s")
+    keys = ("train_rmse", "test_rmse", "steps", "diverged", "reached_tol", "still_descending",
+            "train_rmse_trace", "functions")
+    out = {k: np.stack([np.asarray(r[k]) for r in per]) for k in keys}
+    out["diverged"] = out["diverged"].astype(bool)
+    out["reached_tol"] = out["reached_tol"].astype(bool)
+    out["still_descending"] = out["still_descending"].astype(bool)
+    out.update(
+        dampings=np.asarray(lams, np.float64),
+        seed_index=np.arange(seeds),
+        ntk_eigs_init=ntk_eigs,
+        trace_steps=trace_steps(gn_steps),
+        sample_dampings=np.asarray(sizes["sample_dampings"], np.float64),
+        x_test=np.asarray(ds.x_test[:, 0], np.float64), y_test=np.asarray(ds.y_test[:, 0], np.float64),
+        x_train=np.asarray(ds.x_train[:, 0], np.float64), y_train=np.asarray(ds.y_train[:, 0], np.float64),
+    )
+    n_runs = out["diverged"].size
+    out["meta"] = {
+        "resolved": sizes,
+        "dtype": "float64",
+        "loss": "squared, 0.5 * sum (f - y)^2 (Gauss-Newton matrix J^T J)",
+        "model": model.meta,
+        "init": "flax default (LeCun-normal weights, zero biases); seed s: fold_in(PRNGKey(seed), s)",
+        "data": {k: v for k, v in ds.meta.items()},
+        "stop": f"after gn_steps, at train RMSE < train_tol, or at a non-finite step",
+        "still_descending": f"ran all gn_steps and the loss fell by more than {DESCENT_RTOL:.0%} over the last tenth",
+        "runs": n_runs,
+        "diverged_runs": int(out["diverged"].sum()),
+    }
+    return out
+
+
+register(Experiment(
+    name=NAME,
+    doc="Damped Gauss-Newton on the quintic, many seeds per damping value (main paper Fig. 9).",
+    params={
+        "scale": Param.scale(),
+        "seeds": Param.integer(None, minimum=1, allow_none=True,
+                               doc="initialisations per damping value (None: from scale)"),
+        "dampings": Param(None, "float", minimum=0.0, strict_minimum=True, many=True, allow_none=True,
+                          doc="damping values lambda > 0, distinct (None: from scale); the plots use a log axis"),
+        "gn_steps": Param.integer(None, minimum=1, allow_none=True,
+                                  doc="most Gauss-Newton steps per run (None: from scale)"),
+        "lr": Param.positive(1.0, doc="step size eta of Eq. 6 (1 in the paper)"),
+        "train_tol": Param.nonnegative(1e-5, doc="a run stops once its train RMSE is below this (0: never)"),
+        "rmse_threshold": Param.positive(2.5, doc="runs with train RMSE above this are dropped from the "
+                                                  "test-RMSE statistics (2.5 in the paper)"),
+        "sample_dampings": Param(None, "float", minimum=0.0, strict_minimum=True, many=True, allow_none=True,
+                                        doc="dampings whose learnt functions are drawn; must be among dampings "
+                                     "(None: four spread over them)"),
+        "samples": Param.integer(None, minimum=1, allow_none=True,
+                                 doc="learnt functions drawn per damping, seeds 0..samples-1 (None: from scale)"),
+        "seed": Param.seed(0, doc="base seed of the initialisations"),
+    },
+    run=run,
+    check=_check,
+    version="1",
+))
+
+
+# ------------------------------------------------------------------------------ analysis
+def run_table(rec) -> dict:
+    """``{damping: {label: run}}`` with one dict per run, in the form
+    :func:`itlin.plotting.filter_runs` reads: ``status`` (``"completed"`` or ``"diverged at step
+    s"``), ``train/rmse``, ``test/rmse``, ``seed``, ``steps``."""
+    lams = np.asarray(rec["dampings"])
+    out = {}
+    for d, lam in enumerate(lams):
+        runs = {}
+        for s in range(rec["train_rmse"].shape[1]):
+            steps = int(rec["steps"][d, s])
+            status = f"diverged at step {steps}" if bool(rec["diverged"][d, s]) else "completed"
+            runs[f"seed={s}"] = {"status": status, "train/rmse": float(rec["train_rmse"][d, s]),
+                                 "test/rmse": float(rec["test_rmse"][d, s]), "seed": s, "steps": steps}
+        out[float(lam)] = runs
+    return out
+
+
+def filter_by_damping(rec, threshold: Optional[float] = None) -> dict:
+    """``{damping: FilteredRuns}``: the paper's rule per damping value, diverged runs and runs
+    with train RMSE over ``threshold`` (default: the record's ``rmse_threshold``) dropped."""
+    from ..plotting import filter_runs
+
+    thr = rec.params["rmse_threshold"] if threshold is None else threshold
+    return {lam: filter_runs(runs, metric="train/rmse", threshold=thr, drop_diverged=True)
+            for lam, runs in run_table(rec).items()}
+
+
+def train_traces(rec) -> np.ndarray:
+    """(D, S, T) train RMSE traces for plotting: a run that stopped at ``train_tol`` keeps its
+    final train RMSE for the remaining steps; a diverged run stays NaN after it stopped."""
+    tr = np.array(rec["train_rmse_trace"], dtype=float)
+    steps = np.asarray(rec["trace_steps"])
+    after = steps[None, None, :] >= np.asarray(rec["steps"])[:, :, None]
+    fill = (np.asarray(rec["reached_tol"])[:, :, None] & after)
+    tr[fill] = np.broadcast_to(np.asarray(rec["train_rmse"], float)[:, :, None], tr.shape)[fill]
+    return tr
+
+
+def kept_mask(rec, threshold: Optional[float] = None) -> np.ndarray:
+    """(D, S) boolean: the runs :func:`filter_by_damping` keeps."""
+    filt = filter_by_damping(rec, threshold)
+    mask = np.zeros(rec["train_rmse"].shape, bool)
+    for d, f in enumerate(filt.values()):
+        for label in f.kept:
+            mask[d, int(label.split("=")[1])] = True
+    return mask
+
+
+def summarize(rec, threshold: Optional[float] = None) -> list:
+    """One dict per damping value: run counts (``runs``, ``kept``, ``dropped_threshold``,
+    ``diverged``), statistics of the test RMSE over the kept runs (``mean``, ``median``, ``std``,
+    ``iqr``, ``min``, ``max``), the median train RMSE over all finite runs (``train_median``) and
+    over kept runs (``train_median_kept``), ``reached_tol`` / ``still_descending`` / ``stalled``
+    counts (stalled: ran the budget without reaching train_tol and without descending) and the
+    median number of GN steps."""
+    kept = kept_mask(rec, threshold)
+    filt = filter_by_damping(rec, threshold)
+    rows = []
+    for d, (lam, f) in enumerate(filt.items()):
+        te = rec["test_rmse"][d][kept[d]]
+        tr = rec["train_rmse"][d]
+        q = np.quantile(te, [0.25, 0.5, 0.75]) if te.size else np.full(3, np.nan)
+        div = rec["diverged"][d]
+        reached, desc = rec["reached_tol"][d], rec["still_descending"][d]
+        rows.append({
+            "damping": lam,
+            "runs": f.total,
+            "kept": len(f.kept),
+            "dropped_threshold": f.counts["threshold"],
+            "diverged": f.counts["diverged"],
+            "mean": float(te.mean()) if te.size else math.nan,
+            "median": float(q[1]),
+            "std": float(te.std(ddof=1)) if te.size > 1 else math.nan,
+            "iqr": float(q[2] - q[0]),
+            "min": float(te.min()) if te.size else math.nan,
+            "max": float(te.max()) if te.size else math.nan,
+            "train_median": float(np.median(tr[np.isfinite(tr)])) if np.isfinite(tr).any() else math.nan,
+            "train_median_kept": float(np.median(tr[kept[d]])) if kept[d].any() else math.nan,
+            "reached_tol": int(reached.sum()),
+            "still_descending": int(desc.sum()),
+            "stalled": int((~reached & ~desc & ~div).sum()),
+            "steps_median": float(np.median(rec["steps"][d])),
+        })
+    return rows
+
+
+def claim_check(rows: list) -> dict:
+    """The paper's claim in numbers: does the mean test RMSE fall, and the spread narrow, as
+    the damping grows?
+
+    Over the damping values with at least two kept runs: Spearman rank correlations of damping
+    with the mean, median, standard deviation and IQR of the test RMSE (``rho_*``, ``p_*``), the
+    first (smallest) and last (largest) damping's mean and std, the damping with the lowest mean,
+    and two verdicts: ``mean_falls`` (rho < 0 and last mean < first mean) and ``spread_narrows``
+    (rho < 0 and last std < first std). ``monotone_mean`` / ``monotone_std`` say whether every
+    step up in damping lowered them.
+    """
+    from scipy.stats import spearmanr
+
+    rows = sorted((r for r in rows if r["kept"] >= 2), key=lambda r: r["damping"])
+    out = {"dampings": [r["damping"] for r in rows]}
+    if len(rows) < 3:
+        out.update(enough=False)
+        return out
+    lam = np.log10([r["damping"] for r in rows])
+    for key in ("mean", "median", "std", "iqr"):
+        res = spearmanr(lam, [r[key] for r in rows])
+        out[f"rho_{key}"], out[f"p_{key}"] = float(res.statistic), float(res.pvalue)
+    first, last = rows[0], rows[-1]
+    best = min(rows, key=lambda r: r["mean"])
+    means = np.array([r["mean"] for r in rows])
+    stds = np.array([r["std"] for r in rows])
+    out.update(
+        enough=True,
+        first_damping=first["damping"], last_damping=last["damping"],
+        first_mean=first["mean"], last_mean=last["mean"], first_std=first["std"], last_std=last["std"],
+        first_min=first["min"], last_min=last["min"],
+        best_damping=best["damping"], best_mean=best["mean"],
+        mean_falls=bool(out["rho_mean"] < 0 and last["mean"] < first["mean"]),
+        spread_narrows=bool(out["rho_std"] < 0 and last["std"] < first["std"]),
+        monotone_mean=bool(np.all(np.diff(means) < 0)),
+        monotone_std=bool(np.all(np.diff(stds) < 0)),
+        mean_rises_after_best=[r["damping"] for r in rows if r["damping"] > best["damping"]
+                               and r["mean"] > best["mean"]],
+    )
+    return out
+
+
+__all__ = ["NAME", "SCALES", "claim_check", "filter_by_damping", "init_params", "kept_mask", "make_sweep",
+           "resolve_sizes", "run", "run_table", "summarize", "trace_steps", "train_traces"]

@@ -1,0 +1,152 @@
+"""Main paper Fig. 9 (itlin.experiments.fig9_damping): the damping sweep and its analysis."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from itlin import data, models, runner
+from itlin.experiments import ParameterError
+from itlin.experiments import fig9_damping as f9
+from itlin.gauss_newton import gauss_newton_fit
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return runner.run(f9.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"),
+                      progress=False, verbose=False)
+
+
+def test_tiny_scale_runs_and_returns_what_the_chapter_needs(tiny):
+    sizes = f9.SCALES["tiny"]
+    d, s, m = len(sizes["dampings"]), sizes["seeds"], sizes["samples"]
+    t = len(f9.trace_steps(sizes["gn_steps"]))
+    assert tiny.completed
+    for key in ("train_rmse", "test_rmse", "steps", "diverged", "reached_tol", "still_descending"):
+        assert tiny[key].shape == (d, s), key
+    assert tiny["train_rmse_trace"].shape == (d, s, t)
+    assert tiny["functions"].shape == (d, m, 1000)
+    assert tiny["x_test"].shape == tiny["y_test"].shape == (1000,)
+    assert tiny["x_train"].shape == tiny["y_train"].shape == (20,)
+    np.testing.assert_allclose(tiny["dampings"], sizes["dampings"])
+    assert tiny["sample_dampings"].shape == (f9.N_SAMPLE_DAMPINGS,)
+    assert tiny["diverged"].dtype == bool and tiny["steps"].max() <= sizes["gn_steps"]
+    # the sizes used are recorded
+    res = tiny.meta["resolved"]
+    assert res["seeds"] == s and res["gn_steps"] == sizes["gn_steps"] and res["samples"] == m
+    assert tiny.meta["dtype"] == "float64"
+    # the learnt functions are those of seeds 0..m-1: their test RMSE matches the record's
+    rmse = np.sqrt(np.mean((tiny["functions"] - tiny["y_test"]) ** 2, axis=-1))
+    np.testing.assert_allclose(rmse, tiny["test_rmse"][:, :m], rtol=1e-10)
+    # the trace starts at the initial loss (the same network for every damping) and ends where the run did
+    np.testing.assert_allclose(tiny["train_rmse_trace"][:, :, 0], tiny["train_rmse_trace"][:1, :, 0].repeat(d, 0))
+    done = ~tiny["diverged"] & ~tiny["reached_tol"]
+    last = tiny["train_rmse_trace"][:, :, -1]
+    assert np.all(np.isfinite(last[done]))
+    # analysis: one row per damping, the verdict's ingredients present
+    rows = f9.summarize(tiny)
+    assert [r["damping"] for r in rows] == sizes["dampings"]
+    assert all(r["kept"] + r["dropped_threshold"] + r["diverged"] == s for r in rows)
+    check = f9.claim_check(rows)
+    assert check["enough"] and {"rho_mean", "rho_std", "mean_falls", "spread_narrows"} <= set(check)
+
+
+def test_vmapped_sweep_equals_one_run_alone():
+    with jax.enable_x64(True):
+        ds = data.load("quintic")
+        x, y = jnp.asarray(ds.x_train, jnp.float64), jnp.asarray(ds.y_train, jnp.float64)
+        xt, yt = jnp.asarray(ds.x_test, jnp.float64), jnp.asarray(ds.y_test, jnp.float64)
+        model = models.mlp()
+        params = f9.init_params(model, x, 3, seed=5)
+        steps, lam, pick = 12, 10.0, 2
+        sweep = f9.make_sweep(model, x, y, xt, yt, gn_steps=steps, lr=1.0, train_tol=0.0, samples=3)
+        batched = sweep(params, lam)
+        alone = jax.tree_util.tree_map(lambda a: a[pick], params)
+        # the same run with the library alone: no vmap, damping a Python float
+        apply = model.bind()
+        p, trace = gauss_newton_fit(apply, alone, x, y, steps, damping=lam, lr=1.0, ntk_fn=model.ntk_fn)
+        test_rmse = float(jnp.sqrt(jnp.mean((apply(p, xt) - yt) ** 2)))
+        train_rmse = float(jnp.sqrt(jnp.mean((apply(p, x) - y) ** 2)))
+        outputs = np.asarray(apply(p, xt))[:, 0]
+        single = sweep(jax.tree_util.tree_map(lambda a: a[None], alone), lam)
+    assert outputs.dtype == np.float64
+    assert int(trace.steps) == steps and not bool(trace.diverged)
+    np.testing.assert_allclose(batched["test_rmse"][pick], test_rmse, rtol=1e-10)
+    np.testing.assert_allclose(batched["train_rmse"][pick], train_rmse, rtol=1e-10)
+    np.testing.assert_allclose(batched["functions"][pick], outputs, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(batched["train_rmse_trace"][pick],
+                               np.sqrt(2 * np.asarray(trace.loss)[f9.trace_steps(steps)] / 20), rtol=1e-10)
+    for key in ("train_rmse", "test_rmse", "train_rmse_trace"):
+        np.testing.assert_allclose(single[key][0], batched[key][pick], rtol=1e-10)
+    assert single["steps"][0] == batched["steps"][pick] == steps
+
+
+class _FakeRecord:
+    """The few fields filter_by_damping / summarize read, with chosen values."""
+
+    def __init__(self, train, diverged, threshold):
+        train = np.asarray(train, float)
+        self.arrays = {"dampings": np.array([1e-3, 1.0]), "train_rmse": train, "test_rmse": train + 0.1,
+                       "diverged": np.asarray(diverged, bool), "steps": np.full(train.shape, 7),
+                       "reached_tol": np.zeros(train.shape, bool), "still_descending": np.zeros(train.shape, bool)}
+        self.params = {"rmse_threshold": threshold}
+
+    def __getitem__(self, key):
+        return self.arrays[key]
+
+
+def test_dropping_rule_drops_exactly_runs_over_the_threshold_and_diverged_ones():
+    train = [[0.1, 2.5, 2.5000001, 40.0, np.nan], [1.0, 3.0, 0.2, 2.4, 0.3]]
+    diverged = [[False, False, False, False, False], [False, False, False, False, True]]
+    rec = _FakeRecord(train, diverged, threshold=2.5)
+    kept = f9.kept_mask(rec)
+    t = np.asarray(train)
+    expected = (t <= 2.5) & ~np.asarray(diverged)  # NaN compares False: dropped (counted as diverged)
+    np.testing.assert_array_equal(kept, expected)
+    rows = f9.summarize(rec)
+    assert [(r["kept"], r["dropped_threshold"], r["diverged"]) for r in rows] == [(2, 2, 1), (3, 1, 1)]
+    # statistics over the kept runs only
+    assert rows[1]["mean"] == pytest.approx(np.mean([1.1, 0.3, 2.5]))
+    # another threshold given explicitly
+    np.testing.assert_array_equal(f9.kept_mask(rec, threshold=1.0), (t <= 1.0) & ~np.asarray(diverged))
+
+
+def test_the_real_records_drop_rule(tiny):
+    thr = float(np.median(tiny["train_rmse"]))
+    kept = f9.kept_mask(tiny, threshold=thr)
+    np.testing.assert_array_equal(kept, (tiny["train_rmse"] <= thr) & ~tiny["diverged"])
+    assert 0 < kept.sum() < kept.size
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"dampings": [1.0, -0.1]}, "dampings"),
+    ({"dampings": [0.0, 1.0]}, "dampings"),
+    ({"dampings": [1.0, 1.0]}, "distinct"),
+    ({"dampings": [None, 1.0]}, "dampings"),
+    ({"seeds": 0}, "seeds"),
+    ({"gn_steps": 0}, "gn_steps"),
+    ({"lr": 0}, "lr"),
+    ({"rmse_threshold": -1}, "rmse_threshold"),
+    ({"sample_dampings": [0.5], "scale": "tiny"}, "sample_dampings"),
+    ({"samples": 9, "seeds": 4}, "samples"),
+    ({"scale": "huge"}, "scale"),
+    ({"damping": [1.0]}, "did you mean 'dampings'"),
+])
+def test_bad_parameters_fail_before_anything_runs(params, needle, tmp_path):
+    with pytest.raises(ParameterError, match=needle):
+        runner.run(f9.NAME, params, results_dir=tmp_path, progress=False, verbose=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_scale_fills_in_only_what_is_not_given():
+    exp = runner.plan(f9.NAME, {}).experiment
+    sizes = f9.resolve_sizes(exp.resolve({"scale": "tiny", "seeds": 2}))
+    assert sizes["seeds"] == 2 and sizes["samples"] == 2  # samples clipped to seeds when not given
+    assert sizes["gn_steps"] == f9.SCALES["tiny"]["gn_steps"]
+    sizes = f9.resolve_sizes(exp.resolve({"dampings": [1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0]}))
+    assert sizes["sample_dampings"] == [1e-3, 1e-1, 1.0, 100.0]  # smallest, largest, two spread between
+    sizes = f9.resolve_sizes(exp.resolve({"dampings": [3.0, 1.0]}))
+    assert sizes["sample_dampings"] == [1.0, 3.0]
+    assert all(math.isfinite(v) for v in f9.SCALES["paper"]["dampings"])
