@@ -150,3 +150,35 @@ def test_scale_fills_in_only_what_is_not_given():
     sizes = f9.resolve_sizes(exp.resolve({"dampings": [3.0, 1.0]}))
     assert sizes["sample_dampings"] == [1.0, 3.0]
     assert all(math.isfinite(v) for v in f9.SCALES["paper"]["dampings"])
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_an_interrupted_sweep_resumes_at_the_damping_it_had_reached(tiny, tmp_path, monkeypatch):
+    real = f9.make_sweep
+    calls, crash = [], [True]
+
+    def make_sweep(*args, **kwargs):
+        sweep = real(*args, **kwargs)
+
+        def interrupted(params, damping):
+            calls.append(damping)
+            if len(calls) == 2 and crash[0]:
+                raise _Crash("the process dies here")
+            return sweep(params, damping)
+
+        return interrupted
+
+    monkeypatch.setattr(f9, "make_sweep", make_sweep)
+    with pytest.raises(_Crash):
+        runner.run(f9.NAME, {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+    plan = runner.plan(f9.NAME, {"scale": "tiny"}, results_dir=tmp_path)
+    assert len(list((plan.path / runner.WORK_DIR).glob("stage-*.npz"))) == 1
+    calls.clear()
+    crash[0] = False
+    rec = runner.run(f9.NAME, {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+    assert calls == f9.SCALES["tiny"]["dampings"][1:]  # the first damping came from its stage file
+    for key in ("train_rmse", "test_rmse", "steps", "train_rmse_trace", "functions"):
+        np.testing.assert_array_equal(rec[key], tiny[key])
