@@ -1,0 +1,350 @@
+"""The book's demo machinery (itlin.widgets, the quintic_demo experiment), the derivation checks
+(itlin.derivations) and the K-spectrum schematic (itlin.diagrams)."""
+
+import io
+import json
+import math
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from itlin import derivations, diagrams, models, runner, widgets  # noqa: E402
+from itlin.experiments import quintic_demo  # noqa: E402
+
+
+# ------------------------------------------------------------------------------ static demo
+def _png(color="C0"):
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1], [0, 1], color=color)
+    return widgets.figure_to_png(fig, dpi=30)
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+        self.scripts = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def _parse(text):
+    p = _Tags()
+    p.feed(text)
+    return p
+
+
+def _grid_demo(**kw):
+    Ks, lrs = [1, 10, math.inf], [0.001, 0.01]
+    frames = {(K, lr): _png(f"C{i}") for i, (K, lr) in enumerate((K, lr) for K in Ks for lr in lrs)}
+    captions = {key: f"setting {key[0]} / {key[1]}" for key in frames}
+    sliders = [widgets.Slider("K", Ks, ["1", "10", "∞"], initial=10), widgets.Slider("learning rate", lrs)]
+    return widgets.static_demo(frames, sliders, captions=captions, html_only=True, **kw), Ks, lrs
+
+
+def test_static_demo_has_the_wrapper_sliders_and_one_frame_per_setting():
+    text, Ks, lrs = _grid_demo(title="demo")
+    p = _parse(text)
+    wrappers = [a for t, a in p.tags if t == "div" and a.get("class") == "itlin-static-demo"]
+    assert len(wrappers) == 1 and wrappers[0]["id"].startswith("itlin-demo-")
+    assert 'class="itlin-static-demo"' in text and text.count('<input type="range"') == 2
+    ranges = [a for t, a in p.tags if t == "input"]
+    assert [r["max"] for r in ranges] == [str(len(Ks) - 1), str(len(lrs) - 1)]
+    assert ranges[0]["value"] == "1"  # initial K = 10 is the second value
+    imgs = [a for t, a in p.tags if t == "img"]
+    assert len(imgs) == len(Ks) * len(lrs)
+    assert sorted(i["data-key"] for i in imgs) == sorted(f"{a}-{b}" for a in range(3) for b in range(2))
+    assert all(i["src"].startswith("data:image/png;base64,") for i in imgs)
+    shown = [i["data-key"] for i in imgs if "block" in i["style"]]
+    assert shown == ["1-0"]  # without JavaScript the initial frame is visible
+    assert "setting 10 / 0.001" in text and "∞" in text
+
+
+def test_static_demo_ids_are_unique_when_shown_twice():
+    a, _, _ = _grid_demo()
+    b, _, _ = _grid_demo()
+    ida = re.findall(r'id="(itlin-demo-[0-9a-f]+)"', a)
+    idb = re.findall(r'id="(itlin-demo-[0-9a-f]+)"', b)
+    assert len(ida) == len(idb) == 1 and ida != idb
+    assert json.dumps(ida[0]) in a and json.dumps(idb[0]) not in a  # each script looks up only its own root
+
+
+def test_static_demo_rejects_incomplete_or_foreign_grids_and_bad_frames():
+    png = _png()
+    with pytest.raises(ValueError, match="no frame for 1 of the 2"):
+        widgets.static_demo({1: png}, {"K": [1, 2]})
+    with pytest.raises(ValueError, match="no slider offers"):
+        widgets.static_demo({1: png, 2: png, 3: png}, {"K": [1, 2]})
+    with pytest.raises(ValueError, match="has 1 entries for 2 sliders"):
+        widgets.static_demo({1: png}, {"K": [1], "lr": [0.1]})
+    with pytest.raises(ValueError, match="PNG or an SVG"):
+        widgets.static_demo({1: b"GIF89a"}, {"K": [1]})
+    with pytest.raises(ValueError, match="repeated values"):
+        widgets.Slider("K", [1, 1.0])
+    with pytest.raises(ValueError, match="initial value"):
+        widgets.Slider("K", [1, 2], initial=3)
+
+
+def test_static_demo_accepts_figures_svg_and_inf_spelled_as_text():
+    fig, ax = plt.subplots(figsize=(1, 1))
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
+    html = widgets.static_demo({math.inf: fig, 1: svg}, {"K": [1, "inf"]}, html_only=True)
+    assert "data:image/svg+xml;base64," in html and "data:image/png;base64," in html
+    assert widgets.format_value(math.inf) == "∞" and widgets.format_value(0.003) == "0.003"
+    obj = widgets.static_demo({1: svg}, {"K": [1]})
+    assert 'class="itlin-static-demo"' in obj.data
+
+
+def test_figure_to_png_is_a_png_and_the_palette_makes_it_smaller():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.imshow(np.linspace(0, 1, 400).reshape(20, 20))
+    full = widgets.figure_to_png(fig, dpi=60, close=False, palette=False)
+    small = widgets.figure_to_png(fig, dpi=60, palette=True)
+    assert full.startswith(b"\x89PNG") and small.startswith(b"\x89PNG")
+    assert len(small) <= len(full)
+
+
+_DOM_SHIM = r"""
+// A minimal DOM: enough for the demo's script (no browser needed).
+const spec = JSON.parse(process.argv[2]);
+function el(attrs) {
+  return {attrs, style: {display: attrs.style && attrs.style.includes("block") ? "block" : "none"},
+          textContent: "", value: attrs.value, listeners: {},
+          getAttribute(k) { return this.attrs[k]; },
+          addEventListener(t, f) { this.listeners[t] = f; }};
+}
+const inputs = spec.inputs.map(el), outputs = spec.outputs.map(el), imgs = spec.imgs.map(el);
+const caption = el({});
+const root = {querySelectorAll(sel) {
+                if (sel.startsWith("input")) return inputs;
+                if (sel.startsWith("output")) return outputs;
+                if (sel.startsWith("img")) return imgs;
+                return []; },
+              querySelector(sel) { return caption; }};
+global.document = {getElementById(id) { return id === spec.id ? root : null; }};
+eval(spec.script);
+const shown = () => imgs.filter(i => i.style.display === "block").map(i => i.attrs["data-key"]);
+const states = [[shown(), caption.textContent, outputs.map(o => o.textContent)]];
+inputs[0].value = "2"; inputs[0].listeners["input"]();
+inputs[1].value = "1"; inputs[1].listeners["input"]();
+states.push([shown(), caption.textContent, outputs.map(o => o.textContent)]);
+console.log(JSON.stringify(states));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_static_demo_script_swaps_frames_captions_and_labels(tmp_path):
+    text, _, _ = _grid_demo()
+    p = _parse(text)
+    spec = {"id": [a for t, a in p.tags if t == "div" and a.get("class") == "itlin-static-demo"][0]["id"],
+            "inputs": [a for t, a in p.tags if t == "input"], "outputs": [a for t, a in p.tags if t == "output"],
+            "imgs": [{k: v for k, v in a.items() if k != "src"} for t, a in p.tags if t == "img"],
+            "script": p.scripts[0]}
+    shim = tmp_path / "shim.js"
+    shim.write_text(_DOM_SHIM)
+    out = subprocess.run(["node", str(shim), json.dumps(spec)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (first, cap1, lab1), (second, cap2, lab2) = json.loads(out.stdout)
+    assert first == ["1-0"] and cap1 == "setting 10 / 0.001" and lab1 == ["10", "0.001"]
+    assert second == ["2-1"] and cap2 == "setting inf / 0.01" and lab2 == ["∞", "0.01"]
+
+
+# ------------------------------------------------------------------------------ live demo
+def test_live_demo_builds_selection_sliders_trains_on_change_and_caches():
+    import ipywidgets as W
+
+    calls = []
+
+    def run(K, lr):
+        calls.append((K, lr))
+        return {"K": K, "lr": lr}
+
+    def draw(result):
+        fig, ax = plt.subplots(figsize=(1, 1))
+        ax.set_title(str(result))
+        return fig
+
+    box = widgets.live_demo(run, draw, [widgets.Slider("K", [1, 10, math.inf]), widgets.Slider("lr", [0.1, 0.2])],
+                            description="test")
+    assert isinstance(box, W.VBox)
+    assert set(box.controls) == {"K", "lr"}
+    assert all(isinstance(c, W.SelectionSlider) and not c.continuous_update for c in box.controls.values())
+    assert calls == [(1, 0.1)]  # interactive_output draws the initial setting once
+    box.controls["K"].value = math.inf
+    assert calls[-1] == (math.inf, 0.1)
+    box.controls["K"].value = 1
+    assert len(calls) == 2  # cached
+    with pytest.raises(ValueError, match="identifier"):
+        widgets.live_demo(run, draw, {"learning rate": [0.1]})
+
+
+# ------------------------------------------------------------------------------ quintic demo experiment
+@pytest.fixture()
+def results_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("ITLIN_QUIET", "1")
+    return tmp_path / "results"
+
+
+def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(results_dir):
+    params = {"scale": "tiny", "Ks": [1, "inf"], "learning_rates": [0.01], "steps": 40, "evals": 4}
+    rec = runner.run("quintic_demo", params, verbose=False)
+    assert rec.completed and set(rec.runs) == {"K=1,lr=0.01", "K=inf,lr=0.01"}
+    again = runner.run("quintic_demo", params, verbose=False)
+    assert again.loaded
+    Ks, lrs = quintic_demo.grid(rec)
+    assert Ks == [1, math.inf] and lrs == [0.01]
+    frames, captions, runs = quintic_demo.frames(rec, dpi=30)
+    assert set(frames) == {(1, 0.01), (math.inf, 0.01)}
+    assert all(f.startswith(b"\x89PNG") for f in frames.values())
+    gd, lin = runs[(1, 0.01)], runs[(math.inf, 0.01)]
+    assert gd.feature_updates == 40 and lin.feature_updates == 0
+    assert gd.history.relin_steps == list(range(1, 41)) and lin.history.relin_steps == []
+    # K = 1: the linearised model is the network; K = inf: they differ after training
+    np.testing.assert_allclose(gd.f_lin, gd.f_net, atol=1e-5)
+    assert np.max(np.abs(lin.f_lin - lin.f_net)) > 1e-4
+    assert gd.x_grid.shape == gd.f_net.shape == (quintic_demo.GRID_POINTS,)
+    for key in ("train/loss", "train/loss_lin", "test/rmse", "step", "feature_updates"):
+        assert len(gd.history.evals[key]) == 5  # step 0 and 4 evaluations
+    assert "40 feature updates" in captions[(1, 0.01)] and "K = ∞" in captions[(math.inf, 0.01)]
+    html = widgets.static_demo(frames, {"K": Ks, "learning rate": lrs}, captions=captions, html_only=True)
+    assert html.count("<img data-key=") == 2
+
+
+def test_quintic_demo_parameters_follow_the_scale_and_are_validated():
+    from itlin.experiments import ParameterError, get
+
+    exp = get("quintic_demo")
+    p = quintic_demo.resolve(exp.resolve({"scale": "tiny"}))
+    assert p["Ks"] == quintic_demo.SCALES["tiny"]["Ks"] and p["steps"] == 300
+    p = quintic_demo.resolve(exp.resolve({"Ks": "[1, 10, inf]"}))
+    assert p["Ks"] == [1, 10, math.inf] and p["learning_rates"] == quintic_demo.SCALES["default"]["learning_rates"]
+    with pytest.raises(ParameterError):
+        exp.resolve({"Ks": [0]})
+    with pytest.raises(ParameterError, match="evals"):
+        exp.resolve({"steps": 10, "evals": 20})
+    assert quintic_demo.setting_tag(math.inf, 0.003) == "K=inf,lr=0.003"
+
+
+def test_quintic_demo_live_version_trains_through_itlin():
+    box = quintic_demo.live_demo(steps=10, Ks=[1, math.inf], learning_rates=[0.01], initial=(1, 0.01))
+    (run,) = box.results.values()
+    assert isinstance(run, quintic_demo.DemoRun) and run.steps == 10 and run.feature_updates == 10
+    fig = quintic_demo.plot_setting(run)
+    assert len(fig.axes) == 2
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ derivations
+@pytest.fixture()
+def small_problem():
+    with jax.enable_x64(True):
+        x = jnp.linspace(-2.0, 2.0, 6, dtype=jnp.float64)[:, None]
+        y = jnp.sin(2 * x)
+        net = models.mlp(width=8, depth=2)
+        params = derivations.to_float64(net.init(jax.random.PRNGKey(0), x)[0])
+        params = jax.tree_util.tree_map(lambda a: a + 0.1 * jnp.cos(jnp.arange(a.size).reshape(a.shape)), params)
+        yield net, params, x, y
+
+
+def test_to_float64_needs_x64():
+    with jax.enable_x64(False):
+        with pytest.raises(RuntimeError, match="jax_enable_x64"):
+            derivations.to_float64({"w": jnp.ones(2)})
+
+
+def test_linearised_gd_matches_the_closed_form_flow_to_first_order(small_problem):
+    net, params, x, y = small_problem
+    with jax.enable_x64(True):
+        from itlin import kernels
+
+        lam_max = float(jnp.linalg.eigvalsh(kernels.empirical_ntk(net.bind(), params, x))[-1])
+        cmp = derivations.gradient_flow_comparison(net, params, x, y, 0.01 / lam_max, [0, 10, 100])
+        assert cmp["path"].steps.tolist() == [0, 10, 100]
+        assert cmp["output_error"][0] < 1e-12 and cmp["param_error"][0] == 0.0
+        assert np.all(cmp["output_error"][1:] < 1e-2) and np.all(cmp["param_error"][1:] < 1e-2)
+        assert cmp["path"].loss[-1] < cmp["path"].loss[0]
+        study = derivations.step_size_study(net, params, x, y, 20.0 / lam_max, [100, 200, 400])
+        assert abs(study["output_order"] - 1) < 0.05 and abs(study["param_order"] - 1) < 0.05
+        assert np.all(np.diff(study["output_error"]) < 0)
+
+
+def test_linearised_gd_reports_divergence(small_problem):
+    net, params, x, y = small_problem
+    with jax.enable_x64(True):
+        with pytest.raises(FloatingPointError, match="diverged"):
+            derivations.linearised_gd_path(net, params, x, y, 1e3, [2000])
+
+
+def test_linearised_gd_converges_to_the_gauss_newton_step_and_damping_solves_the_ridge_problem(small_problem):
+    net, params, x, y = small_problem
+    with jax.enable_x64(True):
+        from itlin import kernels
+        from itlin.gauss_newton import gauss_newton_direction
+
+        lam = np.linalg.eigvalsh(np.asarray(kernels.empirical_ntk(net.bind(), params, x)))
+        lam = lam[lam > lam[-1] * 1e-10]
+        eta = 0.5 / lam[-1]
+        n = int(30 / (eta * lam[0]))
+        res = derivations.gd_to_gauss_newton(net, params, x, y, eta, [0, n // 3, n])
+        assert res["distance"][0] == pytest.approx(1.0)
+        assert res["distance"][-1] < 1e-8 and res["distance"][1] < 1e-2
+        np.testing.assert_allclose(res["distance"][1:], res["flow_distance"][1:], rtol=0.5, atol=1e-10)
+        d, _ = gauss_newton_direction(net.bind(), params, x, y, damping=0.1)
+        assert derivations.ridge_gradient_norm(net.bind(), params, d, x, y, 0.1) < 1e-10
+        assert derivations.ridge_gradient_norm(net.bind(), params, d, x, y, 1.0) > 1e-3
+
+
+def test_loglog_slope_and_time_call():
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    assert derivations.loglog_slope(x, 3 * x ** 2) == pytest.approx(2.0)
+    assert math.isnan(derivations.loglog_slope([1.0], [1.0]))
+    f = jax.jit(lambda a: a @ a)
+    t = derivations.time_call(f, jnp.ones((8, 8)), repeats=4)
+    assert len(t.times) == 4 and t.best <= t.median and t.first > 0
+    with pytest.raises(ValueError):
+        derivations.time_call(f, jnp.ones((2, 2)), repeats=0)
+
+
+def test_gauss_newton_cost_times_both_forms_and_they_agree():
+    with jax.enable_x64(True):
+        x = jnp.linspace(-1.0, 1.0, 5, dtype=jnp.float64)[:, None]
+        y = x ** 3
+        cost = derivations.gauss_newton_cost(x, y, [2, 6], depth=2, max_primal_params=40, repeats=1, min_seconds=0.0)
+    assert cost["params"].tolist() == [13, 61]
+    assert np.all(cost["kernel"] > 0) and np.all(cost["kernel_closed_form"] > 0)
+    assert cost["primal"][0] > 0 and math.isnan(cost["primal"][1])
+    assert cost["max_difference"][0] < 1e-9 and math.isnan(cost["max_difference"][1])
+
+
+# ------------------------------------------------------------------------------ diagrams
+def test_k_spectrum_schematic_draws_two_panels_with_the_infinity_tick():
+    fig = diagrams.k_spectrum(steps=1000, k_converge=50)
+    ax_top, ax_bottom = fig.axes
+    labels = [t.get_text() for t in ax_bottom.get_xticklabels()]
+    assert labels[0] == "1" and labels[-1] == r"$\infty$"
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=40)
+    assert buf.getvalue().startswith(b"\x89PNG")
+    plt.close(fig)
