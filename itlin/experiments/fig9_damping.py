@@ -319,11 +319,12 @@ def kept_mask(rec, threshold: Optional[float] = None) -> np.ndarray:
 
 def summarize(rec, threshold: Optional[float] = None) -> list:
     """One dict per damping value: run counts (``runs``, ``kept``, ``dropped_threshold``,
-    ``diverged``), statistics of the test RMSE over the kept runs (``mean``, ``median``, ``std``,
-    ``iqr``, ``min``, ``max``), the median train RMSE over all finite runs (``train_median``) and
+    ``diverged``), statistics of the test RMSE over the kept runs (``mean``, ``median``, ``std``
+    (sample standard deviation), ``sem`` (standard error of the mean), ``iqr``, ``min``, ``max``), the median train RMSE over all finite runs (``train_median``) and
     over kept runs (``train_median_kept``), ``reached_tol`` / ``still_descending`` / ``stalled``
-    counts (stalled: ran the budget without reaching train_tol and without descending) and the
-    median number of GN steps."""
+    counts (stalled: ran the budget without reaching train_tol and without descending), the
+    median number of GN steps of all runs (``steps_median``) and of the runs that reached
+    train_tol (``steps_to_tol_median``, NaN if none did)."""
     kept = kept_mask(rec, threshold)
     filt = filter_by_damping(rec, threshold)
     rows = []
@@ -342,6 +343,7 @@ def summarize(rec, threshold: Optional[float] = None) -> list:
             "mean": float(te.mean()) if te.size else math.nan,
             "median": float(q[1]),
             "std": float(te.std(ddof=1)) if te.size > 1 else math.nan,
+            "sem": float(te.std(ddof=1) / math.sqrt(te.size)) if te.size > 1 else math.nan,
             "iqr": float(q[2] - q[0]),
             "min": float(te.min()) if te.size else math.nan,
             "max": float(te.max()) if te.size else math.nan,
@@ -351,6 +353,7 @@ def summarize(rec, threshold: Optional[float] = None) -> list:
             "still_descending": int(desc.sum()),
             "stalled": int((~reached & ~desc & ~div).sum()),
             "steps_median": float(np.median(rec["steps"][d])),
+            "steps_to_tol_median": float(np.median(rec["steps"][d][reached])) if reached.any() else math.nan,
         })
     return rows
 
@@ -364,7 +367,9 @@ def claim_check(rows: list) -> dict:
     first (smallest) and last (largest) damping's mean and std, the damping with the lowest mean,
     and two verdicts: ``mean_falls`` (rho < 0 and last mean < first mean) and ``spread_narrows``
     (rho < 0 and last std < first std). ``monotone_mean`` / ``monotone_std`` say whether every
-    step up in damping lowered them.
+    step up in damping lowered them; ``mean_rises`` lists the dampings whose mean is above the
+    previous (next smaller) damping's by more than two standard errors of the difference (rises
+    beyond run-to-run noise), ``mean_rises_within_noise`` the other rises.
     """
     from scipy.stats import spearmanr
 
@@ -393,6 +398,10 @@ def claim_check(rows: list) -> dict:
         monotone_std=bool(np.all(np.diff(stds) < 0)),
         mean_rises_after_best=[r["damping"] for r in rows if r["damping"] > best["damping"]
                                and r["mean"] > best["mean"]],
+        mean_rises=[b["damping"] for a, b in zip(rows, rows[1:])
+                    if b["mean"] - a["mean"] > 2 * math.hypot(a["sem"], b["sem"])],
+        mean_rises_within_noise=[b["damping"] for a, b in zip(rows, rows[1:])
+                                 if 0 < b["mean"] - a["mean"] <= 2 * math.hypot(a["sem"], b["sem"])],
     )
     return out
 
