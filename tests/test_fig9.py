@@ -182,3 +182,27 @@ def test_an_interrupted_sweep_resumes_at_the_damping_it_had_reached(tiny, tmp_pa
     assert calls == f9.SCALES["tiny"]["dampings"][1:]  # the first damping came from its stage file
     for key in ("train_rmse", "test_rmse", "steps", "train_rmse_trace", "functions"):
         np.testing.assert_array_equal(rec[key], tiny[key])
+
+
+def _row(lam, mean, std, kept=30):
+    return {"damping": lam, "kept": kept, "mean": mean, "median": mean, "std": std, "iqr": std,
+            "sem": std / math.sqrt(kept), "min": mean - std, "max": mean + 3 * std}
+
+
+def test_claim_check_on_made_up_statistics():
+    falling = [_row(1e-4, 2.0, 1.0), _row(1e-2, 1.0, 0.5), _row(1.0, 0.5, 0.1), _row(100.0, 0.2, 0.05)]
+    c = f9.claim_check(list(reversed(falling)))  # the order of the rows does not matter
+    assert c["enough"] and c["mean_falls"] and c["spread_narrows"] and c["monotone_mean"]
+    assert c["rho_mean"] == pytest.approx(-1.0) and c["rho_std"] == pytest.approx(-1.0)
+    assert c["first_damping"] == 1e-4 and c["best_damping"] == 100.0 and c["mean_rises"] == []
+    rising = [_row(r["damping"], 3.0 - r["mean"], 1.2 - r["std"]) for r in falling]
+    c = f9.claim_check(rising)
+    assert not c["mean_falls"] and not c["spread_narrows"]
+    # a rise within two standard errors is noise, a larger one is not
+    bumpy = [_row(1e-4, 1.0, 0.3), _row(1e-2, 1.05, 0.3), _row(1.0, 0.5, 0.1), _row(100.0, 0.9, 0.1)]
+    c = f9.claim_check(bumpy)
+    assert c["mean_rises"] == [100.0] and c["mean_rises_within_noise"] == [1e-2]
+    assert c["mean_falls"] and not c["monotone_mean"]
+    # runs with fewer than two kept runs do not count; fewer than three dampings: nothing to test
+    assert f9.claim_check([_row(1.0, 1.0, 0.1), _row(2.0, 0.5, 0.1), _row(3.0, 0.1, 0.1, kept=1)]) == \
+        {"dampings": [1.0, 2.0], "enough": False}

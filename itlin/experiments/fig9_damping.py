@@ -232,7 +232,7 @@ def run(p: dict, ctx) -> dict:
         "model": model.meta,
         "init": "flax default (LeCun-normal weights, zero biases); seed s: fold_in(PRNGKey(seed), s)",
         "data": {k: v for k, v in ds.meta.items()},
-        "stop": f"after gn_steps, at train RMSE < train_tol, or at a non-finite step",
+        "stop": "after gn_steps, at train RMSE < train_tol, or at a non-finite step",
         "still_descending": f"ran all gn_steps and the loss fell by more than {DESCENT_RTOL:.0%} over the last tenth",
         "runs": n_runs,
         "diverged_runs": int(out["diverged"].sum()),
