@@ -116,10 +116,6 @@ def _check(p: dict):
     resolve_sizes(p)
 
 
-def _sample_index(dampings, sample_dampings):
-    return [next(i for i, lam in enumerate(dampings) if math.isclose(lam, v, rel_tol=1e-9)) for v in sample_dampings]
-
-
 def trace_steps(gn_steps: int, points: int = TRACE_POINTS) -> np.ndarray:
     """About ``points`` log-spaced step counts in ``[0, gn_steps - 1]`` (both included)."""
     idx = np.unique(np.round(np.geomspace(1, gn_steps, points)).astype(np.int64) - 1)
