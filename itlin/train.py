@@ -302,11 +302,16 @@ class IterativeLinearisation:
 
     def uses_device_loop(self, state: TrainState, x) -> bool:
         """Whether chunks run as one compiled loop (``loop="device"``) or as one compiled call
-        per step (``"host"``). ``"auto"`` picks the host loop for networks with convolutions:
-        XLA:CPU runs convolution gradients inside a compiled loop 15-40x slower than at the top
-        level of a program, while a per-step call costs only dispatch."""
+        per step (``"host"``). ``"auto"`` picks the host loop for networks with convolutions on
+        the CPU: XLA:CPU runs convolution gradients inside a compiled loop 15-40x slower than at
+        the top level of a program, while a per-step call costs only dispatch. On accelerators
+        it always picks the device loop."""
         if self.loop != "auto":
             return self.loop == "device"
+        devices = getattr(x, "devices", None)
+        platforms = {d.platform for d in devices()} if callable(devices) else {jax.default_backend()}
+        if platforms != {"cpu"}:
+            return True  # the slow path is XLA:CPU's; accelerators run compiled loops well
         if "uses_conv" not in self._fns:
             jaxpr = jax.make_jaxpr(lambda p: self.model.apply(p, x[:1], state.model_state))(state.params)
             self._fns["uses_conv"] = _has_primitive(jaxpr.jaxpr, "conv_general_dilated")
