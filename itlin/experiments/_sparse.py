@@ -1,0 +1,365 @@
+"""Shared pieces of the headline experiments on sparse feature updates (main paper Figs. 2, 3, 8).
+
+:mod:`~itlin.experiments.fig2_k_sweep`, :mod:`~itlin.experiments.fig3_augmentation` and
+:mod:`~itlin.experiments.fig8_adam` train the paper's LeNet on MNIST-1D (default), Fashion-MNIST
+or CIFAR-10 with iterative linearisation at several periods ``K``. This module holds what they
+share: the dataset and model choice, parameters that default from ``scale``, run summaries, the
+noise tolerance used to judge the paper's claims, and plotting helpers that show the number of
+feature updates (Definition 1) on every figure.
+
+Not an experiment module (its name starts with ``_``, so the registry does not import it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import Param
+
+#: datasets the headline experiments accept, and the LeNet each gets
+DATASETS = ("mnist1d", "fashion_mnist", "cifar10")
+IMAGE_DATASETS = ("fashion_mnist", "cifar10")
+
+#: the main paper's CIFAR-10 numbers (Section 4.1 and 4.3)
+PAPER = {
+    "fig3_k1": 0.823,          # K=1 with augmentation
+    "fig3_k5e6": 0.814,        # K=5e6 with augmentation
+    "fig8_sgd": 0.694,         # K=1 SGD
+    "fig8_adam_solved": 0.613,  # each linearisation solved with Adam, K=2e5
+    "fig8_adam": 0.70,         # plain Adam: "over 70%"
+}
+
+
+# ------------------------------------------------------------------------------ parameters
+def _check_dataset(name):
+    if name not in DATASETS:
+        raise ValueError(f"the headline experiments run on {', '.join(DATASETS)} (got {name!r})")
+    return name
+
+
+def dataset_param() -> Param:
+    return Param.dataset("mnist1d", check=_check_dataset,
+                         doc="mnist1d (1D LeNet), fashion_mnist or cifar10 (2D LeNet)")
+
+
+def from_scale(doc: str, kind: str = "int", many: bool = False, **kw) -> Param:
+    """A size-like parameter whose ``None`` default means "take it from ``scale``"."""
+    if kind == "period":
+        return Param(None, "period", many=many, allow_none=True, doc=doc, **kw)
+    if kind == "positive":
+        return Param(None, "float", minimum=0.0, strict_minimum=True, allow_none=True, doc=doc, **kw)
+    if kind == "fraction":
+        return Param(None, "float", minimum=0.0, maximum=0.999, allow_none=True, doc=doc, **kw)
+    return Param(None, "int", minimum=1, allow_none=True, doc=doc, **kw)
+
+
+def resolve(p: Mapping, table: Mapping[str, Mapping]) -> dict:
+    """``p`` with every ``None`` replaced by the value of ``table[p["scale"]]``.
+
+    The result is what the experiment runs with; experiments store it in their record's meta
+    (``meta["resolved"]``) and the chapters print it.
+    """
+    defaults = table[p["scale"]]
+    out = dict(p)
+    for key, value in defaults.items():
+        if out.get(key) is None:
+            out[key] = value
+    return out
+
+
+def versioned(version: str, scales: Mapping) -> str:
+    """``"<version>.<8 hex digits>"``: the experiment's version with a digest of its scale table,
+    so that changing a scale default (which changes the numbers of runs that left the parameter
+    at ``None``) also changes the runs' hash and stored results are not reused."""
+    import hashlib
+    import json
+
+    from .._io import jsonable
+
+    blob = json.dumps(jsonable(scales), sort_keys=True, separators=(",", ":"))
+    return f"{version}.{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+
+
+def fmt_K(K) -> str:
+    """``1``, ``150``, ``inf``, ``5e6``: a short spelling of a period for tags and legends."""
+    K = float(K)
+    if math.isinf(K):
+        return "inf"
+    K = int(K)
+    if K >= 10_000:
+        e = len(str(K)) - 1
+        m = K / 10 ** e
+        if m == int(m):
+            return f"{int(m)}e{e}"
+    return str(K)
+
+
+def K_label(K) -> str:
+    """``K=150`` or ``K=∞`` for plots."""
+    return "K=∞" if math.isinf(float(K)) else f"K={fmt_K(K)}"
+
+
+def as_K(value) -> float:
+    """A period as stored in a record's meta (``"inf"`` for infinity) back to a number."""
+    return math.inf if str(value) == "inf" else float(value)
+
+
+# ------------------------------------------------------------------------------ data and models
+def load_data(dataset: str, n_train: int, n_test: int, seed: int):
+    """The dataset with class-balanced subsets of at most ``n_train``/``n_test`` examples
+    (values above a split's size keep the whole split)."""
+    from .. import data
+
+    full = data.load(dataset)
+    n_tr = None if n_train is None or n_train >= full.n_train else int(n_train)
+    n_te = None if n_test is None or n_test >= full.n_test else int(n_test)
+    return full.subset(n_tr, n_te, seed=seed) if (n_tr or n_te) else full
+
+
+def model_for(dataset: str, channels: int, num_outputs: int = 10):
+    """The main paper's LeNet (two convolutions of kernel 5, dense 120 and 84): the 1-D variant
+    for MNIST-1D signals, the 2-D one for images."""
+    from .. import models
+
+    if dataset in IMAGE_DATASETS:
+        return models.lenet(num_outputs=num_outputs, channels=channels)
+    return models.lenet1d(num_outputs=num_outputs, channels=channels)
+
+
+def augmenter(dataset: str, *, pad: int = 4, flip: bool = True, max_shift: int = 4):
+    """The augmentation of main paper Fig. 3: random crops of the zero-padded image and random
+    horizontal flips for images; for MNIST-1D signals, random circular shifts by up to
+    ``max_shift`` positions (:func:`itlin.augment.augment_1d`), the 1-D analogue of a crop."""
+    from functools import partial
+
+    from .. import augment
+
+    if dataset in IMAGE_DATASETS:
+        return partial(augment.augment, pad=int(pad), flip=bool(flip))
+    return partial(augment.augment_1d, max_shift=int(max_shift))
+
+
+def init_params(model, x, seed: int):
+    import jax
+
+    params, model_state = model.init(jax.random.PRNGKey(seed), x[:2])
+    return params, model_state
+
+
+def schedule(K, steps: int):
+    """The relinearisation schedule of period ``K`` over a run of ``steps`` steps, without a
+    relinearisation after the very last step.
+
+    That one would change nothing in training (no step follows it) but would replace, at the
+    final evaluation, the linearised model that training produced by the network at the same
+    parameters: the end of the run would show the network instead of the model being trained.
+    So ``K = 1`` and ``K = inf`` are :class:`~itlin.schedules.FixedPeriod`; any other ``K``
+    relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`~itlin.schedules.AtSteps`),
+    giving ``ceil(steps / K) - 1`` feature updates.
+    """
+    from ..schedules import AtSteps, FixedPeriod
+
+    K = float(K)
+    if K == 1 or math.isinf(K):
+        return FixedPeriod(math.inf if math.isinf(K) else 1)
+    return AtSteps(range(int(K), int(steps), int(K)))
+
+
+def sgd(learning_rate: float, momentum: float):
+    """SGD, with heavy-ball momentum when ``momentum > 0``."""
+    import optax
+
+    return optax.sgd(learning_rate, momentum=momentum if momentum else None)
+
+
+def eval_sets(ds, n_eval_train: int) -> dict:
+    """``{"train": first n_eval_train training examples, "test": the test set}`` for ``fit``.
+
+    The training subset is class-balanced (:meth:`itlin.data.Dataset.subset`)."""
+    if n_eval_train >= ds.n_train:
+        tr = (ds.x_train, ds.y_train)
+    else:
+        sub = ds.subset(n_train=int(n_eval_train))
+        tr = (sub.x_train, sub.y_train)
+    return {"train": tr, "test": (ds.x_test, ds.y_test)}
+
+
+def data_meta(ds, model) -> dict:
+    return {"dataset": ds.name, "n_train": ds.n_train, "n_test": ds.n_test,
+            "input_shape": list(ds.input_shape), "model": model.name,
+            "model_meta": {k: v for k, v in getattr(model, "meta", {}).items()}}
+
+
+# ------------------------------------------------------------------------------ summaries
+def final(history, key: str) -> float:
+    """The last evaluated value of ``key`` (NaN if none)."""
+    v = history.eval_array(key)
+    return float(v[-1]) if v.size else math.nan
+
+
+def run_summary(rec, tag: str) -> dict:
+    """What a chapter reports about one training run of ``rec``.
+
+    ``test``/``train``: accuracy of the model being trained (the linearised model; for ``K=1``
+    it is the network) at the last evaluation; ``test_net``/``train_net``: the network
+    ``f(theta_T)`` there; ``updates``: feature updates (Definition 1); ``status``.
+    """
+    h = rec.history(tag)
+    r = rec.runs[tag]
+    return {
+        "tag": tag,
+        "steps": int(r["steps"]),
+        "updates": int(r["feature_updates"]),
+        "status": r["status"],
+        "diverged_at": r.get("diverged_at"),
+        "test": final(h, "test/accuracy_lin"),
+        "test_net": final(h, "test/accuracy"),
+        "train": final(h, "train/accuracy_lin"),
+        "train_net": final(h, "train/accuracy"),
+    }
+
+
+def tolerance(accuracy: float, n_test: int) -> float:
+    """Two standard errors of the difference of two accuracies near ``accuracy`` measured on
+    ``n_test`` examples each: ``2 * sqrt(2 p (1 - p) / n)``. Gaps below it are within the noise
+    of a finite test set (they say nothing about seeds, which would add more)."""
+    p = min(max(float(accuracy), 0.0), 1.0)
+    if not math.isfinite(p):
+        return math.nan
+    return 2.0 * math.sqrt(2.0 * p * (1.0 - p) / max(int(n_test), 1))
+
+
+def pct(x, digits: int = 1) -> str:
+    return "n/a" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.{digits}f}%"
+
+
+def pts(x, digits: int = 1) -> str:
+    """A difference of accuracies in percentage points."""
+    return "n/a" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):+.{digits}f} points"
+
+
+def claim(name: str, paper: str, measured: str, holds: Optional[bool], detail: str = "") -> dict:
+    return {"claim": name, "paper": paper, "measured": measured, "holds": holds, "detail": detail}
+
+
+def verdict_word(holds: Optional[bool]) -> str:
+    return {True: "holds", False: "**does not hold**", None: "undecided"}[holds]
+
+
+def claims_markdown(claims: Sequence[dict]) -> str:
+    """A Markdown table: claim, the paper, our measurement, verdict."""
+    lines = ["| claim | paper (CIFAR-10) | ours | verdict |", "| --- | --- | --- | --- |"]
+    for c in claims:
+        measured = c["measured"] + (f" ({c['detail']})" if c.get("detail") else "")
+        lines.append(f"| {c['claim']} | {c['paper']} | {measured} | {verdict_word(c['holds'])} |")
+    return "\n".join(lines)
+
+
+def bottom_line(claims: Sequence[dict]) -> str:
+    """One sentence: how many of the claims hold at these settings, naming those that do not."""
+    decided = [c for c in claims if c["holds"] is not None]
+    failed = [c["claim"] for c in decided if not c["holds"]]
+    undecided = [c["claim"] for c in claims if c["holds"] is None]
+    text = f"At these settings {len(decided) - len(failed)} of {len(claims)} claims hold"
+    if failed:
+        text += "; not holding: " + "; ".join(f"*{c}*" for c in failed)
+    if undecided:
+        text += "; undecided (a number was not finite): " + "; ".join(f"*{c}*" for c in undecided)
+    return text + "."
+
+
+def table_markdown(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt_value(v) -> str:
+    """A parameter value for a settings table: ``all`` for "the whole split" sizes, ``∞`` for
+    infinite periods, compact periods, lists joined by commas."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(fmt_value(x) for x in v)
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, str):
+        return "∞" if v == "inf" else v
+    if isinstance(v, float) and math.isinf(v):
+        return "∞"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1):
+        v = int(v)
+        if v >= 10 ** 9:
+            return "all"
+        return fmt_K(v) if v >= 10_000 else f"{v:,}"
+    return f"{v:g}"
+
+
+def settings_markdown(rows) -> str:
+    """``rows``: ``(what, this run's value, the paper-scale value, where the paper-scale value
+    comes from)``."""
+    return table_markdown(["setting", "this run", 'scale="paper"', "paper-scale source"],
+                          [[w, fmt_value(a), fmt_value(b), src] for w, a, b, src in rows])
+
+
+def status_note(s: dict) -> str:
+    return "" if s["status"] == "completed" else f" ({s['status']})"
+
+
+# ------------------------------------------------------------------------------ plotting
+def colours(Ks) -> dict:
+    """One colour per period, the same scheme in every chapter: ``K=1`` black, ``K=inf`` grey,
+    the finite large periods from the plasma colour map (purple for the smallest, orange for
+    the largest)."""
+    import matplotlib.pyplot as plt
+
+    Ks = sorted(set(float(K) for K in Ks))
+    finite = [K for K in Ks if math.isfinite(K) and K != 1]
+    out = {1.0: "black", math.inf: "0.55"}
+    out.update(zip(finite, plt.cm.plasma(np.linspace(0.15, 0.75, len(finite))) if finite else []))
+    return out
+
+
+def relin_marks(ax, history, *, x_scale: float = 1.0, color=None, max_marks: int = 200, y: float = 0.0,
+                size: float = 7.0):
+    """Short ticks along the bottom of ``ax`` at the steps after which the run relinearised
+    (its feature updates), drawn in the run's colour; nothing for runs that relinearise
+    more than ``max_marks`` times (``K = 1``: every step)."""
+    steps = np.asarray(history.relin_steps, dtype=float)
+    if steps.size == 0 or steps.size > max_marks or (steps.size > 1 and np.all(np.diff(steps) == 1)):
+        return None
+    trans = ax.get_xaxis_transform()
+    return ax.plot(steps / x_scale, np.full(steps.shape, y), linestyle="none", marker="|", markersize=size,
+                   markeredgewidth=1.6, color=color, transform=trans, clip_on=False)[0]
+
+
+def update_axis(ax, relin_steps, *, x_scale: float = 1.0, label: str = "feature updates", max_ticks: int = 12):
+    """A secondary x axis on top of ``ax`` counting the feature updates of one run: tick ``n``
+    sits at the step of its ``n``-th relinearisation."""
+    steps = np.asarray(relin_steps, dtype=float) / x_scale
+    top = ax.secondary_xaxis("top")
+    if steps.size == 0:
+        top.set_xticks([])
+    else:
+        idx = np.arange(steps.size)
+        stride = max(1, int(math.ceil(steps.size / max_ticks)))
+        keep = idx[(idx + 1) % stride == 0] if stride > 1 else idx
+        top.set_xticks(steps[keep])
+        top.set_xticklabels([str(i + 1) for i in keep])
+    top.set_xlabel(label)
+    return top
+
+
+def shared_legend(fig, ax, ncol: int = 2):
+    """One legend for all panels (they draw the same runs), under them, clear of the curves."""
+    handles, labels = ax.get_legend_handles_labels()
+    rows = max(1, math.ceil(len(labels) / ncol))
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+
+
+def legend_label(K, updates: int, extra: str = "") -> str:
+    """``K=150: 4 feature updates`` (plus ``extra``)."""
+    word = "feature update" if updates == 1 else "feature updates"
+    return f"{K_label(K)}{extra}: {updates:,} {word}"
