@@ -1,0 +1,238 @@
+"""The headline experiments (issue 6): main paper Figs. 2, 3 and 8.
+
+Tiny runs of each experiment return what its chapter needs (runs, histories, resolved settings,
+tables, claims, figures); dataset switching picks the 2-D LeNet; the paper-scale parameters
+resolve without running anything; bad parameters fail before any compute, naming the problem.
+"""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from itlin import runner  # noqa: E402
+from itlin.experiments import ParameterError  # noqa: E402
+from itlin.experiments import _sparse as S  # noqa: E402
+from itlin.experiments import fig2_k_sweep as fig2  # noqa: E402
+from itlin.experiments import fig3_augmentation as fig3  # noqa: E402
+from itlin.experiments import fig8_adam as fig8  # noqa: E402
+from itlin.schedules import AtSteps, FixedPeriod  # noqa: E402
+
+MODULES = {"fig2_k_sweep": fig2, "fig3_augmentation": fig3, "fig8_adam": fig8}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The three experiments at scale="tiny", run once for this module."""
+    root = tmp_path_factory.mktemp("results")
+    return {name: runner.run(name, {"scale": "tiny"}, results_dir=root, progress=False, verbose=False)
+            for name in MODULES}
+
+
+# ------------------------------------------------------------------------------ tiny runs
+@pytest.mark.slow
+def test_fig2_tiny_run_has_both_sweeps_the_control_and_the_rescaling(tiny):
+    rec = tiny["fig2_k_sweep"]
+    assert rec.completed
+    r = fig2.resolved(rec)
+    assert r["scale"] == "tiny" and r["rescale"] == 10 and r["Ks"] == [1, 10, "inf"]
+    assert r["minibatch_Ks"] == [1, 100, "inf"] and r["minibatch_steps"] == 10 * r["steps"]
+    assert math.isclose(r["minibatch_learning_rate"], r["learning_rate"] / 10)
+    assert set(rec.runs) == {"full K=1", "full K=10", "full K=inf", "full K=inf lr x10",
+                             "mini K=1", "mini K=100", "mini K=inf"}
+    rows = {s["tag"]: s for s in fig2.summary(rec)}
+    # no relinearisation after the last step: ceil(steps / K) - 1 feature updates
+    assert rows["full K=10"]["updates"] == math.ceil(r["steps"] / 10) - 1
+    assert rows["mini K=100"]["updates"] == math.ceil(10 * r["steps"] / 100) - 1
+    assert rows["full K=1"]["updates"] == r["steps"] and rows["full K=inf"]["updates"] == 0
+    assert rec.history("mini K=100").relin_steps == list(range(100, 10 * r["steps"], 100))
+    for s in rows.values():
+        assert 0.0 <= s["test"] <= 1.0 and 0.0 <= s["test_net"] <= 1.0 and 0.0 <= s["train"] <= 1.0
+    # K=1 trains the network itself: both models coincide
+    assert rows["full K=1"]["test"] == rows["full K=1"]["test_net"]
+    h = rec.history("full K=10")
+    for key in ("step", "feature_updates", "test/accuracy", "test/accuracy_lin", "train/accuracy_lin"):
+        assert h.eval_array(key).size == r["steps"] // r["eval_every"] + 1
+    claims = fig2.claims(rec)
+    names = [c["claim"] for c in claims]
+    assert any("catches up" in n for n in names) and any("falls short" in n for n in names)
+    assert any("mini-batch (lr /10" in n for n in names)
+    assert all(c["holds"] in (True, False, None) for c in claims)
+    md = fig2.claims_markdown(rec)
+    assert md.startswith("| claim |") and "At these settings" in md
+    assert "| full | K=∞, lr x10 |" in fig2.summary_markdown(rec)
+    assert "Fig. 2 caption" in fig2.settings_markdown(rec)
+    fig = fig2.figure(rec)
+    assert len(fig.axes) == 3
+    matplotlib.pyplot.close(fig)
+
+
+@pytest.mark.slow
+def test_fig3_tiny_run_records_network_and_linearised_accuracy(tiny):
+    rec = tiny["fig3_augmentation"]
+    assert rec.completed
+    r = fig3.resolved(rec)
+    assert "augment_1d" in r["augmentation"] and r["max_shift"] == 4
+    assert set(rec.runs) == {"K=1", "K=20", "K=inf"}
+    rows = {s["tag"]: s for s in fig3.summary(rec)}
+    assert rows["K=20"]["updates"] == math.ceil(r["steps"] / 20) - 1
+    h = rec.history("K=inf")
+    assert "test/accuracy" in h.evals and "test/accuracy_lin" in h.evals
+    # K=inf: the network at the trained weights is not the linearised model being trained
+    assert not np.allclose(h.eval_array("test/accuracy"), h.eval_array("test/accuracy_lin"))
+    claims = fig3.claims(rec)
+    assert [c["claim"] for c in claims] == ["with augmentation, a very large K ends close to K=1",
+                                           "K=∞ (no feature learning) falls short"]
+    assert "82.3%" in claims[0]["paper"] and "81.4%" in claims[0]["paper"]
+    fig = fig3.figure(rec)
+    assert len(fig.axes) >= 2
+    matplotlib.pyplot.close(fig)
+
+
+@pytest.mark.slow
+def test_fig8_tiny_run_has_three_runs_phases_and_claims(tiny):
+    rec = tiny["fig8_adam"]
+    assert rec.completed
+    r = fig8.resolved(rec)
+    assert r["reset_optimizer"] is True and r["K"] == 20
+    assert set(rec.runs) == {"SGD K=1", "Adam K=1", "Adam solved K=20"}
+    assert rec.meta["runs"]["Adam solved K=20"]["optimizer"] == "adam"
+    phases = fig8.phases(rec)
+    assert [(p["start"], p["end"]) for p in phases] == [(0, 20), (20, 40), (40, 60), (60, 80)]
+    # the evaluation read for a phase lies inside it, before its relinearisation
+    assert [p["eval_step"] for p in phases] == [15, 35, 55, 80]
+    names = [c["claim"] for c in fig8.claims(rec)]
+    assert names[0] == "each linearisation is solved before relinearising" and len(names) == 4
+    assert "61.3%" in fig8.claims_markdown(rec) and "69.4%" in fig8.claims_markdown(rec)
+    fig = fig8.figure(rec)
+    matplotlib.pyplot.close(fig)
+
+
+@pytest.mark.slow
+def test_tiny_results_are_loaded_not_recomputed(tiny, tmp_path):
+    rec = tiny["fig8_adam"]
+    again = runner.run("fig8_adam", {"scale": "tiny"}, results_dir=rec.path.parent.parent, progress=False,
+                       verbose=False)
+    assert again.loaded and again.hash == rec.hash
+
+
+# ------------------------------------------------------------------------------ datasets and models
+def test_dataset_switching_picks_the_2d_lenet_and_image_augmentation():
+    import jax
+
+    assert S.model_for("mnist1d", 4).name == "lenet1d"
+    for name in ("fashion_mnist", "cifar10"):
+        model = S.model_for(name, 4)
+        assert model.name == "lenet" and model.meta["channels"] == (4, 4)
+    key = jax.random.PRNGKey(0)
+    img = np.arange(2 * 8 * 8 * 1, dtype=np.float32).reshape(2, 8, 8, 1)
+    out = S.augmenter("fashion_mnist", pad=2, flip=True)(key, img)
+    assert out.shape == img.shape
+    sig = np.arange(3 * 40 * 1, dtype=np.float32).reshape(3, 40, 1)
+    shifted = np.asarray(S.augmenter("mnist1d", max_shift=4)(key, sig))
+    # circular shifts: every signal keeps its values
+    assert all(sorted(shifted[i, :, 0]) == sorted(sig[i, :, 0]) for i in range(3))
+
+
+@pytest.mark.slow
+def test_fashion_mnist_runs_with_the_2d_lenet(tmp_path):
+    from itlin import data
+
+    try:
+        data.load("fashion_mnist", download=False)
+    except Exception as err:  # noqa: BLE001 - not installed here
+        pytest.skip(f"Fashion-MNIST is not available offline ({err})")
+    rec = runner.run("fig3_augmentation", {"scale": "tiny", "dataset": "fashion-mnist", "Ks": [1, 5], "steps": 10,
+                                           "n_train": 256, "n_test": 100, "n_eval_train": 100},
+                     results_dir=tmp_path, progress=False, verbose=False)
+    assert rec.completed and rec.params["dataset"] == "fashion_mnist"
+    assert rec.meta["model"] == "lenet" and rec.meta["input_shape"] == [28, 28, 1]
+    assert "random crops" in rec.meta["resolved"]["augmentation"]
+    assert rec.runs["K=5"]["feature_updates"] == 1
+
+
+def test_load_data_keeps_whole_splits_for_large_sizes():
+    ds = S.load_data("mnist1d", 10 ** 9, 10 ** 9, 0)
+    assert (ds.n_train, ds.n_test) == (4000, 1000)
+    sub = S.load_data("mnist1d", 300, 200, 0)
+    assert (sub.n_train, sub.n_test) == (300, 200)
+    assert np.bincount(sub.y_train).min() == 30  # class-balanced
+
+
+# ------------------------------------------------------------------------------ paper scale
+def test_paper_scale_parameters_resolve_without_running():
+    p2 = fig2.paper_settings()
+    assert p2["dataset"] == "cifar10" and p2["channels"] == 50 and p2["momentum"] == 0.0
+    assert p2["learning_rate"] == 1e-3 and p2["learning_rate"] / p2["rescale"] == 1e-4
+    assert p2["Ks"][0] == 1 and math.isinf(p2["Ks"][-1]) and p2["steps"] >= 10 * max(p2["Ks"][1:-1])
+    assert p2["n_train"] >= 50_000 and p2["batch_size"] == 256
+    p3 = fig3.paper_settings()
+    assert p3["learning_rate"] == 1e-5 and 5_000_000 in p3["Ks"] and p3["steps"] == 50_000_000
+    p8 = fig8.paper_settings()
+    assert p8["K"] == 200_000 and p8["reset_optimizer"] is True and p8["steps"] >= 2 * p8["K"]
+    for name in MODULES:
+        plan = runner.plan(name, {"scale": "paper", "dataset": "cifar10"})
+        assert plan.params["scale"] == "paper" and not plan.complete
+
+
+def test_paper_scale_starts_with_the_papers_schedules():
+    """The pieces a paper-scale run builds first: its schedules and its optimiser."""
+    p3 = fig3.paper_settings()
+    sched = S.schedule(p3["Ks"][1], p3["steps"])
+    assert isinstance(sched, AtSteps) and sched.steps.size == p3["steps"] // p3["Ks"][1] - 1
+    assert isinstance(S.schedule(1, 10), FixedPeriod) and S.schedule(1, 10).period == 1
+    assert math.isinf(S.schedule(math.inf, 10).period)
+    assert S.schedule(150, 600).steps.tolist() == [150, 300, 450]
+    assert S.schedule(150, 700).steps.tolist() == [150, 300, 450, 600]
+    opt = S.sgd(p3["learning_rate"], p3["momentum"])
+    assert hasattr(opt, "update")
+
+
+# ------------------------------------------------------------------------------ bad parameters
+@pytest.mark.parametrize("name, params, message", [
+    ("fig2_k_sweep", {"dataset": "quintic"}, "mnist1d, fashion_mnist, cifar10"),
+    ("fig2_k_sweep", {"dataset": "cifar100"}, "dataset"),
+    ("fig2_k_sweep", {"Ks": [10, "inf"]}, "must include K=1"),
+    ("fig2_k_sweep", {"Ks": [1, 0]}, "Ks[1] = 0"),
+    ("fig2_k_sweep", {"Ks": [1, 10, 10]}, "repeated"),
+    ("fig2_k_sweep", {"learning_rate": -1e-3}, "learning_rate"),
+    ("fig2_k_sweep", {"momentum": 1.0}, "momentum"),
+    ("fig2_k_sweep", {"steps": 5, "eval_every": 10}, "eval_every=10 is more than steps=5"),
+    ("fig2_k_sweep", {"step": 10}, "did you mean 'steps'"),
+    ("fig3_augmentation", {"Ks": [100]}, "must include K=1"),
+    ("fig3_augmentation", {"scale": "huge"}, "scale"),
+    ("fig3_augmentation", {"max_shift": -1}, "max_shift"),
+    ("fig8_adam", {"K": "inf"}, "finite period"),
+    ("fig8_adam", {"K": 1}, "finite period >= 2"),
+    ("fig8_adam", {"K": 100, "eval_every": 200}, "must be at most K=100"),
+    ("fig8_adam", {"K": 100, "steps": 50}, "less than K=100"),
+    ("fig8_adam", {"solved_accuracy": 1.5}, "solved_accuracy"),
+])
+def test_bad_parameters_fail_before_any_compute(name, params, message, tmp_path):
+    with pytest.raises(ParameterError) as info:
+        runner.run(name, params, results_dir=tmp_path)
+    assert message in str(info.value)
+    assert not any(tmp_path.iterdir())  # nothing was written
+
+
+def test_claim_helpers():
+    assert S.tolerance(0.5, 1000) == pytest.approx(2 * math.sqrt(2 * 0.25 / 1000))
+    assert S.tolerance(1.0, 1000) == 0.0
+    assert S.fmt_K(5_000_000) == "5e6" and S.fmt_K(15000) == "15000" and S.fmt_K(math.inf) == "inf"
+    assert S.fmt_value(10 ** 9) == "all" and S.fmt_value([1, 50_000, "inf"]) == "1, 5e4, ∞"
+    claims = [S.claim("a", "p", "m", True), S.claim("b", "p", "m", False), S.claim("c", "p", "m", None)]
+    line = S.bottom_line(claims)
+    assert line.startswith("At these settings 1 of 3 claims hold") and "*b*" in line and "*c*" in line
+    assert "**does not hold**" in S.claims_markdown(claims)
+
+
+def test_scale_defaults_are_part_of_the_version():
+    table = {"default": {"steps": 600, "Ks": [1, 40, math.inf]}}
+    v = S.versioned("1", table)
+    assert v.startswith("1.") and v == S.versioned("1", {"default": {"Ks": [1, 40, math.inf], "steps": 600}})
+    assert v != S.versioned("1", {"default": {"steps": 601, "Ks": [1, 40, math.inf]}})
+    assert fig2.EXPERIMENT.version == S.versioned("1", fig2.SCALES)
