@@ -7,7 +7,8 @@ A demo is a grid of settings (one slider per parameter) and a picture per settin
   lines of JavaScript that show the frame of the current slider positions). It is what the built
   book shows. Without JavaScript the snippet still shows its initial frame.
 * :func:`live_demo` builds the same controls with ``ipywidgets`` for local Jupyter: moving a
-  slider calls ``run(**values)`` (itlin code that trains) and ``draw(result)`` (a figure).
+  slider calls ``run(**values)`` (itlin code that trains) and ``draw(result)`` (a figure, shown
+  in an ``Image`` widget).
 
 Both take their sliders as ``{name: values}`` or a list of :class:`Slider` (with labels for the
 values, e.g. ``"∞"`` for ``math.inf``).
@@ -279,7 +280,7 @@ def static_demo(frames: Mapping, sliders, *, captions: Optional[Mapping] = None,
 
 
 def live_demo(run: Callable[..., Any], draw: Callable[[Any], Any], sliders, *, cache: bool = True,
-              description: Optional[str] = None):
+              description: Optional[str] = None, dpi: float = 80):
     """An ``ipywidgets`` demo for local Jupyter: sliders, a status line and a figure.
 
     Args:
@@ -291,14 +292,20 @@ def live_demo(run: Callable[..., Any], draw: Callable[[Any], Any], sliders, *, c
         Names must be valid keyword names of ``run``.
       cache: keep results, so that returning to a setting is instant.
       description: an optional line of text above the sliders.
+      dpi: resolution of the figure.
 
     Returns:
-      an ``ipywidgets.VBox``; display it (the last expression of a cell). Its ``.controls``
-      attribute is ``{name: slider}`` and ``.update()`` redraws for the current values.
+      an ``ipywidgets.VBox``; display it (the last expression of a cell). The first setting is
+      trained and drawn when the demo is built. Its ``.controls`` attribute is
+      ``{name: slider}``, ``.image`` the figure's ``ipywidgets.Image`` and ``.update()``
+      redraws for the current values.
+
+    The figure is shown as an ``Image`` widget whose value is replaced on every change, rather
+    than through ``interactive_output``: that one prints into an ``Output`` widget, and
+    executing such a notebook headless (papermill/nbclient, as the book's build does) hung
+    intermittently in our runs, with kernel and client both waiting.
     """
     import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     sliders = _as_sliders(sliders)
     controls = {}
@@ -310,27 +317,34 @@ def live_demo(run: Callable[..., Any], draw: Callable[[Any], Any], sliders, *, c
                                              style={"description_width": "initial"},
                                              layout=W.Layout(width="22em"))
     status = W.HTML()
+    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
     results: dict = {}
 
-    def update(**values):
+    def update(change=None):
+        values = {name: c.value for name, c in controls.items()}
         key = tuple(_key_part(values[s.name]) for s in sliders)
         label = ", ".join(f"{s.name} = {format_value(values[s.name])}" for s in sliders)
         if cache and key in results:
             result = results[key]
         else:
             status.value = f"<i>training ({html.escape(label)}) …</i>"
-            result = run(**values)
+            try:
+                result = run(**values)
+            except Exception as err:  # keep the demo alive; say what went wrong
+                status.value = f"<b>{html.escape(label)}: {html.escape(type(err).__name__)}: {html.escape(str(err))}</b>"
+                return
             if cache:
                 results[key] = result
+        image.value = figure_to_png(draw(result), dpi=dpi, palette=False)
         status.value = html.escape(label)
-        fig = draw(result)
-        display(fig)  # captured by the interactive output below
-        plt.close(fig)
 
-    out = W.interactive_output(update, controls)  # calls update once now, then on every change
+    for c in controls.values():
+        c.observe(update, names="value")
+    update()
     head = [W.HTML(html.escape(description))] if description else []
-    box = W.VBox(head + [W.HBox(list(controls.values())), status, out])
+    box = W.VBox(head + [W.HBox(list(controls.values())), status, image])
     box.controls = controls
     box.results = results
-    box.update = lambda: update(**{k: c.value for k, c in controls.items()})
+    box.image = image
+    box.update = update
     return box

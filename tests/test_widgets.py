@@ -190,7 +190,8 @@ def test_live_demo_builds_selection_sliders_trains_on_change_and_caches():
     assert isinstance(box, W.VBox)
     assert set(box.controls) == {"K", "lr"}
     assert all(isinstance(c, W.SelectionSlider) and not c.continuous_update for c in box.controls.values())
-    assert calls == [(1, 0.1)]  # interactive_output draws the initial setting once
+    assert calls == [(1, 0.1)]  # the initial setting is drawn once
+    assert bytes(box.image.value).startswith(b"\x89PNG")
     box.controls["K"].value = math.inf
     assert calls[-1] == (math.inf, 0.1)
     box.controls["K"].value = 1
