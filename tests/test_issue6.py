@@ -230,6 +230,16 @@ def test_claim_helpers():
     assert "**does not hold**" in S.claims_markdown(claims)
 
 
+def test_late_gain_ignores_the_sawtooth_of_relinearisations():
+    from itlin.train import History
+
+    h = History()
+    for step, acc in [(0, 0.1), (20, 0.5), (40, 0.3), (60, 0.55), (80, 0.4), (100, 0.6)]:
+        h.add_eval({"step": step, "test/accuracy_lin": acc})
+    assert S.late_gain(h) == pytest.approx(0.6 - 0.55)  # best before step 80 was 0.55
+    assert S.late_gain(h, fraction=0.5) == pytest.approx(0.6 - 0.5)
+
+
 def test_scale_defaults_are_part_of_the_version():
     table = {"default": {"steps": 600, "Ks": [1, 40, math.inf]}}
     v = S.versioned("1", table)

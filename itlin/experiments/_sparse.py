@@ -222,6 +222,20 @@ def run_summary(rec, tag: str) -> dict:
     }
 
 
+def late_gain(history, key: str = "test/accuracy_lin", fraction: float = 0.2) -> float:
+    """How much ``key`` rose over the last ``fraction`` of the run: its final value minus its best
+    value over the evaluations before that. Positive when the run was still improving at the
+    end (for a large K the best earlier value is the peak of an earlier phase, so the sawtooth
+    of relinearisations does not count as a gain)."""
+    steps, vals = history.eval_array("step"), history.eval_array(key)
+    if vals.size < 2:
+        return math.nan
+    early = steps <= (1.0 - fraction) * steps[-1]
+    if not early.any() or not np.isfinite(vals[-1]):
+        return math.nan
+    return float(vals[-1] - np.nanmax(vals[early]))
+
+
 def tolerance(accuracy: float, n_test: int) -> float:
     """Two standard errors of the difference of two accuracies near ``accuracy`` measured on
     ``n_test`` examples each: ``2 * sqrt(2 p (1 - p) / n)``. Gaps below it are within the noise

@@ -193,12 +193,15 @@ def claims(rec) -> list:
             big = by[(sweep, finite[-1], False)]
             gap = base["test"] - big["test"]
             ok = None if not math.isfinite(gap) else (gap <= tol and big["status"] == "completed")
+            rise = S.late_gain(rec.history(big["tag"]))
             out.append(S.claim(
                 f"{name}: the largest finite K catches up with K=1",
                 "large K ends close to K=1 after a few feature updates",
-                f"K=1 {S.pct(base['test'])}, {S.K_label(big['K'])} {S.pct(big['test'])} after "
-                f"{big['updates']} feature updates{S.status_note(big)}: gap {S.pts(gap)}",
-                ok, f"tolerance {100 * tol:.1f} points"))
+                f"K=1 {S.pct(base['test'])}, {S.K_label(big['K'])} {S.pct(big['test'])} (network "
+                f"{S.pct(big['test_net'])}) after {big['updates']} feature updates{S.status_note(big)}: "
+                f"gap {S.pts(gap)}",
+                ok, f"tolerance {100 * tol:.1f} points; over the last fifth of the run "
+                    f"{S.K_label(big['K'])} gained {S.pts(rise)}"))
         inf = by.get((sweep, math.inf, False))
         if inf is not None:
             short = base["test"] - inf["test"]

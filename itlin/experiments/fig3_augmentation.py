@@ -166,7 +166,9 @@ def claims(rec) -> list:
             f"{S.pct(big['test_net'])}) after {big['updates']} feature updates{S.status_note(big)}: "
             f"{S.pts(-gap)} (network {S.pts(-gap_net)})",
             None if not math.isfinite(gap) else (gap <= tol and big["status"] == "completed"),
-            f"tolerance {100 * tol:.1f} points"))
+            f"tolerance {100 * tol:.1f} points; over the last fifth of the run {S.K_label(big['K'])} gained "
+            f"{S.pts(S.late_gain(rec.history(big['tag'])))}, K=1 "
+            f"{S.pts(S.late_gain(rec.history(base['tag']), 'test/accuracy'))}"))
     inf = by.get(math.inf)
     if inf is not None:
         short = base["test"] - inf["test"]
