@@ -192,6 +192,36 @@ def test_paper_scale_starts_with_the_papers_schedules():
     assert hasattr(opt, "update")
 
 
+@pytest.mark.slow
+def test_paper_scale_trainers_take_their_first_steps():
+    """What a paper-scale run builds, at the paper's sizes (50 channels, batch 256, its learning
+    rates, K and schedules), takes two steps. The data are a small MNIST-1D subset: CIFAR-10
+    cannot be downloaded here, and the first steps do not depend on the data's size."""
+    import jax.numpy as jnp
+    import optax
+
+    from itlin.train import IterativeLinearisation
+
+    ds = S.load_data("mnist1d", 512, 100, 0)
+    x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
+    p2, p3, p8 = fig2.paper_settings(), fig3.paper_settings(), fig8.paper_settings()
+    model = S.model_for("mnist1d", p3["channels"])
+    params, model_state = S.init_params(model, x, 0)
+    trainers = [
+        IterativeLinearisation(model, S.sgd(p2["learning_rate"] / p2["rescale"], p2["momentum"]),
+                               schedule=S.schedule(p2["Ks"][1] * p2["rescale"], p2["steps"] * p2["rescale"]),
+                               batch_size=p2["batch_size"]),
+        IterativeLinearisation(model, S.sgd(p3["learning_rate"], p3["momentum"]),
+                               schedule=S.schedule(p3["Ks"][1], p3["steps"]), batch_size=p3["batch_size"],
+                               augment=S.augmenter("mnist1d")),
+        IterativeLinearisation(model, optax.adam(p8["adam_learning_rate"]), schedule=S.schedule(p8["K"], p8["steps"]),
+                               batch_size=p8["batch_size"], reset_optimizer=p8["reset_optimizer"]),
+    ]
+    for trainer in trainers:
+        state, log = trainer.run_chunk(trainer.init(params, model_state), x, y, 2)
+        assert int(state.step) == 2 and np.all(np.isfinite(log.loss)) and state.feature_updates == 0
+
+
 # ------------------------------------------------------------------------------ bad parameters
 @pytest.mark.parametrize("name, params, message", [
     ("fig2_k_sweep", {"dataset": "quintic"}, "mnist1d, fashion_mnist, cifar10"),
