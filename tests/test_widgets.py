@@ -226,6 +226,8 @@ def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(r
     np.testing.assert_allclose(gd.f_lin, gd.f_net, atol=1e-5)
     assert np.max(np.abs(lin.f_lin - lin.f_net)) > 1e-4
     assert gd.x_grid.shape == gd.f_net.shape == (quintic_demo.GRID_POINTS,)
+    assert gd.ntk_max_init == pytest.approx(lin.ntk_max_init) and gd.ntk_max_init > 0
+    assert math.isfinite(gd.ntk_max_end) and gd.ntk_max_end != pytest.approx(gd.ntk_max_init)
     for key in ("train/loss", "train/loss_lin", "test/rmse", "step", "feature_updates"):
         assert len(gd.history.evals[key]) == 5  # step 0 and 4 evaluations
     assert "40 feature updates" in captions[(1, 0.01)] and "K = ∞" in captions[(math.inf, 0.01)]

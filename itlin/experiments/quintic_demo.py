@@ -86,6 +86,8 @@ class DemoRun:
     history: Any
     feature_updates: int
     status: str
+    ntk_max_init: float = math.nan
+    ntk_max_end: float = math.nan
     meta: dict = field(default_factory=dict)
 
     @property
@@ -116,11 +118,16 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     """Train one setting of the demo (full batch, SGD with learning rate ``lr``, period ``K``).
 
     ``evals`` evaluations of the true network and the linearised model on the training and
-    test sets are spread over the run. ``fit_fn`` defaults to :func:`itlin.train.fit`; the
+    test sets are spread over the run. The largest eigenvalue of the empirical NTK on the
+    training inputs is kept at initialisation and at the end (NaN if the parameters are no
+    longer finite): gradient descent on a frozen linearisation of the mean squared loss is
+    stable only while ``lr < 2 N / lambda_max``. ``fit_fn`` defaults to :func:`itlin.train.fit`; the
     experiment passes the runner's ``ctx.fit`` (checkpoints, stored histories) with ``tag``.
     """
     import optax
 
+    from .._tree import tree_all_finite
+    from ..kernels import empirical_ntk
     from ..linearise import linearised_apply
     from ..train import IterativeLinearisation, fit
 
@@ -141,10 +148,16 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     f_init = np.asarray(net.apply(params, x_grid))[:, 0]
     from ..data import quintic_function
 
+    def ntk_max(p):
+        if not bool(tree_all_finite(p)):
+            return math.nan
+        k = np.asarray(empirical_ntk(apply, p, ds.x_train), np.float64)
+        return float(np.linalg.eigvalsh(k)[-1]) if np.isfinite(k).all() else math.nan
+
     return DemoRun(K=float(K), lr=float(lr), steps=int(steps), x_train=ds.x_train[:, 0], y_train=ds.y_train[:, 0],
                    x_grid=x_grid[:, 0], y_grid=quintic_function(x_grid[:, 0]), f_net=f_net, f_lin=f_lin,
                    f_init=f_init, history=res.history, feature_updates=int(st.feature_updates), status=res.status,
-                   meta={"seed": int(seed), "width": int(width), "depth": int(depth)})
+                   ntk_max_init=ntk_max(params), ntk_max_end=ntk_max(st.params), meta={"seed": int(seed), "width": int(width), "depth": int(depth)})
 
 
 def _run(p, ctx):
@@ -155,7 +168,8 @@ def _run(p, ctx):
             tag = setting_tag(K, lr)
             r = train_setting(K, lr, p["steps"], seed=p["seed"], width=p["width"], depth=p["depth"],
                               evals=p["evals"], fit_fn=ctx.fit, tag=tag)
-            out["settings"][tag] = {"f_net": r.f_net, "f_lin": r.f_lin, "feature_updates": r.feature_updates}
+            out["settings"][tag] = {"f_net": r.f_net, "f_lin": r.f_lin, "feature_updates": r.feature_updates,
+                                    "ntk_max_init": r.ntk_max_init, "ntk_max_end": r.ntk_max_end}
             if "x_grid" not in out:
                 out.update(x_grid=r.x_grid, y_grid=r.y_grid, f_init=r.f_init, x_train=r.x_train, y_train=r.y_train)
     out["meta"] = {"Ks": ["inf" if math.isinf(k) else int(k) for k in p["Ks"]],
@@ -174,7 +188,8 @@ def setting_from_record(record, K, lr) -> DemoRun:
                    y_train=record["y_train"], x_grid=record["x_grid"], y_grid=record["y_grid"],
                    f_net=np.asarray(s["f_net"]), f_lin=np.asarray(s["f_lin"]), f_init=record["f_init"],
                    history=record.history(tag), feature_updates=int(np.asarray(s["feature_updates"])),
-                   status=run["status"])
+                   status=run["status"], ntk_max_init=float(np.asarray(s["ntk_max_init"])),
+                   ntk_max_end=float(np.asarray(s["ntk_max_end"])))
 
 
 def grid(record) -> tuple:
