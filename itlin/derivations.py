@@ -294,7 +294,8 @@ def gauss_newton_cost(x, y, widths: Sequence[int], *, depth: int = 5, damping: f
 
     For each width an :func:`itlin.models.mlp` (``depth`` hidden layers, ReLU, one output per
     target column) is initialised at ``seed`` in the dtype of ``x``; the squared-loss direction
-    with constant damping is timed (:func:`time_call`, median of ``repeats``) with
+    with constant damping is timed (:func:`time_call`: median of at least ``repeats`` calls,
+    more while they add up to less than ``min_seconds``, so fast calls are not one noisy sample) with
     ``method="kernel"`` (the empirical NTK from Jacobians), ``method="kernel"`` with the MLP's
     closed-form NTK (``Model.ntk_fn``, when ``closed_form``) and ``method="primal"`` (only
     while ``P <= max_primal_params``: it forms a ``P x P`` matrix). NaN marks what was skipped.
