@@ -318,6 +318,26 @@ def load(experiment, params=None, *, results_dir=None) -> Optional[Record]:
     return rec
 
 
+def open_record(folder) -> Record:
+    """The finished run stored in ``folder`` (a ``<results>/<experiment>/<hash>`` folder),
+    whatever parameters or experiment version it was made with.
+
+    For recorded runs kept with the book (e.g. a paper-scale run on a GPU): the record tells
+    its parameters, version, git commit and device. Raises ``FileNotFoundError`` if the folder
+    holds no finished run and ``ValueError`` if its arrays do not match their checksum.
+    """
+    folder = Path(folder)
+    rec_path, res_path = folder / RECORD_FILE, folder / RESULTS_FILE
+    info = _io.read_json(rec_path)
+    if info is None or not res_path.is_file():
+        raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}).")
+    if _io.sha256_file(res_path) != info.get("arrays_sha256"):
+        raise ValueError(f"{res_path} does not match the checksum in {rec_path} (truncated or modified).")
+    flat, paths, _ = _io.load_tree(res_path)
+    return Record(info.get("experiment", "?"), dict(info.get("params", {})), info.get("status", "unknown"),
+                  folder, flat, paths, info, loaded=True)
+
+
 # ---------------------------------------------------------------------------------- locking
 class RunLockedError(RuntimeError):
     """Another process holds the lock of this run."""
@@ -812,6 +832,7 @@ __all__ = [
     "RunContext",
     "RunLockedError",
     "load",
+    "open_record",
     "params_from",
     "plan",
     "results_dir",

@@ -549,3 +549,16 @@ def test_progress_is_quiet_under_ci(tmp_path, monkeypatch):
                             verbose=False)
     items = [1, 2]
     assert ctx.progress(items) is items
+
+
+def test_open_record_reads_a_finished_run_and_checks_it(tmp_path):
+    rec = runner.run("test_stage", results_dir=tmp_path)
+    opened = runner.open_record(rec.path)
+    assert opened.experiment == "test_stage" and opened.status == rec.status
+    assert np.array_equal(opened["sweep"]["curves"]["eval/test/rmse"], rec["sweep"]["curves"]["eval/test/rmse"])
+    with pytest.raises(FileNotFoundError, match="holds no finished run"):
+        runner.open_record(tmp_path / "nowhere")
+    res = rec.path / "results.npz"
+    res.write_bytes(res.read_bytes()[:-10])
+    with pytest.raises(ValueError, match="does not match the checksum"):
+        runner.open_record(rec.path)
