@@ -550,7 +550,7 @@ class RunContext:
             "x": [list(np.shape(x)), str(getattr(x, "dtype", ""))],
             "y": [list(np.shape(y)), str(getattr(y, "dtype", ""))],
             "eval_sets": sorted((fit_kwargs.get("eval_sets") or {}).keys()),
-            "schedule": trainer.schedule.describe(),
+            "schedule": trainer.schedule.spec(),
             "batch_size": trainer.batch_size,
             "chunk_size": trainer.chunk_size,
         }

@@ -109,6 +109,11 @@ class Schedule(abc.ABC):
         """A short label for legends and progress bars (e.g. ``"K=1000"``)."""
         return type(self).__name__
 
+    def spec(self) -> dict:
+        """Everything that determines the schedule's decisions, JSON-able (checkpoints are
+        fingerprinted with it, so a run is never resumed under another schedule)."""
+        return {"kind": type(self).__name__}
+
 
 class FixedPeriod(Schedule):
     """Relinearise after every ``K``-th step (Algorithm 1). ``K`` is an integer >= 1 or
@@ -125,6 +130,10 @@ class FixedPeriod(Schedule):
         if math.isinf(self.K):
             return jnp.asarray(False), ()
         return info.step % self.K == 0, ()
+
+    def spec(self):
+        """``{"kind": "FixedPeriod", "K": K}``."""
+        return {"kind": "FixedPeriod", "K": self.K}
 
     def expected_updates(self, steps: int) -> int:
         """Feature updates after ``steps`` steps: ``floor(steps / K)`` (Definition 1)."""
@@ -151,6 +160,10 @@ class AtSteps(Schedule):
         if self.steps.size == 0:
             return jnp.asarray(False), ()
         return jnp.any(jnp.asarray(self.steps, jnp.int32) == info.step), ()
+
+    def spec(self):
+        """The kind and the full list of steps."""
+        return {"kind": "AtSteps", "steps": self.steps.tolist()}
 
     def describe(self):
         """``"at <n> steps"``."""
@@ -188,6 +201,11 @@ class LossDrift(Schedule):
         drift = jnp.where(jnp.isnan(info.true_loss), False, drift)
         late = (info.step - state.last) >= self.max_period if not math.isinf(self.max_period) else False
         return jnp.logical_or(drift, late), ()
+
+    def spec(self):
+        """The kind, tolerance, check interval and cap."""
+        return {"kind": "LossDrift", "rtol": self.rtol, "check_every": self.check_every,
+                "max_period": self.max_period}
 
     def describe(self):
         """``"loss drift > <rtol>"``."""
@@ -230,6 +248,14 @@ class KernelDrift(Schedule):
             k_now = jax.lax.cond(jnp.logical_and(relin, ~check),
                                  lambda: self._kernel(info.apply_fn, info.params), lambda: k_now)
         return relin, jnp.where(relin, k_now, k_anchor)
+
+    def spec(self):
+        """The kind, threshold, check interval, cap and a digest of the probe inputs."""
+        import hashlib
+
+        digest = hashlib.sha256(np.asarray(self.probe).tobytes()).hexdigest()[:16]
+        return {"kind": "KernelDrift", "threshold": self.threshold, "check_every": self.check_every,
+                "max_period": self.max_period, "probe": f"{tuple(self.probe.shape)}:{digest}"}
 
     def describe(self):
         """``"kernel drift > <threshold>"``."""

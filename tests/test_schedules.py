@@ -119,3 +119,12 @@ def test_adaptive_schedule_arguments_are_checked():
         LossDrift(0.1, check_every=math.inf)
     with pytest.raises(ValueError, match="threshold must be > 0"):
         KernelDrift(0.0, jnp.zeros((2, 3)))
+
+
+def test_schedule_specs_tell_schedules_apart():
+    assert AtSteps([2, 3]).spec() != AtSteps([2, 4]).spec()
+    assert AtSteps([2, 3]).describe() == AtSteps([2, 4]).describe()  # labels may coincide, specs may not
+    assert FixedPeriod(5).spec() == {"kind": "FixedPeriod", "K": 5}
+    assert LossDrift(0.1).spec() != LossDrift(0.1, check_every=2).spec()
+    probe = jnp.arange(6.0).reshape(2, 3)
+    assert KernelDrift(0.1, probe).spec() != KernelDrift(0.1, probe + 1).spec()
