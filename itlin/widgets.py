@@ -23,7 +23,7 @@ import json
 import math
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 __all__ = ["Slider", "figure_to_png", "format_value", "live_demo", "static_demo"]
 
