@@ -126,16 +126,35 @@ def _solve_kernel(kernel, h_blocks, g, damping, singular_ok):
         chol = jax.scipy.linalg.cho_factor(kernel + lam * eye)
         return jax.scipy.linalg.cho_solve(chol, g), lam, jnp.asarray(jnp.nan, kernel.dtype)
     n, c, _ = h_blocks.shape
-    hk = jnp.einsum("nce,nemd->ncmd", h_blocks, kernel.reshape(n, c, n, c)).reshape(nc, nc)
     eigmin = jnp.linalg.eigvalsh(kernel)[0] if _needs_eig(damping) else jnp.asarray(jnp.nan, kernel.dtype)
     lam = damping.value(eigmin).astype(kernel.dtype)
-    z = jnp.linalg.lstsq(hk + lam * eye, g)[0] if singular_ok else jnp.linalg.solve(hk + lam * eye, g)
-    return z, lam, eigmin
+    if singular_ok:
+        # lambda = 0 with a singular H (softmax): the limit of the damped step is
+        # J^T S (S K S)^+ S^+ g with S = H^{1/2}; g lies in the range of H (each example's
+        # softmax gradient sums to zero), so g = S S^+ g. Solved symmetrically, pseudo-inverses
+        # by eigendecomposition.
+        hs, hv = jnp.linalg.eigh(h_blocks)  # (N, C), (N, C, C)
+        hs = jnp.clip(hs, 0.0, None)
+        tol_h = jnp.max(hs) * c * jnp.finfo(kernel.dtype).eps
+        root = jnp.sqrt(hs)
+        inv_root = jnp.where(hs > tol_h, 1.0 / jnp.where(hs > tol_h, root, 1.0), 0.0)
+        sq = jnp.einsum("nce,ne,nde->ncd", hv, root, hv)  # S, blockwise
+        sq_pinv = jnp.einsum("nce,ne,nde->ncd", hv, inv_root, hv)  # S^+
+        blk = jax.scipy.linalg.block_diag(*sq)
+        m = blk @ kernel @ blk
+        u = jnp.einsum("ncd,nd->nc", sq_pinv, g.reshape(n, c)).reshape(-1)
+        ms, mv = jnp.linalg.eigh(0.5 * (m + m.T))
+        tol = jnp.max(jnp.abs(ms)) * nc * jnp.finfo(kernel.dtype).eps
+        inv = jnp.where(ms > tol, 1.0 / jnp.where(ms > tol, ms, 1.0), 0.0)
+        z = blk @ (mv @ (inv * (mv.T @ u)))
+        return z, lam, eigmin
+    hk = jnp.einsum("nce,nemd->ncmd", h_blocks, kernel.reshape(n, c, n, c)).reshape(nc, nc)
+    return jnp.linalg.solve(hk + lam * eye, g), lam, eigmin
 
 
 def _maybe_zero(lam) -> bool:
     """True if ``lam`` is a concrete zero (then the kernel system may be singular and is solved
-    by least squares / pseudo-inverse: the minimum-norm step)."""
+    with pseudo-inverses: the lambda -> 0 limit of the damped step, the minimum-norm step)."""
     try:
         return float(lam) == 0.0
     except (TypeError, jax.errors.ConcretizationTypeError):

@@ -9,7 +9,6 @@ Layout. For ``N`` inputs and ``C`` outputs per input, Jacobians are ``(N*C, P)``
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Optional
 
@@ -134,20 +133,25 @@ def gradient_flow_params(apply_fn, anchor, x, y, tau, *, kernel=None):
     ``K = J J^T = V diag(s) V^T``. This is Eq. 18 written so that it also holds when the kernel
     is singular (the factor tends to ``tau`` as ``s -> 0``); ``tau = inf`` gives Eq. 19, the
     minimum-norm interpolating step (undamped Gauss-Newton, Eq. 5). ``tau`` is a scalar.
+    Jitted (``apply_fn`` static).
     """
-    f0, vjp_fn = jax.vjp(lambda p: apply_fn(p, x), anchor)
     if kernel is None:
         kernel = empirical_ntk(apply_fn, anchor, x)
+    return _gradient_flow_params(apply_fn, anchor, x, y, jnp.asarray(tau, dtype=kernel.dtype), kernel)
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _gradient_flow_params(apply_fn, anchor, x, y, tau, kernel):
+    f0, vjp_fn = jax.vjp(lambda p: apply_fn(p, x), anchor)
     s, v = jnp.linalg.eigh(0.5 * (kernel + kernel.T))
     s = jnp.clip(s, 0.0, None)
     r0 = (f0 - y).reshape(-1)
-    if isinstance(tau, (int, float)) and math.isinf(tau):
-        rel = s > jnp.max(s) * s.shape[0] * jnp.finfo(s.dtype).eps
-        factor = jnp.where(rel, 1.0 / jnp.where(rel, s, 1.0), 0.0)
-    else:
-        factor = _flow_factor(s, jnp.asarray(tau, dtype=s.dtype))
+    rel = s > jnp.max(s) * s.shape[0] * jnp.finfo(s.dtype).eps
+    at_inf = jnp.where(rel, 1.0 / jnp.where(rel, s, 1.0), 0.0)  # the pseudo-inverse (Eq. 19)
+    finite_tau = jnp.where(jnp.isinf(tau), 0.0, tau)
+    factor = jnp.where(jnp.isinf(tau), at_inf, _flow_factor(s, finite_tau))
     z = v @ (factor * (v.T @ r0))
-    (step,) = vjp_fn(z.reshape(f0.shape))
+    (step,) = vjp_fn(z.reshape(f0.shape).astype(f0.dtype))
     return jax.tree_util.tree_map(lambda a, g: a - g, anchor, step)
 
 

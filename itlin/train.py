@@ -581,9 +581,11 @@ def fit(trainer: IterativeLinearisation, state: TrainState, x, y, steps: int, *,
       :class:`FitResult` with the final state and the :class:`History`. A non-finite loss stops
       the run with ``history.status == "diverged at step s"``, ``s`` the first step whose loss
       was not finite (non-finite parameters show up in the next step's loss; after the last
-      step they are checked directly, giving ``s = steps``). The curves stop at step ``s - 1``
-      and the state returned is the last one before the chunk that diverged. ``s`` does not
-      depend on how the run is cut into chunks, so a resumed run reports the same step.
+      step they are checked directly, giving ``s = steps``). The curves stop at step ``s - 1``.
+      The state returned is the start of the chunk that diverged, or of the chunk before it if
+      the very first loss of the divergent chunk was not finite: a state whose parameters gave
+      a finite loss. ``s`` does not depend on how the run is cut into chunks, so a resumed run
+      reports the same step.
     """
     steps = int(steps)
     if steps < 0:
@@ -620,6 +622,7 @@ def fit(trainer: IterativeLinearisation, state: TrainState, x, y, steps: int, *,
 
         bar = tqdm(total=steps, initial=int(state.step), desc=desc or trainer.schedule.describe(),
                    unit="step", leave=False, dynamic_ncols=True)
+    previous = state  # start of the previous chunk: the last state known to give a finite loss
     try:
         while int(state.step) < steps:
             start = int(state.step)
@@ -629,6 +632,8 @@ def fit(trainer: IterativeLinearisation, state: TrainState, x, y, steps: int, *,
             finite = np.isfinite(log.loss)
             if not finite.all():
                 bad = int(np.argmin(finite))
+                if bad == 0:  # this chunk's starting parameters already give a non-finite loss
+                    state = previous
                 history.add_losses(log.loss[:bad])
                 history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised[:bad])).tolist())
                 history.diverged_at = start + bad + 1
@@ -643,7 +648,7 @@ def fit(trainer: IterativeLinearisation, state: TrainState, x, y, steps: int, *,
                 break
             history.add_losses(log.loss)
             history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised)).tolist())
-            state = new_state
+            previous, state = state, new_state
             if bar is not None:
                 bar.update(int(state.step) - start)
                 bar.set_postfix(loss=f"{log.loss[-1]:.4g}", updates=state.feature_updates, refresh=False)

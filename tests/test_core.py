@@ -436,11 +436,12 @@ def test_bad_input_errors_say_what_to_fix():
         tr.evaluate(tr.init(p0), x, jnp.zeros((8, 5)))
 
 
-def test_divergence_stops_cleanly_with_the_step():
+@pytest.mark.parametrize("K", [1, 2])
+def test_divergence_stops_cleanly_with_the_step(K):
     x, y = _data(16, (6,))
     x = x * 50.0
     model, p0, _ = make(TinyMLP(), x)
-    tr = IterativeLinearisation(model, optax.sgd(1e6), schedule=1, loss="squared",
+    tr = IterativeLinearisation(model, optax.sgd(1e6), schedule=K, loss="squared",
                                 chunk_size=8)
     yr = jax.random.normal(jax.random.PRNGKey(0), (16, 3)) * 10
     res = fit(tr, tr.init(p0), x, yr, 40, eval_every=4, eval_sets={"train": (x, yr)}, progress=False)
@@ -449,6 +450,11 @@ def test_divergence_stops_cleanly_with_the_step():
     assert res.status == f"diverged at step {s}"
     assert len(res.history.loss) == s - 1 and np.all(np.isfinite(res.history.loss))
     assert all(step < s for step in res.history.evals["step"])
+    # what is kept is a state whose parameters still give finite losses (K=2: full-batch chunks
+    # end at relinearisations, so the divergent chunk can start at the bad parameters)
+    assert int(res.state.step) < s
+    kept = tr.evaluate(res.state, x, yr)
+    assert np.isfinite(kept["loss"]) and np.isfinite(kept["loss_lin"])
 
 
 @pytest.mark.parametrize("net,shape", [(TinyMLP(), (6,)), (TinyCNN(), (6, 6, 2))], ids=["mlp", "cnn"])
@@ -463,3 +469,16 @@ def test_per_example_ntk_equals_whole_batch_jacobian(net, shape):
         np.testing.assert_allclose(empirical_ntk(f, p0, x, x2, per_example=False, **kw), J1 @ J2.T, **EXACT)
     np.testing.assert_allclose(empirical_ntk(f, p0, x, trace=True),
                                (J1 @ J1.T).reshape(5, 3, 5, 3).trace(axis1=1, axis2=3), **EXACT)
+
+
+def test_undamped_cross_entropy_gauss_newton_is_the_limit_of_damping():
+    # H (softmax) is singular; the lambda = 0 step must be the lambda -> 0 limit in both forms.
+    x, labels = _data(5, (4,))
+    model, p0, _ = make(TinyMLP(width=5), x)
+    f = model.bind()
+    kw = dict(loss="cross_entropy", reduction="mean")
+    d0k, _ = gn.gauss_newton_direction(f, p0, x, labels, damping=0.0, method="kernel", **kw)
+    d0p, _ = gn.gauss_newton_direction(f, p0, x, labels, damping=0.0, method="primal", **kw)
+    np.testing.assert_allclose(_flat(d0k), _flat(d0p), rtol=1e-6, atol=1e-8)
+    dsmall, _ = gn.gauss_newton_direction(f, p0, x, labels, damping=1e-9, method="kernel", **kw)
+    assert float(jnp.linalg.norm(_flat(dsmall) - _flat(d0k))) < 1e-4 * float(jnp.linalg.norm(_flat(d0k)))
