@@ -61,6 +61,24 @@ def _median_step(fn, state, steps: int, repeats: int):
     return statistics.median(times), state
 
 
+def _interleaved(runs: dict, repeats: int, per_call: int = 1):
+    """Median seconds per step of each ``name: (fn, state)``, timing the runs in turn (A, B, C,
+    A, B, C, ...) so that drift in the machine's speed affects them alike. Each timed call is
+    one ``fn(state)`` covering ``per_call`` steps; the first call of each is the warm-up, whose
+    excess over the median is reported as compile seconds."""
+    states, first, times = {}, {}, {name: [] for name in runs}
+    for name, (fn, st) in runs.items():
+        first[name], states[name] = _first_call(fn, st)
+    for _ in range(repeats):
+        for name, (fn, _) in runs.items():
+            t = time.perf_counter()
+            states[name] = _block(fn(states[name]))
+            times[name].append((time.perf_counter() - t) / per_call)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    compile_s = {name: max(0.0, first[name] - med[name] * per_call) for name in runs}
+    return med, compile_s
+
+
 def _first_call(fn, state):
     t = time.perf_counter()
     state = _block(fn(state))
@@ -106,12 +124,7 @@ def bench_fullbatch(repeats: int, steps: int):
 
     runs = {"gd": (chunk(gd), gd.init(p0)), "lin": (chunk(lin), lin.init(p0)),
             "naive": (naive_loop, (p0, p0, opt.init(p0)))}
-    med, comp = {}, {}
-    for name, (fn, st) in runs.items():
-        first, st = _first_call(fn, st)
-        per_chunk, _ = _median_step(fn, st, 1, repeats)
-        med[name] = per_chunk / steps
-        comp[name] = max(0.0, first - per_chunk)
+    med, comp = _interleaved(runs, repeats, per_call=steps)
     out["fullbatch_ms"] = {k: 1e3 * v for k, v in med.items()}
     out["fullbatch_compile_seconds"] = comp
     # where the time goes: the parts of a GD step and of a linearised step with stored residuals
@@ -141,7 +154,7 @@ def bench_minibatch(repeats: int, steps: int):
     model = models.lenet1d()
     p0, _ = model.init(jax.random.PRNGKey(0), x[:2])
     opt = optax.sgd(1e-2, momentum=0.9)
-    med, comp = {}, {}
+    runs = {}
     for name, K in (("sgd", 1), ("lin", 1000)):
         tr = IterativeLinearisation(model, opt, schedule=K, batch_size=256, chunk_size=steps)
 
@@ -149,11 +162,8 @@ def bench_minibatch(repeats: int, steps: int):
             st, _ = tr.run_chunk(st, x, y, steps)
             return st
 
-        st = tr.init(p0)
-        first, st = _first_call(fn, st)
-        per_chunk, _ = _median_step(fn, st, 1, repeats)
-        med[name] = per_chunk / steps
-        comp[name] = max(0.0, first - per_chunk)
+        runs[name] = (fn, tr.init(p0))
+    med, comp = _interleaved(runs, repeats, per_call=steps)
     return {"minibatch_lin_over_sgd": med["lin"] / med["sgd"],
             "minibatch_ms": {k: 1e3 * v for k, v in med.items()},
             "minibatch_compile_seconds": comp}
@@ -202,12 +212,8 @@ def _bench_gauss_newton(repeats: int):
     a, b = naive(p0), fast(p0)
     rel = float(jnp.linalg.norm(jax.flatten_util.ravel_pytree(a)[0] - jax.flatten_util.ravel_pytree(b)[0])
                 / jnp.linalg.norm(jax.flatten_util.ravel_pytree(a)[0] - flat0))
-    med, comp = {}, {}
-    for name, fn in (("naive", naive), ("kernel_closed_form", fast)):
-        fn = jax.jit(lambda p, fn=fn: fn(p))
-        first, _ = _first_call(fn, p0)
-        med[name], _ = _median_step(lambda p: fn(p0), p0, 1, repeats)
-        comp[name] = max(0.0, first - med[name])
+    runs = {name: (lambda _p, fn=fn: fn(p0), p0) for name, fn in (("naive", naive), ("kernel_closed_form", fast))}
+    med, comp = _interleaved(runs, repeats)
     return {"gn_speedup_over_naive": med["naive"] / med["kernel_closed_form"],
             "gn_ms": {k: 1e3 * v for k, v in med.items()},
             "gn_step_relative_difference": rel,
@@ -263,13 +269,7 @@ def _bench_sweep(repeats: int, seeds: int = 50, dampings=(1e-4, 1e-3, 1e-2, 1e-1
     got = np.asarray(vm(None)).reshape(seeds, len(dampings), -1)
     bounded = np.all(np.isfinite(ref) & (np.abs(ref) < 100), axis=-1)
     max_diff = float(np.max(np.abs(ref[bounded] - got[bounded]))) if bounded.any() else float("nan")
-    med, comp = {}, {}
-    for name, fn in (("loop", loop), ("stepwise_loop", stepwise), ("vmap", vm)):
-        t = time.perf_counter()
-        fn(None)
-        first = time.perf_counter() - t
-        med[name], _ = _median_step(fn, None, 1, repeats)
-        comp[name] = max(0.0, first - med[name])
+    med, comp = _interleaved({"loop": (loop, None), "stepwise_loop": (stepwise, None), "vmap": (vm, None)}, repeats)
     # what the closed-form MLP kernel buys per Gauss-Newton step, against Jacobians
     p0 = run_params(0)
     generic = jax.jit(lambda p: gn.gauss_newton_step(f, p, x, y, damping=1.0)[0])
@@ -310,7 +310,7 @@ def main(argv=None):
     if "fullbatch" in only:
         res.update(bench_fullbatch(args.repeats, args.steps))
     if "minibatch" in only:
-        res.update(bench_minibatch(args.repeats, 50))
+        res.update(bench_minibatch(2 * args.repeats + 1, 100))
     if "gn" in only:
         res.update(bench_gauss_newton(args.repeats))
     if "sweep" in only:
