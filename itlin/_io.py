@@ -80,12 +80,17 @@ def read_json(path):
     return obj if isinstance(obj, dict) else None
 
 
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
+def file_digest(path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (read in 1 MiB blocks), by any :mod:`hashlib` algorithm."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256_file(path) -> str:
+    return file_digest(path, "sha256")
 
 
 def save_npz(path, arrays: Mapping[str, np.ndarray], *, fsync: bool = True, checksum: bool = True):
@@ -239,6 +244,7 @@ def load_tree(path) -> tuple[dict, list, dict]:
 __all__ = [
     "atomic_write",
     "content_digest",
+    "file_digest",
     "flatten_tree",
     "jsonable",
     "load_npz",

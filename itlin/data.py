@@ -276,11 +276,7 @@ def _cached(path: Path, build: Callable[[], dict]) -> dict:
 
 
 def _md5(path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return _io.file_digest(path, "md5")
 
 
 class DatasetUnavailableError(FileNotFoundError):
