@@ -254,6 +254,14 @@ def test_bad_parameters_fail_before_any_compute(name, params, message, tmp_path)
     assert not any(tmp_path.iterdir())  # nothing was written
 
 
+@pytest.mark.parametrize("name", ["fig2_k_sweep", "fig3_augmentation", "fig8_adam"])
+def test_batch_larger_than_the_training_set_fails_before_training(name, tmp_path):
+    # the shared set-up checks it once the data is loaded, before the first run trains (fig2's
+    # full-batch runs would otherwise train before its mini-batch runs found out)
+    with pytest.raises(ValueError, match="batch_size=512 is more than the 100 training examples"):
+        runner.run(name, {"scale": "tiny", "n_train": 100, "batch_size": 512}, results_dir=tmp_path)
+
+
 def test_claim_helpers():
     assert S.tolerance(0.5, 1000) == pytest.approx(2 * math.sqrt(2 * 0.25 / 1000))
     assert S.tolerance(1.0, 1000) == 0.0

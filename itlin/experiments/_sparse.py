@@ -13,7 +13,7 @@ Not an experiment module (its name starts with ``_``, so the registry does not i
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -54,6 +54,30 @@ def from_scale(doc: str, kind: str = "int", many: bool = False, **kw) -> Param:
     if kind == "fraction":
         return Param(None, "float", minimum=0.0, maximum=0.999, allow_none=True, doc=doc, **kw)
     return Param(None, "int", minimum=1, allow_none=True, doc=doc, **kw)
+
+
+def data_params(eval_every_doc: str = "steps between evaluations; None: from scale") -> dict:
+    """The data-size, width, evaluation and seed parameters every headline experiment takes."""
+    return {
+        "n_train": from_scale("training examples (balanced subset; more than the split keeps it whole); "
+                              "None: from scale"),
+        "n_test": from_scale("test examples (balanced subset); None: from scale"),
+        "n_eval_train": from_scale("training examples evaluated for train accuracy; None: from scale"),
+        "channels": from_scale("LeNet convolution channels; None: from scale (paper: 50)"),
+        "eval_every": from_scale(eval_every_doc),
+        "seed": Param.seed(),
+    }
+
+
+def check_periods(r: Mapping, baseline: str) -> None:
+    """``r["Ks"]`` includes K=1 (the ``baseline`` every claim compares with) and no repeats, and
+    ``r["eval_every"]`` fits in ``r["steps"]``."""
+    if 1 not in [int(k) for k in r["Ks"] if math.isfinite(k)]:
+        raise ValueError(f"Ks must include K=1 ({baseline})")
+    if len(set(r["Ks"])) != len(r["Ks"]):
+        raise ValueError(f"Ks has repeated values: {r['Ks']}")
+    if r["eval_every"] > r["steps"]:
+        raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
 
 
 def resolve(p: Mapping, table: Mapping[str, Mapping]) -> dict:
@@ -140,6 +164,32 @@ def augmenter(dataset: str, *, pad: int = 4, flip: bool = True, max_shift: int =
     if dataset in IMAGE_DATASETS:
         return partial(augment.augment, pad=int(pad), flip=bool(flip))
     return partial(augment.augment_1d, max_shift=int(max_shift))
+
+
+class Setup(NamedTuple):
+    """What every training run of an experiment starts from: the data, the LeNet and its one
+    initialisation, the evaluation sets, and the training arrays."""
+    ds: object
+    model: object
+    params: object
+    model_state: object
+    evals: dict
+    x: object
+    y: object
+
+
+def prepare(r: Mapping, batch_size: Optional[int] = None) -> Setup:
+    """Load the data and build and initialise the model for resolved parameters ``r``. A
+    ``batch_size`` larger than the training set fails here, before any training."""
+    import jax.numpy as jnp
+
+    ds = load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"])
+    if batch_size is not None and batch_size > ds.n_train:
+        raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
+    model = model_for(r["dataset"], r["channels"], ds.num_outputs)
+    params, model_state = init_params(model, ds.x_train, r["seed"])
+    return Setup(ds, model, params, model_state, eval_sets(ds, r["n_eval_train"]),
+                 jnp.asarray(ds.x_train), jnp.asarray(ds.y_train))
 
 
 def init_params(model, x, seed: int):

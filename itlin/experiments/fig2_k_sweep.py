@@ -58,26 +58,14 @@ def tag(sweep: str, K, control: bool = False) -> str:
 
 
 def _check(p):
-    r = S.resolve(p, SCALES)
-    if 1 not in [int(k) for k in r["Ks"] if math.isfinite(k)]:
-        raise ValueError("Ks must include K=1 (the gradient-descent baseline every claim compares with)")
-    if len(set(r["Ks"])) != len(r["Ks"]):
-        raise ValueError(f"Ks has repeated values: {r['Ks']}")
-    if r["eval_every"] > r["steps"]:
-        raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
+    S.check_periods(S.resolve(p, SCALES), "the gradient-descent baseline every claim compares with")
 
 
 def run(p, ctx):
-    import jax.numpy as jnp
-
     from ..train import IterativeLinearisation
 
     r = S.resolve(p, SCALES)
-    ds = S.load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"])
-    model = S.model_for(r["dataset"], r["channels"], ds.num_outputs)
-    params, model_state = S.init_params(model, ds.x_train, r["seed"])
-    evals = S.eval_sets(ds, r["n_eval_train"])
-    x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
+    ds, model, params, model_state, evals, x, y = S.prepare(r, batch_size=r["batch_size"])
     f = int(r["rescale"])
     runs = {}
 
@@ -126,14 +114,7 @@ EXPERIMENT = register(Experiment(
         "batch_size": Param.integer(256, minimum=1, doc="mini-batch size"),
         "inf_lr_multiplier": Param(10.0, "float", minimum=0.0, doc="control run K=inf (full batch) at this "
                                    "multiple of the learning rate; 0 skips it"),
-        "n_train": S.from_scale("training examples (balanced subset; more than the split keeps it whole); "
-                                "None: from scale"),
-        "n_test": S.from_scale("test examples (balanced subset); None: from scale"),
-        "n_eval_train": S.from_scale("training examples evaluated for train accuracy; None: from scale"),
-        "channels": S.from_scale("LeNet convolution channels; None: from scale (paper: 50)"),
-        "eval_every": S.from_scale("full-batch steps between evaluations (mini-batch: x rescale); "
-                                   "None: from scale"),
-        "seed": Param.seed(),
+        **S.data_params("full-batch steps between evaluations (mini-batch: x rescale); None: from scale"),
     },
     run=run,
     version=S.versioned("1", SCALES),

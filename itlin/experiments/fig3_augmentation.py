@@ -47,28 +47,14 @@ def tag(K) -> str:
 
 
 def _check(p):
-    r = S.resolve(p, SCALES)
-    if 1 not in [int(k) for k in r["Ks"] if math.isfinite(k)]:
-        raise ValueError("Ks must include K=1 (the SGD baseline)")
-    if len(set(r["Ks"])) != len(r["Ks"]):
-        raise ValueError(f"Ks has repeated values: {r['Ks']}")
-    if r["eval_every"] > r["steps"]:
-        raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
+    S.check_periods(S.resolve(p, SCALES), "the SGD baseline")
 
 
 def run(p, ctx):
-    import jax.numpy as jnp
-
     from ..train import IterativeLinearisation
 
     r = S.resolve(p, SCALES)
-    ds = S.load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"])
-    if r["batch_size"] > ds.n_train:
-        raise ValueError(f"batch_size={r['batch_size']} is more than the {ds.n_train} training examples.")
-    model = S.model_for(r["dataset"], r["channels"], ds.num_outputs)
-    params, model_state = S.init_params(model, ds.x_train, r["seed"])
-    evals = S.eval_sets(ds, r["n_eval_train"])
-    x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
+    ds, model, params, model_state, evals, x, y = S.prepare(r, batch_size=r["batch_size"])
     aug = S.augmenter(r["dataset"], pad=r["pad"], flip=r["flip"], max_shift=r["max_shift"])
     runs = {}
     for K in r["Ks"]:
@@ -105,13 +91,7 @@ EXPERIMENT = register(Experiment(
         "pad": Param.integer(4, minimum=0, doc="images: zero padding before the random crop"),
         "flip": Param.flag(True, doc="images: random horizontal flips"),
         "max_shift": Param.integer(4, minimum=0, doc="MNIST-1D: largest random circular shift"),
-        "n_train": S.from_scale("training examples (balanced subset; more than the split keeps it whole); "
-                                "None: from scale"),
-        "n_test": S.from_scale("test examples (balanced subset); None: from scale"),
-        "n_eval_train": S.from_scale("training examples evaluated for train accuracy; None: from scale"),
-        "channels": S.from_scale("LeNet convolution channels; None: from scale (paper: 50)"),
-        "eval_every": S.from_scale("steps between evaluations; None: from scale"),
-        "seed": Param.seed(),
+        **S.data_params("steps between evaluations; None: from scale"),
     },
     run=run,
     version=S.versioned("1", SCALES),

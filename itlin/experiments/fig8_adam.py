@@ -68,19 +68,12 @@ def _check(p):
 
 
 def run(p, ctx):
-    import jax.numpy as jnp
     import optax
 
     from ..train import IterativeLinearisation
 
     r = S.resolve(p, SCALES)
-    ds = S.load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"])
-    if r["batch_size"] > ds.n_train:
-        raise ValueError(f"batch_size={r['batch_size']} is more than the {ds.n_train} training examples.")
-    model = S.model_for(r["dataset"], r["channels"], ds.num_outputs)
-    params, model_state = S.init_params(model, ds.x_train, r["seed"])
-    evals = S.eval_sets(ds, r["n_eval_train"])
-    x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
+    ds, model, params, model_state, evals, x, y = S.prepare(r, batch_size=r["batch_size"])
     K = int(r["K"])
     setups = [
         ("SGD K=1", S.sgd(r["learning_rate"], r["momentum"]), 1, False,
@@ -126,13 +119,7 @@ EXPERIMENT = register(Experiment(
         "solved_accuracy": Param.number(0.99, minimum=0.0, maximum=1.0, doc="train accuracy of the linearised "
                                         "model that counts a phase as solved"),
         "batch_size": Param.integer(256, minimum=1, doc="mini-batch size"),
-        "n_train": S.from_scale("training examples (balanced subset; more than the split keeps it whole); "
-                                "None: from scale"),
-        "n_test": S.from_scale("test examples (balanced subset); None: from scale"),
-        "n_eval_train": S.from_scale("training examples evaluated for train accuracy; None: from scale"),
-        "channels": S.from_scale("LeNet convolution channels; None: from scale (paper: 50)"),
-        "eval_every": S.from_scale("steps between evaluations (at most K); None: from scale"),
-        "seed": Param.seed(),
+        **S.data_params("steps between evaluations (at most K); None: from scale"),
     },
     run=run,
     version=S.versioned("1", SCALES),
