@@ -1,0 +1,34 @@
+"""Run one experiment with given parameters and store its record (for recorded runs kept with the
+book, e.g. on a lent GPU).
+
+    python benchmarks/record.py fig2_k_sweep '{"scale": "default", "channels": 50}' --results DIR
+
+The record lands in ``DIR/<experiment>/<hash>/`` (``record.json`` and ``results.npz``), which is
+what :func:`itlin.runner.open_record` reads; the record stores the parameters, the device, the
+versions and the wall time, so this command with the same JSON re-makes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment")
+    ap.add_argument("params", help="the parameters as a JSON object")
+    ap.add_argument("--results", required=True, help="results folder")
+    args = ap.parse_args(argv)
+    from itlin import runner
+
+    rec = runner.run(args.experiment, json.loads(args.params), results_dir=args.results, progress=False)
+    print(json.dumps({"path": str(rec.path), "status": rec.status, "wall_seconds": rec.info.get("wall_seconds"),
+                      "runs": {k: {"status": v["status"], "final": v.get("final")} for k, v in rec.runs.items()}},
+                     indent=1, default=str))
+    return 0 if rec.status == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
