@@ -1,0 +1,107 @@
+"""A small Sphinx extension for the book, loaded through ``sphinx.local_extensions`` in _config.yml.
+
+It lives beside the chapters (a plain file in book/) so that any copy of the book that carries
+book/'s files builds with it. It does two things Jupyter Book 1 has no setting for:
+
+* **Author-year bibliography.** The chapters cite author-year (``bibtex_reference_style:
+  author_year``: "Goldwaser and Ge [2023]", "[Jacot et al., 2018]"), but pybtex only ships alpha
+  and numeric labels. The bibliography style ``author_year`` registered here is pybtex's ``plain``
+  (sorted by author, year, title) with labels in the same form as a parenthetical citation:
+  "[Goldwaser and Ge, 2023]". Select it with ``bibtex_default_style: author_year``.
+* **Download the executed notebook.** Each chapter is a MyST notebook (``.md``). sphinx-book-theme
+  offers its executed ``.ipynb`` (the one MyST-NB writes to ``_build/jupyter_execute``) only when a
+  launch button (Binder, JupyterHub, Colab, ...) is configured, and a launch button needs the
+  book's repository URL, which this book has none of. This hook puts the executed notebook next to
+  the page sources and adds the ``.ipynb`` entry to the theme's download menu, beside ``.md`` and
+  ``.pdf``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from pybtex.plugin import register_plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.plain import Style as PlainStyle
+from pybtex.style.labels import BaseLabelStyle
+
+STYLE_NAME = "author_year"
+
+
+def _last_names(person) -> str:
+    """"von Last" of a pybtex Person, LaTeX accents decoded ("Ortiz-Jim{\\'e}nez" -> "Ortiz-Jiménez")."""
+    parts = [*person.rich_prelast_names, *person.rich_last_names]
+    return " ".join(Text(p).render_as("text") for p in parts)
+
+
+class AuthorYearLabelStyle(BaseLabelStyle):
+    """Labels "Greydanus, 2020", "Goldwaser and Ge, 2023", "Jacot et al., 2018".
+
+    Three or more authors give "First et al.", as sphinxcontrib-bibtex's author-year citations
+    do. Equal labels get a, b, ... appended in bibliography order.
+    """
+
+    def format_labels(self, sorted_entries):
+        labels = [self.format_label(entry) for entry in sorted_entries]
+        count = Counter(labels)
+        seen: Counter = Counter()
+        for label in labels:
+            if count[label] == 1:
+                yield label
+            else:
+                yield label + chr(ord("a") + seen[label])
+                seen[label] += 1
+
+    def format_label(self, entry) -> str:
+        persons = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [_last_names(p) for p in persons]
+        if not names:
+            who = Text.from_latex(entry.fields.get("title", entry.key)).render_as("text")
+        elif len(names) == 1:
+            who = names[0]
+        elif len(names) == 2:
+            who = f"{names[0]} and {names[1]}"
+        else:
+            who = f"{names[0]} et al."
+        year = entry.fields.get("year", "")
+        return f"{who}, {year}" if year else who
+
+
+class AuthorYearStyle(PlainStyle):
+    """pybtex's plain style (entries sorted by author, year, title) with author-year labels."""
+
+    default_label_style = AuthorYearLabelStyle
+
+
+def _offer_executed_notebook(app, pagename, templatename, context, doctree):
+    """Add the executed ``.ipynb`` of a MyST-notebook page to sphinx-book-theme's download menu.
+
+    Runs before the theme's header buttons (priority 500 < 501); the theme then lists
+    ``_sources/<page>.ipynb`` as ".ipynb" in the download menu. Pages that are not notebooks
+    (no kernelspec), .ipynb sources (already offered as their source) and pages whose executed
+    notebook is missing are left alone.
+    """
+    if context.get("ipynb_source"):
+        return
+    sourcename = context.get("sourcename") or ""
+    if not sourcename.endswith((".md", ".md.txt")):
+        return
+    if "kernelspec" not in app.env.metadata.get(pagename, {}):
+        return
+    config = getattr(app.env, "mystnb_config", None)
+    folder = getattr(config, "output_folder", None) or Path(app.outdir).parent / "jupyter_execute"
+    executed = Path(folder, *f"{pagename}.ipynb".split("/"))
+    if not executed.is_file():
+        return
+    target = Path(app.outdir, "_sources", *f"{pagename}.ipynb".split("/"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(executed, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def setup(app):
+    register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)
+    app.connect("html-page-context", _offer_executed_notebook, priority=500)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
