@@ -2,7 +2,7 @@
 
 One real training run -- the main paper's LeNet (1-D variant: 2 conv layers of 50 channels,
 kernel 5, dense 120-84) on MNIST-1D, mini-batch iterative linearisation with K=10 and Adam --
-is run through :func:`itlin.runner.run` with a checkpoint every ``--every`` steps (default 200)
+is run through :func:`itlin.book.runner.run` with a checkpoint every ``--every`` steps (default 200)
 and with checkpoints off, in one process. A warm-up run compiles everything first (the trainer
 is shared between runs so that no timed run compiles), then the two settings alternate for
 ``--repeats`` rounds, each in a fresh results folder, and the script prints the median wall
@@ -30,9 +30,11 @@ os.environ.setdefault("ITLIN_QUIET", "1")
 import jax  # noqa: E402
 import optax  # noqa: E402
 
-from itlin import runner  # noqa: E402
-from itlin.experiments import Experiment, Param, register  # noqa: E402
-from itlin.train import IterativeLinearisation  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import itlin  # noqa: E402
+from itlin.book import limit_blas_threads, runner  # noqa: E402
+from itlin.book.experiments import Experiment, Params, Period, param, register  # noqa: E402
 
 _CACHE = {}
 
@@ -46,8 +48,7 @@ def _setup(p):
         ds = load("mnist1d", n_train=p["n_train"], n_test=500)
         model = get_model("lenet1d", num_outputs=10)
         params, state = model.init(jax.random.PRNGKey(0), ds.x_train[:2])
-        trainer = IterativeLinearisation(model, optax.adam(p["learning_rate"]), schedule=p["K"],
-                                         batch_size=p["batch_size"])
+        trainer = itlin.iterative_linearisation(model, optax.adam(p["learning_rate"]), p["K"])
         _CACHE[key] = (ds, trainer, params, state)
     return _CACHE[key]
 
@@ -55,19 +56,23 @@ def _setup(p):
 def run_bench(p, ctx):
     ds, trainer, params, state = _setup(p)
     res = ctx.fit("lenet1d", trainer, trainer.init(params, state), ds.x_train, ds.y_train, p["steps"],
-                  eval_sets={"test": (ds.x_test, ds.y_test)}, eval_every=p["eval_every"], seed=p["seed"])
+                  batch_size=p["batch_size"], eval_sets={"test": (ds.x_test, ds.y_test)}, eval_every=p["eval_every"],
+                  seed=p["seed"])
     return {"loss": res.history.arrays()["loss"], "test_accuracy": res.history.eval_array("test/accuracy")}
 
 
-register(Experiment(
-    name="bench_checkpoint_overhead",
-    doc="Benchmark only: LeNet-1D on MNIST-1D, K=10, Adam, mini-batches.",
-    params={"K": Param.period(10), "batch_size": Param.integer(32, minimum=1),
-            "learning_rate": Param.positive(1e-3), "n_train": Param.integer(4000, minimum=1),
-            "steps": Param.integer(1000, minimum=1), "eval_every": Param.integer(500, minimum=1),
-            "seed": Param.seed(0)},
-    run=run_bench,
-))
+@dataclass(frozen=True)
+class BenchParams(Params):
+    K: Period = param(10)
+    batch_size: int = param(32, min=1)
+    learning_rate: float = param(1e-3, gt=0)
+    n_train: int = param(4000, min=1)
+    steps: int = param(1000, min=1)
+    eval_every: int = param(500, min=1)
+
+
+register(Experiment("bench_checkpoint_overhead", BenchParams, run_bench,
+                    doc="Benchmark only: LeNet-1D on MNIST-1D, K=10, Adam, mini-batches."))
 
 
 SAVES = {"n": 0, "seconds": 0.0}
@@ -106,6 +111,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers to this file")
     args = ap.parse_args(argv)
+    limit_blas_threads()
     params = {"steps": args.steps, "batch_size": args.batch_size}
     root = Path(tempfile.mkdtemp(prefix="itlin-bench-"))
 

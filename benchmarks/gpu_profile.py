@@ -123,8 +123,8 @@ def profile_gauss_newton(repeats: int) -> dict:
 
 def profile_trainers(chunk: int, repeats: int) -> dict:
     from itlin import data, models
-    from itlin.experiments import _sparse as S
-    from itlin.train import IterativeLinearisation
+    from itlin.book.experiments import _sparse as S
+    from itlin import iterative_linearisation, run as itlin_run
 
     out = {}
     configs = []
@@ -152,16 +152,17 @@ def profile_trainers(chunk: int, repeats: int) -> dict:
         x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
         params, mstate = model.init(jax.random.PRNGKey(0), x[:2])
         n = chunk if kw.get("batch_size") else max(10, chunk // 10)
-        tr = IterativeLinearisation(model, opt, chunk_size=n, **kw)
+        batch_size = kw.pop("batch_size", None)
+        tr = iterative_linearisation(model, opt, kw.pop("schedule"), **kw)
         st = tr.init(params, mstate)
         t0 = time.perf_counter()
-        st, _ = tr.run_chunk(st, x, y, n)
+        st, _ = itlin_run(tr, st, x, y, n, batch_size=batch_size, chunk_size=n)
         _block(st.params)
         first = time.perf_counter() - t0
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            st, log = tr.run_chunk(st, x, y, n)
+            st, log = itlin_run(tr, st, x, y, n, batch_size=batch_size, chunk_size=n)
             _block(st.params)
             times.append((time.perf_counter() - t0) / max(len(log.loss), 1))
         med = statistics.median(times)
@@ -177,6 +178,9 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=1000)
     ap.add_argument("--only", nargs="*", choices=["gn", "trainers"])
     args = ap.parse_args(argv)
+    from itlin.book import limit_blas_threads
+
+    limit_blas_threads()
     only = set(args.only or ["gn", "trainers"])
     res = {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__}
     if "gn" in only:

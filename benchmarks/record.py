@@ -4,7 +4,7 @@ book, e.g. on a lent GPU).
     python benchmarks/record.py fig2_k_sweep '{"scale": "default", "channels": 50}' --results DIR
 
 The record lands in ``DIR/<experiment>/<hash>/`` (``record.json`` and ``results.npz``), which is
-what :func:`itlin.runner.open_record` reads; the record stores the parameters, the device, the
+what :func:`itlin.book.runner.open_record` reads; the record stores the parameters, the device, the
 versions and the wall time, so this command with the same JSON re-makes it.
 """
 

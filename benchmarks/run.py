@@ -38,11 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from itlin import __version__, data, gauss_newton as gn, models
-from itlin.benchmarking import TARGETS, target_met
-from itlin.linearise import linearised_apply
-from itlin.losses import get_loss
-from itlin.train import IterativeLinearisation
+import itlin
+from itlin import __version__, data, models
+from itlin.book import limit_blas_threads
+from itlin.book.benchmarking import TARGETS, target_met
+from itlin.core import gauss_newton as gn
+from itlin.core.linearise import linearised_apply
+from itlin.core.losses import get_loss
 
 
 def _block(tree):
@@ -92,8 +94,8 @@ def bench_fullbatch(repeats: int, steps: int):
     p0, _ = model.init(jax.random.PRNGKey(0), x[:2])
     opt = optax.sgd(1e-2)
     out = {}
-    gd = IterativeLinearisation(model, opt, schedule=1, chunk_size=steps)
-    lin = IterativeLinearisation(model, opt, schedule=10 ** 9, chunk_size=steps)
+    gd = itlin.iterative_linearisation(model, opt, 1)
+    lin = itlin.iterative_linearisation(model, opt, 10 ** 9)
     # The naive linearised step: a JVP through the network at every step, no stored
     # linearisation. It runs in the same kind of loop the trainer uses on this device (one
     # compiled loop per chunk, or one compiled call per step for conv nets on the CPU).
@@ -106,7 +108,7 @@ def bench_fullbatch(repeats: int, steps: int):
         upd, ostate = opt.update(g, ostate, params)
         return optax.apply_updates(params, upd), anchor, ostate
 
-    if lin.uses_device_loop(lin.init(p0), x):
+    if itlin.device_loop(lin, lin.init(p0), x):
         naive_loop = jax.jit(lambda c: jax.lax.fori_loop(0, steps, lambda i, c: naive_step(c), c))
     else:
         one = jax.jit(naive_step)
@@ -118,7 +120,7 @@ def bench_fullbatch(repeats: int, steps: int):
 
     def chunk(tr):
         def fn(st):
-            st, _ = tr.run_chunk(st, x, y, steps)
+            st, _ = itlin.run(tr, st, x, y, steps, chunk_size=steps)
             return st
         return fn
 
@@ -156,10 +158,10 @@ def bench_minibatch(repeats: int, steps: int):
     opt = optax.sgd(1e-2, momentum=0.9)
     runs = {}
     for name, K in (("sgd", 1), ("lin", 1000)):
-        tr = IterativeLinearisation(model, opt, schedule=K, batch_size=256, chunk_size=steps)
+        tr = itlin.iterative_linearisation(model, opt, K)
 
         def fn(st, tr=tr):
-            st, _ = tr.run_chunk(st, x, y, steps)
+            st, _ = itlin.run(tr, st, x, y, steps, batch_size=256, chunk_size=steps)
             return st
 
         runs[name] = (fn, tr.init(p0))
@@ -238,12 +240,14 @@ def _bench_sweep(repeats: int, seeds: int = 50, dampings=(1e-4, 1e-3, 1e-2, 1e-1
     lams = jnp.asarray(dampings, jnp.float64)
 
     def one(p, lam):
-        p, trace = gn.gauss_newton_fit(f, p, x, y, gn_steps, damping=lam, ntk_fn=model.ntk_fn)
+        p, trace = gn.gauss_newton_fit(f, p, x, y, gn_steps, damping=lam, ntk_fn=model.ntk_fn, reduction="sum",
+                                       solve="cholesky")
         return f(p, x)
 
     single = jax.jit(one)
     batched = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None)))
-    step = jax.jit(lambda p, lam: gn.gauss_newton_step(f, p, x, y, damping=lam, ntk_fn=model.ntk_fn)[0])
+    step = jax.jit(lambda p, lam: gn.gauss_newton_step(f, p, x, y, damping=lam, ntk_fn=model.ntk_fn, reduction="sum",
+                                                       solve="cholesky")[0])
 
     def run_params(s):
         return jax.tree_util.tree_map(lambda a: a[s], params)
@@ -272,8 +276,9 @@ def _bench_sweep(repeats: int, seeds: int = 50, dampings=(1e-4, 1e-3, 1e-2, 1e-1
     med, comp = _interleaved({"loop": (loop, None), "stepwise_loop": (stepwise, None), "vmap": (vm, None)}, repeats)
     # what the closed-form MLP kernel buys per Gauss-Newton step, against Jacobians
     p0 = run_params(0)
-    generic = jax.jit(lambda p: gn.gauss_newton_step(f, p, x, y, damping=1.0)[0])
-    structured = jax.jit(lambda p: gn.gauss_newton_step(f, p, x, y, damping=1.0, ntk_fn=model.ntk_fn)[0])
+    generic = jax.jit(lambda p: gn.gauss_newton_step(f, p, x, y, damping=1.0, reduction="sum", solve="cholesky")[0])
+    structured = jax.jit(lambda p: gn.gauss_newton_step(f, p, x, y, damping=1.0, ntk_fn=model.ntk_fn,
+                                                        reduction="sum", solve="cholesky")[0])
     ms = {}
     for name, fn in (("jacobian_ntk", generic), ("closed_form_ntk", structured)):
         _block(fn(p0))
@@ -304,6 +309,7 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", choices=["fullbatch", "minibatch", "gn", "sweep"])
     ap.add_argument("--label", default=None, help="a name for the machine (e.g. 'cpu-2core', 'h100')")
     args = ap.parse_args(argv)
+    limit_blas_threads()
     only = set(args.only or ["fullbatch", "minibatch", "gn", "sweep"])
     res = {"machine": machine(), "label": args.label}
     t0 = time.perf_counter()

@@ -1,29 +1,58 @@
 """itlin: iterative linearisation, damped Gauss-Newton and linearised networks in JAX.
 
-On import, itlin limits OpenBLAS/MKL (used by jaxlib's CPU LAPACK calls through SciPy: ``eigh``,
-``cholesky``, ``solve``) to one thread. Their thread pools otherwise compete with XLA's own and,
-measured on a 2-core machine, turned a 500 x 500 ``eigh`` from 11 ms into up to 1 s and a
-kernel-form Gauss-Newton step from 70 ms into 3 s. Set ``ITLIN_BLAS_THREADS`` to another number
-(or to ``keep`` to leave the settings alone) before importing itlin.
+The five-line use (a period ``K``: ``K = 1`` is gradient descent, ``K = "inf"`` trains the
+network linearised at initialisation, anything between relinearises every ``K`` steps)::
+
+    import itlin, optax
+    trainer = itlin.iterative_linearisation(f, optax.sgd(1e-2), K)   # f(params, x) -> logits
+    result = itlin.fit(trainer, trainer.init(params), x, y, steps=1000, batch_size=256)
+    result.history.evals["train/accuracy_lin"], result.state.feature_updates
+
+Also: :func:`linearise` (``f_lin`` with ``f``'s signature), :func:`linearise_at` (stored ``J v``
+and ``J^T r``), :func:`ntk`, :func:`gauss_newton_step` / :func:`gauss_newton_fit` (damped
+Gauss-Newton in kernel form), :func:`gradient_flow` (the closed-form flow of a linearised
+model, Appendix B). Every loss is a mean over examples unless ``reduction="sum"`` is passed, and
+time in the flow is ``learning_rate * steps`` on that loss.
+
+Layers: this package's flat namespace is the core (jax, optax and numpy only). Research support
+(:mod:`itlin.data`, :mod:`itlin.models`, :mod:`itlin.metrics`, :mod:`itlin.augment`; needs the
+``research`` extra) and the book's machinery (:mod:`itlin.book`; the ``book`` extra) are
+imported only when used.
 """
 
-import os as _os
+import importlib as _importlib
 
-__version__ = "0.1.0"
+from .core._tree import num_params
+from .core.flow import GradientFlow, flow_params, gradient_flow
+from .core.gauss_newton import (ArbelDamping, ConstantDamping, GNInfo, GNTrace, gauss_newton_direction,
+                                gauss_newton_fit, gauss_newton_step, get_damping)
+from .core.linearise import Linearisation, jacobian, kernel_distance, linearise, linearise_at, linearised_apply, ntk
+from .core.loop import FitResult, History, batch_indices, device_loop, evaluate, fit, run
+from .core.losses import Loss, accuracy, get_loss, rmse
+from .core.model import Model
+from .core.parallel import data_mesh, replicate, shard_batch
+from .core.schedules import (AtSteps, Every, Schedule, StepInfo, as_schedule, kernel_drift, loss_drift,
+                             parse_period)
+from .core.train import StepLog, Trainer, TrainState, iterative_linearisation
+
+__version__ = "0.2.0"
+
+_LAZY = ("augment", "book", "data", "metrics", "models")
 
 
-def _limit_blas_threads():
-    n = _os.environ.get("ITLIN_BLAS_THREADS", "1").strip().lower()
-    if n in ("", "keep", "auto"):
-        return
-    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        _os.environ.setdefault(var, n)  # libraries loaded from now on
-    try:  # libraries already loaded
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(int(n), user_api="blas")
-    except Exception:  # threadpoolctl missing or a library it cannot drive: nothing to limit
-        pass
+def __getattr__(name):
+    """``itlin.data``, ``itlin.models``, ... are imported on first use (they need more than the core)."""
+    if name in _LAZY:
+        return _importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'itlin' has no attribute {name!r}")
 
 
-_limit_blas_threads()
+__all__ = [
+    "ArbelDamping", "AtSteps", "ConstantDamping", "Every", "FitResult", "GNInfo", "GNTrace", "GradientFlow",
+    "History", "Linearisation", "Loss", "Model", "Schedule", "StepInfo", "StepLog", "TrainState", "Trainer",
+    "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit", "flow_params",
+    "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
+    "gradient_flow", "iterative_linearisation", "jacobian", "kernel_distance", "kernel_drift", "linearise",
+    "linearise_at", "linearised_apply", "loss_drift", "ntk", "num_params", "parse_period", "replicate", "rmse",
+    "run", "shard_batch",
+]

@@ -6,7 +6,7 @@ never a torn write, even if the writer is killed with SIGKILL halfway.
 
 Results are nested dicts of arrays. They are stored in ``.npz`` files (no pickling) with the
 tree's key paths in a JSON member ``__structure__``, so that keys containing ``/`` (such as
-``eval/test/accuracy`` from :meth:`itlin.train.History.arrays`) come back exactly as they went in.
+``eval/test/accuracy`` from :meth:`itlin.History.arrays`) come back exactly as they went in.
 """
 
 from __future__ import annotations

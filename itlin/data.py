@@ -1160,6 +1160,15 @@ _ALIASES = {"mnist_1d": "mnist1d", "fashionmnist": "fashion_mnist", "fmnist": "f
             "cifar_10": "cifar10", "cifar_2": "cifar2", "teacher": "teacher_student"}
 
 
+def dataset_name(name: str) -> str:
+    """The registry's spelling of a dataset name (``"FMNIST"`` -> ``"fashion_mnist"``); a
+    ValueError listing the known names otherwise."""
+    key = _ALIASES.get(str(name).strip().lower().replace("-", "_"), str(name).strip().lower().replace("-", "_"))
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}.")
+    return key
+
+
 def load(name: str, *, n_train: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0,
          cache_dir=None, **kwargs) -> Dataset:
     """Load a dataset by name (see :data:`DATASETS`); extra keyword arguments go to its loader.
@@ -1167,11 +1176,7 @@ def load(name: str, *, n_train: Optional[int] = None, n_test: Optional[int] = No
     ``n_train``/``n_test``: sizes of the (class-balanced, nested) subsets, ``None`` for the
     dataset's default size. ``seed``: subset choice, or generation for synthetic data.
     """
-    key = str(name).strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}.")
-    return DATASETS[key](n_train=n_train, n_test=n_test, seed=seed, cache_dir=cache_dir, **kwargs)
+    return DATASETS[dataset_name(name)](n_train=n_train, n_test=n_test, seed=seed, cache_dir=cache_dir, **kwargs)
 
 
 __all__ = [
@@ -1189,6 +1194,7 @@ __all__ = [
     "cache_dir",
     "cifar10",
     "cifar2",
+    "dataset_name",
     "digits",
     "fashion_mnist",
     "load",

@@ -1,17 +1,15 @@
-"""Metrics: accuracy, RMSE, NTK quantities, feature-quality measures of the three papers.
+"""Metrics of the three papers: feature quality, NTK spectra and alignment.
 
-- :func:`accuracy`, :func:`rmse` (also in :mod:`itlin.losses`).
-- :func:`empirical_ntk`, :func:`ntk_smallest_eigenvalue` (from :mod:`itlin.kernels`; main paper
-  Eq. 2, Arbel et al. Eq. 5).
 - :func:`weighted_cosine_distance` (Arbel et al. Eq. 9) and :func:`linear_refit` /
   :func:`mean_field_refit_test_loss` (Arbel et al. Eq. 8, "Test-LRfit").
 - :func:`linear_probe_accuracy` / :func:`layer_probe_accuracy` (main paper Fig. 6).
 - :func:`energy_concentration` (Ortiz-Jimenez et al. Table 1) and :func:`eigenvector_alignment`,
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
 
-Inputs may be numpy or JAX arrays. Functions that solve linear systems or eigenproblems work in
-float64 numpy on the host (deterministic, and accurate where float32 kernels are ill-conditioned)
-and return Python floats or numpy arrays.
+Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
+:func:`itlin.ntk`). Inputs may be numpy or JAX arrays. Functions that solve linear systems or
+eigenproblems work in float64 numpy on the host (deterministic, and accurate where float32
+kernels are ill-conditioned) and return Python floats or numpy arrays.
 """
 
 from __future__ import annotations
@@ -20,39 +18,6 @@ from typing import Optional
 
 import jax.numpy as jnp
 import numpy as np
-
-from itlin import losses as _losses
-from itlin.kernels import empirical_ntk, ntk_smallest_eigenvalue
-
-rmse = _losses.rmse
-
-
-def accuracy(outputs, targets):
-    """Fraction of correct predictions.
-
-    Multi-output: arg-max of the outputs against integer labels or against the arg-max of
-    probability/one-hot targets (as :func:`itlin.losses.accuracy`). Single output (``(N, 1)`` or
-    ``(N,)``) with +-1 or 0/1 targets (binary CIFAR-2, Ortiz-Jimenez et al.): an example is
-    predicted positive when its output is > 0 and is positive when its target is > 0. Jittable.
-    """
-    outputs = jnp.asarray(outputs)
-    targets = jnp.asarray(targets)
-    single = outputs.ndim == 1 or (outputs.ndim == 2 and outputs.shape[1] == 1)
-    if single:
-        f = outputs.reshape(-1)
-        y = targets.reshape(-1)
-        if f.shape != y.shape:
-            raise ValueError(f"single-output accuracy needs one target per example: outputs {outputs.shape}, "
-                             f"targets {targets.shape}.")
-        # positive class: y > 0 (label 1 of 0/1 labels, +1 of +-1 targets); predicted: f > 0
-        return jnp.mean((f > 0) == (y > 0))
-    if targets.ndim == outputs.ndim - 1:
-        if targets.shape != outputs.shape[:-1]:
-            raise ValueError(f"labels shaped {targets.shape} do not match outputs {outputs.shape}.")
-    elif targets.shape != outputs.shape:
-        raise ValueError(f"targets must be integer labels {outputs.shape[:-1]} or probabilities {outputs.shape}; "
-                         f"got {targets.shape}.")
-    return _losses.accuracy(outputs, targets)
 
 
 # ------------------------------------------------------------------------------ Arbel et al.
@@ -287,16 +252,12 @@ def target_alignment(kernel, f) -> float:
 
 
 __all__ = [
-    "accuracy",
     "eigenvector_alignment",
-    "empirical_ntk",
     "energy_concentration",
     "layer_probe_accuracy",
     "linear_probe_accuracy",
     "linear_refit",
     "mean_field_refit_test_loss",
-    "ntk_smallest_eigenvalue",
-    "rmse",
     "target_alignment",
     "weighted_cosine_distance",
 ]

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 import yaml
 
-from itlin.run import chapter_parameters, execute_chapter, main as run_main, parameters_cell, _read
+from itlin.book.run import chapter_parameters, execute_chapter, main as run_main, parameters_cell, _read
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"scale": "tiny"}
@@ -130,7 +130,7 @@ def test_rerun_cli_rejects_unknown_parameters_and_lists_known_ones(capsys, tmp_p
 def test_rerun_cli_executes_a_chapter_with_other_parameters(tmp_path, monkeypatch):
     monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
     out = tmp_path / "intro.ipynb"
-    cmd = [sys.executable, "-m", "itlin.run", "book/intro.md", str(out), "-p", "seed", "3"]
+    cmd = [sys.executable, "-m", "itlin.book.run", "book/intro.md", str(out), "-p", "seed", "3"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     nb = nbformat.read(out, as_version=4)

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from itlin import data, models, runner
-from itlin.experiments import ParameterError
-from itlin.experiments import fig9_damping as f9
-from itlin.gauss_newton import gauss_newton_fit
+from itlin import data, models
+from itlin.book import runner
+from itlin.book.experiments import ParameterError
+from itlin.book.experiments import fig9_damping as f9
+from itlin import gauss_newton_fit
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,8 @@ def test_vmapped_sweep_equals_one_run_alone():
         alone = jax.tree_util.tree_map(lambda a: a[pick], params)
         # the same run with the library alone: no vmap, damping a Python float
         apply = model.bind()
-        p, trace = gauss_newton_fit(apply, alone, x, y, steps, damping=lam, lr=1.0, ntk_fn=model.ntk_fn)
+        p, trace = gauss_newton_fit(apply, alone, x, y, steps, damping=lam, lr=1.0, ntk_fn=model.ntk_fn,
+                                    reduction="sum", solve="cholesky")
         test_rmse = float(jnp.sqrt(jnp.mean((apply(p, xt) - yt) ** 2)))
         train_rmse = float(jnp.sqrt(jnp.mean((apply(p, x) - y) ** 2)))
         outputs = np.asarray(apply(p, xt))[:, 0]

@@ -14,13 +14,13 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from itlin import runner  # noqa: E402
-from itlin.experiments import ParameterError  # noqa: E402
-from itlin.experiments import _sparse as S  # noqa: E402
-from itlin.experiments import fig2_k_sweep as fig2  # noqa: E402
-from itlin.experiments import fig3_augmentation as fig3  # noqa: E402
-from itlin.experiments import fig8_adam as fig8  # noqa: E402
-from itlin.schedules import AtSteps, FixedPeriod  # noqa: E402
+from itlin.book import runner  # noqa: E402
+from itlin.book.experiments import ParameterError  # noqa: E402
+from itlin.book.experiments import _sparse as S  # noqa: E402
+from itlin.book.experiments import fig2_k_sweep as fig2  # noqa: E402
+from itlin.book.experiments import fig3_augmentation as fig3  # noqa: E402
+from itlin.book.experiments import fig8_adam as fig8  # noqa: E402
+from itlin import AtSteps, Every  # noqa: E402
 
 MODULES = {"fig2_k_sweep": fig2, "fig3_augmentation": fig3, "fig8_adam": fig8}
 
@@ -188,11 +188,11 @@ def test_paper_scale_starts_with_the_papers_schedules():
     """The pieces a paper-scale run builds first: its schedules and its optimiser."""
     p3 = fig3.paper_settings()
     sched = S.schedule(p3["Ks"][1], p3["steps"])
-    assert isinstance(sched, AtSteps) and sched.steps.size == p3["steps"] // p3["Ks"][1] - 1
-    assert isinstance(S.schedule(1, 10), FixedPeriod) and S.schedule(1, 10).period == 1
-    assert math.isinf(S.schedule(math.inf, 10).period)
-    assert S.schedule(150, 600).steps.tolist() == [150, 300, 450]
-    assert S.schedule(150, 700).steps.tolist() == [150, 300, 450, 600]
+    assert isinstance(sched, AtSteps) and len(sched.steps) == p3["steps"] // p3["Ks"][1] - 1
+    assert S.schedule(1, 10) == Every(1)
+    assert math.isinf(S.schedule(math.inf, 10).K)
+    assert list(S.schedule(150, 600).steps) == [150, 300, 450]
+    assert list(S.schedule(150, 700).steps) == [150, 300, 450, 600]
     opt = S.sgd(p3["learning_rate"], p3["momentum"])
     assert hasattr(opt, "update")
 
@@ -205,7 +205,7 @@ def test_paper_scale_trainers_take_their_first_steps():
     import jax.numpy as jnp
     import optax
 
-    from itlin.train import IterativeLinearisation
+    from itlin import iterative_linearisation, run
 
     ds = S.load_data("mnist1d", 512, 100, 0)
     x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
@@ -213,26 +213,26 @@ def test_paper_scale_trainers_take_their_first_steps():
     model = S.model_for("mnist1d", p3["channels"])
     params, model_state = S.init_params(model, x, 0)
     trainers = [
-        IterativeLinearisation(model, S.sgd(p2["learning_rate"] / p2["rescale"], p2["momentum"]),
-                               schedule=S.schedule(p2["Ks"][1] * p2["rescale"], p2["steps"] * p2["rescale"]),
-                               batch_size=p2["batch_size"]),
-        IterativeLinearisation(model, S.sgd(p3["learning_rate"], p3["momentum"]),
-                               schedule=S.schedule(p3["Ks"][1], p3["steps"]), batch_size=p3["batch_size"],
-                               augment=S.augmenter("mnist1d")),
-        IterativeLinearisation(model, optax.adam(p8["adam_learning_rate"]), schedule=S.schedule(p8["K"], p8["steps"]),
-                               batch_size=p8["batch_size"], reset_optimizer=p8["reset_optimizer"]),
+        (iterative_linearisation(model, S.sgd(p2["learning_rate"] / p2["rescale"], p2["momentum"]),
+                                 S.schedule(p2["Ks"][1] * p2["rescale"], p2["steps"] * p2["rescale"])),
+         p2["batch_size"]),
+        (iterative_linearisation(model, S.sgd(p3["learning_rate"], p3["momentum"]),
+                                 S.schedule(p3["Ks"][1], p3["steps"]), augment=S.augmenter("mnist1d")),
+         p3["batch_size"]),
+        (iterative_linearisation(model, optax.adam(p8["adam_learning_rate"]), S.schedule(p8["K"], p8["steps"]),
+                                 reset_optimizer=p8["reset_optimizer"]), p8["batch_size"]),
     ]
-    for trainer in trainers:
-        state, log = trainer.run_chunk(trainer.init(params, model_state), x, y, 2)
+    for trainer, batch_size in trainers:
+        state, log = run(trainer, trainer.init(params, model_state), x, y, 2, batch_size=batch_size)
         assert int(state.step) == 2 and np.all(np.isfinite(log.loss)) and state.feature_updates == 0
 
 
 # ------------------------------------------------------------------------------ bad parameters
 @pytest.mark.parametrize("name, params, message", [
-    ("fig2_k_sweep", {"dataset": "quintic"}, "mnist1d, fashion_mnist, cifar10"),
+    ("fig2_k_sweep", {"dataset": "quintic"}, "'mnist1d', 'fashion_mnist', 'cifar10'"),
     ("fig2_k_sweep", {"dataset": "cifar100"}, "dataset"),
     ("fig2_k_sweep", {"Ks": [10, "inf"]}, "must include K=1"),
-    ("fig2_k_sweep", {"Ks": [1, 0]}, "Ks[1] = 0"),
+    ("fig2_k_sweep", {"Ks": [1, 0]}, "Ks[1] must be >= 1"),
     ("fig2_k_sweep", {"Ks": [1, 10, 10]}, "repeated"),
     ("fig2_k_sweep", {"learning_rate": -1e-3}, "learning_rate"),
     ("fig2_k_sweep", {"momentum": 1.0}, "momentum"),
@@ -274,7 +274,7 @@ def test_claim_helpers():
 
 
 def test_late_gain_ignores_the_sawtooth_of_relinearisations():
-    from itlin.train import History
+    from itlin import History
 
     h = History()
     for step, acc in [(0, 0.1), (20, 0.5), (40, 0.3), (60, 0.55), (80, 0.4), (100, 0.6)]:
@@ -284,8 +284,10 @@ def test_late_gain_ignores_the_sawtooth_of_relinearisations():
 
 
 def test_scale_defaults_are_part_of_the_version():
+    from itlin.book.experiments import scales_digest
+
     table = {"default": {"steps": 600, "Ks": [1, 40, math.inf]}}
-    v = S.versioned("1", table)
-    assert v.startswith("1.") and v == S.versioned("1", {"default": {"Ks": [1, 40, math.inf], "steps": 600}})
-    assert v != S.versioned("1", {"default": {"steps": 601, "Ks": [1, 40, math.inf]}})
-    assert fig2.EXPERIMENT.version == S.versioned("1", fig2.SCALES)
+    v = scales_digest(table)
+    assert v == scales_digest({"default": {"Ks": [1, 40, math.inf], "steps": 600}})
+    assert v != scales_digest({"default": {"steps": 601, "Ks": [1, 40, math.inf]}})
+    assert fig2.EXPERIMENT.version == "1." + scales_digest(fig2.SCALES)

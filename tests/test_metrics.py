@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from itlin import data, metrics, models
-from itlin.kernels import jacobian
+from itlin import accuracy, jacobian, ntk, rmse
 
 
 @pytest.fixture
@@ -19,17 +19,17 @@ def x64():
 def test_accuracy_multiclass_and_single_output():
     logits = jnp.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [4.0, 0.0, 0.0]])
     labels = jnp.array([0, 1, 1, 0])
-    assert float(metrics.accuracy(logits, labels)) == 0.75
-    assert float(metrics.accuracy(logits, jax.nn.one_hot(labels, 3))) == 0.75
+    assert float(accuracy(logits, labels)) == 0.75
+    assert float(accuracy(logits, jax.nn.one_hot(labels, 3))) == 0.75
     out = jnp.array([[0.3], [-2.0], [0.1], [-0.5]])
-    assert float(metrics.accuracy(out, jnp.array([[1.0], [-1.0], [-1.0], [-1.0]]))) == 0.75  # +-1 targets
-    assert float(metrics.accuracy(out[:, 0], jnp.array([1, 0, 0, 0]))) == 0.75  # 0/1 labels
-    assert float(jax.jit(metrics.accuracy)(out, jnp.array([[1.0], [-1.0], [1.0], [-1.0]]))) == 1.0
+    assert float(accuracy(out, jnp.array([[1.0], [-1.0], [-1.0], [-1.0]]))) == 0.75  # +-1 targets
+    assert float(accuracy(out[:, 0], jnp.array([1, 0, 0, 0]))) == 0.75  # 0/1 labels
+    assert float(jax.jit(accuracy)(out, jnp.array([[1.0], [-1.0], [1.0], [-1.0]]))) == 1.0
     with pytest.raises(ValueError, match="one target per example"):
-        metrics.accuracy(out, jnp.ones(3))
+        accuracy(out, jnp.ones(3))
     with pytest.raises(ValueError):
-        metrics.accuracy(logits, jnp.ones((4, 2)))
-    assert float(metrics.rmse(jnp.array([[1.0], [3.0]]), jnp.array([[0.0], [0.0]]))) == pytest.approx(np.sqrt(5))
+        accuracy(logits, jnp.ones((4, 2)))
+    assert float(rmse(jnp.array([[1.0], [3.0]]), jnp.array([[0.0], [0.0]]))) == pytest.approx(np.sqrt(5))
 
 
 # ---------------------------------------------------------------------------- WCD (Eq. 9)
@@ -169,7 +169,7 @@ def test_target_alignment_is_lemma_1_for_the_ntk(x64):
     params, _ = model.init(jax.random.PRNGKey(1), x)
     params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), params)
     f = np.random.default_rng(0).choice([-1.0, 1.0], size=9)
-    kernel = metrics.empirical_ntk(model.bind(), params, x)
+    kernel = ntk(model.bind(), params, x)
     j = np.asarray(jacobian(model.bind(), params, x))
     lemma = np.sum((f @ j / 9) ** 2)
     assert metrics.target_alignment(kernel, f) == pytest.approx(lemma, rel=1e-10)
@@ -177,5 +177,3 @@ def test_target_alignment_is_lemma_1_for_the_ntk(x64):
     quot = metrics.eigenvector_alignment(kernel, kernel, k=1)[0]
     phi = np.linalg.eigh(np.asarray(kernel))[1][:, -1]
     assert metrics.target_alignment(kernel, 3.0 * phi) == pytest.approx(quot / 9, rel=1e-10)
-    assert float(metrics.ntk_smallest_eigenvalue(model.bind(), params, x)) == pytest.approx(
-        np.linalg.eigvalsh(np.asarray(kernel))[0], rel=1e-8, abs=1e-12)

@@ -22,9 +22,12 @@ import numpy as np
 import optax
 import pytest
 
-from itlin import experiments, plotting, runner
-from itlin.experiments import Experiment, Param, ParameterError, register
-from itlin.train import IterativeLinearisation
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import itlin
+from itlin.book import experiments, plotting, runner
+from itlin.book.experiments import Dataset, Experiment, ParameterError, Params, Period, param, register
 
 CALLS = collections.Counter()
 HERE = Path(__file__).resolve().parent
@@ -59,10 +62,9 @@ def _callback(tag):
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_trainer(K, learning_rate, batch_size, loop="auto"):
+def tiny_trainer(K, learning_rate):
     """Trainers are shared between runs in this process only to save compilation time."""
-    return IterativeLinearisation(mlp_apply, optax.adam(learning_rate), schedule=K, loss="squared",
-                                  batch_size=batch_size, chunk_size=8, loop=loop)
+    return itlin.iterative_linearisation(mlp_apply, optax.adam(learning_rate), K, loss="squared")
 
 
 def run_tiny(p, ctx):
@@ -74,33 +76,30 @@ def run_tiny(p, ctx):
     init = ctx.stage("init", lambda: {"params": mlp_init(p["seed"]), "note": "initial weights"})
     out = {"init_note": init["note"]}
     for K in ctx.progress(p["Ks"], desc="K"):
-        trainer = tiny_trainer(K, p["learning_rate"], p["batch_size"], p["loop"])
+        trainer = tiny_trainer(K, p["learning_rate"])
         state = trainer.init(jax.tree_util.tree_map(jnp.asarray, init["params"]))
         tag = f"K={K}"
-        res = ctx.fit(tag, trainer, state, x, y, p["steps"], eval_sets={"train": (x, y), "test": (xt, yt)},
-                      eval_every=20, seed=p["seed"], callback=_callback(tag))
+        res = ctx.fit(tag, trainer, state, x, y, p["steps"], batch_size=p["batch_size"], chunk_size=8,
+                      loop=p["loop"], eval_sets={"train": (x, y), "test": (xt, yt)}, eval_every=20, seed=p["seed"],
+                      callback=_callback(tag))
         out[tag] = {"params": res.state.params, "anchor": res.state.anchor,
                     "opt_state": {str(i): leaf for i, leaf in enumerate(jax.tree_util.tree_leaves(res.state.opt_state))},
                     "history": res.history.arrays()}
     return out
 
 
-register(Experiment(
-    name="test_tiny",
-    doc="Test only: a tiny MLP on the quintic with Adam, for several K.",
-    params={
-        "Ks": Param.period([1, 3], many=True, doc="relinearisation periods"),
-        "learning_rate": Param.positive(0.01),
-        "dataset": Param.dataset("quintic"),
-        "steps": Param.integer(64, minimum=1),
-        "batch_size": Param.integer(8, minimum=1, allow_none=True, doc="None: full batch"),
-        "seed": Param.seed(0),
-        "scale": Param.scale(),
-        "loop": Param.choice("auto", ("auto", "host", "device"), doc="the trainer's loop (host: one call per step)"),
-    },
-    run=run_tiny,
-    version="1",
-))
+@dataclass(frozen=True)
+class TinyParams(Params):
+    Ks: tuple[Period, ...] = param((1, 3), "relinearisation periods")
+    learning_rate: float = param(0.01, gt=0)
+    dataset: Dataset = param("quintic")
+    steps: int = param(64, min=1)
+    batch_size: Optional[int] = param(8, "None: full batch", min=1)
+    loop: Literal["auto", "host", "device"] = param("auto", "the driver's loop (host: one call per step)")
+
+
+register(Experiment("test_tiny", TinyParams, run_tiny, version="1",
+                    doc="Test only: a tiny MLP on the quintic with Adam, for several K."))
 
 
 def run_diverge(p, ctx):
@@ -114,24 +113,23 @@ def run_diverge(p, ctx):
     runs = {"stable": 0.05, "unstable": lambda count: jnp.where(count >= s - 2, jnp.nan, 0.05)}
     out = {}
     for tag in p["runs"]:
-        trainer = IterativeLinearisation(mlp_apply, optax.sgd(runs[tag]), schedule=p["K"], loss="squared")
+        trainer = itlin.iterative_linearisation(mlp_apply, optax.sgd(runs[tag]), p["K"], loss="squared")
         res = ctx.fit(tag, trainer, trainer.init(mlp_init(0, d_in=2)), x, y, p["steps"],
                       eval_sets={"train": (x, y)}, eval_every=5)
         out[tag] = {"loss": np.asarray(res.history.loss)}
     return out
 
 
-register(Experiment(
-    name="test_diverge",
-    doc="Test only: a learning rate that turns NaN at a known step.",
-    params={
-        "K": Param.period(2),
-        "nan_at": Param.integer(23, minimum=2),
-        "steps": Param.integer(40, minimum=1),
-        "runs": Param(["unstable"], "str", choices=("stable", "unstable"), many=True),
-    },
-    run=run_diverge,
-))
+@dataclass(frozen=True)
+class DivergeParams(Params):
+    K: Period = param(2)
+    nan_at: int = param(23, min=2)
+    steps: int = param(40, min=1)
+    runs: tuple[Literal["stable", "unstable"], ...] = param(("unstable",))
+
+
+register(Experiment("test_diverge", DivergeParams, run_diverge,
+                    doc="Test only: a learning rate that turns NaN at a known step."))
 
 
 def run_stage(p, ctx):
@@ -149,11 +147,12 @@ def run_stage(p, ctx):
     return {"sweep": res, "meta": {"n": res["count"], "dampings": res["dampings"]}, "status": "completed (stage only)"}
 
 
-register(Experiment(
-    name="test_stage",
-    params={"dampings": Param.nonnegative([0.0, 1e-3, 1.0], many=True)},
-    run=run_stage,
-))
+@dataclass(frozen=True)
+class StageParams(Params):
+    dampings: tuple[float, ...] = param((0.0, 1e-3, 1.0), min=0)
+
+
+register(Experiment("test_stage", StageParams, run_stage))
 
 
 def _subprocess_main():
@@ -186,6 +185,17 @@ def _equal_results(a: runner.Record, b: runner.Record):
 FAST = {"Ks": [1, 3], "steps": 48}
 
 
+def _checkpoint(path):
+    from flax import serialization
+
+    outer = serialization.msgpack_restore(Path(path).read_bytes())
+    return serialization.msgpack_restore(outer["body"])
+
+
+def _checkpoint_meta(path):
+    return json.loads(_checkpoint(path)["meta"])
+
+
 # ------------------------------------------------------------------------------ registry
 def test_registry_unknown_experiment_lists_known():
     assert "test_tiny" in experiments.names()
@@ -197,51 +207,61 @@ def test_registry_unknown_experiment_lists_known():
 
 def test_register_refuses_a_second_experiment_with_a_taken_name():
     with pytest.raises(ValueError, match="already registered"):
-        register(Experiment(name="test_tiny", params={}, run=lambda p, ctx: {}))
+        register(Experiment("test_tiny", Params, lambda p, ctx: {}))
 
 
 def test_submodules_are_discovered_and_broken_ones_reported(tmp_path, monkeypatch):
     pkg = tmp_path / "more"
     pkg.mkdir()
     (pkg / "test_found.py").write_text(
-        "from itlin.experiments import Experiment, Param, register\n"
-        "register(Experiment(name='test_found', params={'n': Param.integer(1)}, run=lambda p, ctx: {}))\n")
+        "from dataclasses import dataclass\n"
+        "from itlin.book.experiments import Experiment, Params, param, register\n"
+        "@dataclass(frozen=True)\n"
+        "class P(Params):\n"
+        "    n: int = param(1)\n"
+        "register(Experiment('test_found', P, lambda p, ctx: {}))\n")
     (pkg / "test_broken.py").write_text("raise ImportError('half-written figure module')\n")
     (pkg / "_private.py").write_text("raise AssertionError('private modules are not imported')\n")
     monkeypatch.setattr(experiments, "__path__", list(experiments.__path__) + [str(pkg)])
     monkeypatch.setattr(experiments, "_DISCOVERED", False)
     monkeypatch.setattr(experiments, "_IMPORT_ERRORS", {})
     try:
-        assert experiments.get("test_found").params["n"].default == 1  # imported by its module's name
+        assert experiments.get("test_found").defaults()["n"] == 1  # imported by its module's name
         with pytest.warns(RuntimeWarning, match="could not import 'test_broken'"):
             with pytest.raises(experiments.UnknownExperimentError, match="test_broken .*half-written"):
                 experiments.get("test_nowhere")
     finally:
         experiments.unregister("test_found")
         for mod in ("test_found", "test_broken"):
-            sys.modules.pop(f"itlin.experiments.{mod}", None)
+            sys.modules.pop(f"itlin.book.experiments.{mod}", None)
 
 
 def test_bad_defaults_are_caught_at_definition():
-    with pytest.raises(ValueError, match="the default of parameter 'K' = 0 is not allowed"):
-        Experiment(name="test_bad_default", params={"K": Param.period(0)}, run=lambda p, ctx: {})
-    with pytest.raises(ValueError, match="Python identifiers"):
-        Experiment(name="test_bad_name", params={"learning-rate": Param.positive(0.1)}, run=lambda p, ctx: {})
+    @dataclass(frozen=True)
+    class Bad(Params):
+        K: Period = param(0)
+
+    with pytest.raises(ValueError, match="K must be >= 1"):
+        Experiment("test_bad_default", Bad, lambda p, ctx: {})
+    with pytest.raises(TypeError, match="immutable"):
+        param([1, 2])
+    with pytest.raises(TypeError, match="must be a Params subclass"):
+        Experiment("test_bad_params", dict, lambda p, ctx: {})
 
 
 # ------------------------------------------------------------------------------ validation
 @pytest.mark.parametrize("name, params, message", [
-    ("test_tiny", {"dataset": "mnist2d"},
-     "parameter 'dataset' = 'mnist2d' is not allowed: dataset must be a known dataset (one of: "),
-    ("test_diverge", {"K": 0}, "parameter 'K' = 0 is not allowed: K must be an integer >= 1 or \"inf\""),
-    ("test_tiny", {"learning_rate": -0.1},
-     "parameter 'learning_rate' = -0.1 is not allowed: learning_rate must be a finite number > 0"),
+    ("test_tiny", {"dataset": "mnist2d"}, "dataset: unknown dataset 'mnist2d'; known datasets: "),
+    ("test_diverge", {"K": 0}, "K must be >= 1 (K=1 is plain gradient descent), got 0"),
+    ("test_tiny", {"learning_rate": -0.1}, "learning_rate must be > 0, got -0.1"),
     ("test_tiny", {"lr": 0.1}, "unknown parameter 'lr' for experiment 'test_tiny': did you mean 'learning_rate'?"),
-    ("test_tiny", {"Ks": [1, 0]}, "Ks[1] = 0 is not allowed"),
-    ("test_tiny", {"steps": 2.5}, "parameter 'steps' = 2.5 is not allowed: steps must be an integer >= 1"),
-    ("test_tiny", {"scale": "papr"}, "scale must be one of \"default\", \"tiny\", \"paper\" (did you mean 'paper'?)"),
-    ("test_tiny", {"seed": -1}, "seed must be an integer >= 0"),
-    ("test_diverge", {"runs": ["stable", "wobbly"]}, "runs[1] = 'wobbly' is not allowed"),
+    ("test_tiny", {"Ks": [1, 0]}, "Ks[1] must be >= 1"),
+    ("test_tiny", {"Ks": [1, None]}, "Ks[1] must not be None"),
+    ("test_tiny", {"steps": 2.5}, "steps must be an integer, got 2.5"),
+    ("test_tiny", {"scale": "papr"}, "scale must be one of 'default', 'tiny', 'paper'; got 'papr'. did you mean 'paper'?"),
+    ("test_tiny", {"seed": -1}, "seed must be >= 0, got -1"),
+    ("test_tiny", {"seed": 2 ** 64}, "seed must be < 4294967296"),
+    ("test_diverge", {"runs": ["stable", "wobbly"]}, "runs[1] must be one of 'stable', 'unstable'; got 'wobbly'"),
 ])
 def test_bad_parameters_fail_before_any_compute(tmp_path, name, params, message):
     with pytest.raises(ParameterError) as err:
@@ -254,9 +274,10 @@ def test_bad_parameters_fail_before_any_compute(tmp_path, name, params, message)
 
 def test_papermill_style_values_are_normalised():
     exp = experiments.get("test_tiny")
-    p = exp.resolve({"Ks": [1, "100", "inf", 1e3], "learning_rate": "1e-3", "dataset": "Quintic", "steps": 1e2})
+    p = exp.resolve({"Ks": [1, "100", "inf", 1e3], "learning_rate": "1e-3", "dataset": "Quintic", "steps": 1e2,
+                     "loop": "Host"})
     assert p["Ks"] == [1, 100, math.inf, 1000] and isinstance(p["Ks"][3], int)
-    assert p["learning_rate"] == 1e-3 and p["dataset"] == "quintic" and p["steps"] == 100
+    assert p["learning_rate"] == 1e-3 and p["dataset"] == "quintic" and p["steps"] == 100 and p["loop"] == "host"
     assert exp.resolve({"Ks": "[1, 100, inf]"})["Ks"] == [1, 100, math.inf]
     assert experiments.get("test_diverge").resolve({"K": "inf"})["K"] == math.inf
     # same values, different spellings: same hash
@@ -365,11 +386,9 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys, batch_size, lo
         runner.run("test_tiny", params, results_dir=tmp_path / "run", checkpoint_every_steps=16)
     plan = runner.plan("test_tiny", params, results_dir=tmp_path / "run")
     work = plan.path / "work"
-    assert {f.name for f in work.iterdir()} == {"fit-K=1.npz", "fit-K=3.npz", "stage-init.npz"}
+    assert {f.name for f in work.iterdir()} == {"fit-K=1.msgpack", "fit-K=3.msgpack", "stage-init.npz"}
     assert not plan.complete
-    from itlin import _io
-
-    step = _io.load_tree(work / "fit-K=3.npz")[2]["step"]
+    step = _checkpoint_meta(work / "fit-K=3.msgpack")["step"]
     assert 16 <= step < 24  # the latest checkpoint, at a chunk end >= 16 steps after the previous one
     HOOKS.clear()
     capsys.readouterr()
@@ -402,10 +421,8 @@ def test_time_based_checkpoints(tmp_path):
     seen = []
 
     def check(tag, state, history):
-        ck = runner.plan("test_tiny", {"Ks": [1], "steps": 24}, results_dir=tmp_path).path / "work" / "fit-K=1.npz"
-        from itlin import _io
-
-        seen.append((int(state.step), _io.load_tree(ck)[2]["step"]))
+        ck = runner.plan("test_tiny", {"Ks": [1], "steps": 24}, results_dir=tmp_path).path / "work" / "fit-K=1.msgpack"
+        seen.append((int(state.step), _checkpoint_meta(ck)["step"]))
 
     HOOKS["callback"] = check
     runner.run("test_tiny", {"Ks": [1], "steps": 24}, results_dir=tmp_path, checkpoint_every_steps=None,
@@ -423,14 +440,12 @@ def test_unusable_checkpoint_is_ignored_with_a_warning(tmp_path):
     with pytest.raises(RuntimeError):
         runner.run("test_tiny", params, results_dir=tmp_path, checkpoint_every_steps=8)
     HOOKS.clear()
-    ck = runner.plan("test_tiny", params, results_dir=tmp_path).path / "work" / "fit-K=1.npz"
+    ck = runner.plan("test_tiny", params, results_dir=tmp_path).path / "work" / "fit-K=1.msgpack"
     data = bytearray(ck.read_bytes())
-    from itlin import _io
-
-    w1 = _io.load_tree(ck)[0]["state/00003"]  # a leaf of the saved state (params w1, sorted keys)
+    w1 = np.asarray(_checkpoint(ck)["state"]["params"]["w1"])  # keyed by pytree path, not leaf index
     at = bytes(data).find(w1.tobytes())
     assert at > 0 and w1.shape == (1, 8)
-    data[at + 5] ^= 0x01  # one bit of one weight: the zip CRC or our digest must notice
+    data[at + 5] ^= 0x01  # one bit of one weight: the checksum must notice
     ck.write_bytes(bytes(data))
     with pytest.warns(RuntimeWarning, match="unusable"):
         rec = runner.run("test_tiny", params, results_dir=tmp_path)
@@ -445,7 +460,7 @@ def test_sigkill_mid_run_then_resume_is_bit_for_bit(tmp_path):
     env = dict(os.environ, ITLIN_QUIET="1", JAX_PLATFORMS="cpu")
     cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_runner; "
                                  "test_runner._subprocess_main()", str(killed_dir), json.dumps(params)]
-    ck = runner.plan("test_tiny", params, results_dir=killed_dir).path / "work" / "fit-K=3.npz"
+    ck = runner.plan("test_tiny", params, results_dir=killed_dir).path / "work" / "fit-K=3.msgpack"
     proc = subprocess.Popen(cmd, env=dict(env, ITLIN_TEST_SLEEP="0.05"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -527,10 +542,15 @@ def test_default_results_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "r"))
     assert runner.results_dir() == tmp_path / "r"
     monkeypatch.delenv("ITLIN_RESULTS")
-    repo = Path(runner.__file__).resolve().parent.parent
+    repo = Path(runner.__file__).resolve().parents[2]
     assert runner.results_dir() == repo / "results"  # a source checkout: the repo's results/
     monkeypatch.chdir(tmp_path)
     assert runner.results_dir("rel") == tmp_path / "rel"
+    # one rule for a relative ITLIN_RESULTS, wherever a chapter or script runs from
+    monkeypatch.setenv("ITLIN_RESULTS", "shared-results")
+    assert runner.results_dir() == repo / "shared-results"
+    monkeypatch.chdir(repo / "book")
+    assert runner.results_dir() == repo / "shared-results"
 
 
 def test_lock_refuses_a_second_holder(tmp_path):
@@ -547,8 +567,13 @@ def test_progress_is_quiet_under_ci(tmp_path, monkeypatch):
     p = runner.plan("test_stage", results_dir=tmp_path)
     ctx = runner.RunContext(p, checkpoint_every_steps=None, checkpoint_every_seconds=None, progress=True,
                             verbose=False)
-    items = [1, 2]
-    assert ctx.progress(items) is items
+    assert list(ctx.progress([1, 2], desc="K")) == [1, 2]
+    ctx.verbose = True
+    monkeypatch.delenv("ITLIN_QUIET")
+    monkeypatch.delenv("CI", raising=False)
+    loud = runner.RunContext(p, checkpoint_every_steps=None, checkpoint_every_seconds=None, progress=True,
+                             verbose=True)
+    assert list(loud.progress([1, 2], desc="K")) == [1, 2]
 
 
 def test_open_record_reads_a_finished_run_and_checks_it(tmp_path):

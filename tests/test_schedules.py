@@ -8,11 +8,10 @@ import numpy as np
 import optax
 import pytest
 
-from itlin.kernels import empirical_ntk, kernel_distance
-from itlin.linearise import linearised_apply
-from itlin.losses import get_loss
-from itlin.schedules import AtSteps, FixedPeriod, KernelDrift, LossDrift, get_schedule
-from itlin.train import IterativeLinearisation
+import itlin
+from itlin import (AtSteps, Every, as_schedule, iterative_linearisation, kernel_distance, kernel_drift, linearised_apply,
+                   loss_drift, ntk, parse_period, run)
+from itlin.core.losses import get_loss
 
 from nets import TinyMLP, make
 
@@ -31,27 +30,40 @@ def _setup(n=16):
 
 
 def test_fixed_period_counts_and_parsing():
-    assert FixedPeriod(1).is_gradient_descent
-    assert FixedPeriod(7).expected_updates(50) == 7
-    assert FixedPeriod(math.inf).expected_updates(10 ** 9) == 0
-    assert get_schedule("inf").period == math.inf
-    assert get_schedule(None).period == math.inf
-    assert get_schedule(100).period == 100
-    assert isinstance(get_schedule({"kind": "loss_drift", "rtol": 0.1}), LossDrift)
-    with pytest.raises(ValueError, match="unknown schedule kind"):
-        get_schedule({"kind": "sometimes"})
-    with pytest.raises(ValueError, match="K must be >= 1"):
-        get_schedule(-3)
+    model, p0, x, y = _setup()
+    assert iterative_linearisation(model, optax.sgd(0.1), 1).gd_path
+    assert not iterative_linearisation(model, optax.sgd(0.1), 1, exact_gd=False).gd_path
+    assert Every(7).updates(50) == 7
+    assert Every(math.inf).updates(10 ** 9) == 0
+    # one parser: every spelling of infinity that one part accepts, the others accept too
+    for word in ("inf", "Infinity", "never", " +inf "):
+        assert parse_period(word) == math.inf
+        assert as_schedule(word).name == "K=inf"
+    assert parse_period(1e5) == 100000 and parse_period("100") == 100
+    assert as_schedule(100).name == "K=100"
+    for bad, err in ((-3, "K must be >= 1"), (None, 'integer >= 1 or "inf"'), ("math.inf", 'integer >= 1 or "inf"'),
+                     (2.5, "whole number"), (float("nan"), "got nan")):
+        with pytest.raises((ValueError, TypeError), match=err):
+            parse_period(bad)
+
+
+def test_a_plain_function_is_a_rule():
+    model, p0, x, y = _setup()
+    rule = lambda step: (step < 3) | (step % 5 == 0)
+    tr = iterative_linearisation(model, optax.sgd(0.1), rule)
+    st, log = run(tr, tr.init(p0), x, y, 11, chunk_size=4)
+    assert (np.flatnonzero(log.relinearised) + 1).tolist() == [1, 2, 5, 10]
+    assert st.feature_updates == 4
 
 
 def test_at_steps_relinearises_exactly_there():
     model, p0, x, y = _setup()
-    tr = IterativeLinearisation(model, optax.sgd(0.1), schedule=AtSteps([2, 3, 9]), chunk_size=4)
-    st, log = tr.run(tr.init(p0), x, y, 10)
+    tr = iterative_linearisation(model, optax.sgd(0.1), AtSteps.of([2, 3, 9]))
+    st, log = run(tr, tr.init(p0), x, y, 10, chunk_size=4)
     assert (np.flatnonzero(log.relinearised) + 1).tolist() == [2, 3, 9]
     assert st.feature_updates == 3
     with pytest.raises(ValueError, match=">= 1"):
-        AtSteps([0, 4])
+        AtSteps.of([0, 4])
 
 
 @pytest.mark.parametrize("rtol", [1e-4, 1e-2])
@@ -59,7 +71,7 @@ def test_loss_drift_decides_from_the_true_and_linearised_losses(rtol):
     model, p0, x, y = _setup()
     loss = get_loss("cross_entropy")
     f = model.bind()
-    tr = IterativeLinearisation(model, optax.sgd(0.5), schedule=LossDrift(rtol, check_every=2), batch_size=8)
+    tr = iterative_linearisation(model, optax.sgd(0.5), loss_drift(rtol, check_every=2))
     st = tr.init(p0)
     decisions, expected = [], []
     for t in range(12):
@@ -80,8 +92,8 @@ def test_loss_drift_decides_from_the_true_and_linearised_losses(rtol):
 
 def test_loss_drift_max_period_and_full_batch():
     model, p0, x, y = _setup()
-    tr = IterativeLinearisation(model, optax.sgd(1e-6), schedule=LossDrift(0.5, max_period=4), chunk_size=16)
-    st, log = tr.run(tr.init(p0), x, y, 13)
+    tr = iterative_linearisation(model, optax.sgd(1e-6), loss_drift(0.5, max_period=4))
+    st, log = run(tr, tr.init(p0), x, y, 13, chunk_size=16)
     # with a tiny step the Taylor model stays exact, so only the cap relinearises
     assert (np.flatnonzero(log.relinearised) + 1).tolist() == [4, 8, 12]
 
@@ -91,16 +103,16 @@ def test_kernel_drift_decides_from_the_probe_kernel():
     f = model.bind()
     probe = x[:4]
     thr = 0.02
-    sched = KernelDrift(thr, probe, check_every=3)
-    tr = IterativeLinearisation(model, optax.sgd(0.8), schedule=sched, batch_size=16)
+    sched = kernel_drift(thr, probe, check_every=3)
+    tr = iterative_linearisation(model, optax.sgd(0.8), sched)
     st = tr.init(p0)
-    k_anchor = empirical_ntk(f, p0, probe, trace=True)
-    np.testing.assert_allclose(st.schedule.extra, k_anchor, rtol=1e-12)
+    k_anchor = ntk(f, p0, probe, trace=True)
+    np.testing.assert_allclose(st.schedule, k_anchor, rtol=1e-12)
     decisions, expected = [], []
     for t in range(1, 13):
         st, log = tr.step(st, x, y)
         if t % 3 == 0:
-            k_now = empirical_ntk(f, st.params, probe, trace=True)
+            k_now = ntk(f, st.params, probe, trace=True)
             moved = float(kernel_distance(k_now, k_anchor)) > thr
             if moved:
                 k_anchor = k_now
@@ -109,22 +121,23 @@ def test_kernel_drift_decides_from_the_probe_kernel():
         expected.append(moved)
         decisions.append(bool(log.relinearised))
     assert decisions == expected and any(expected)
-    np.testing.assert_allclose(st.schedule.extra, k_anchor, rtol=1e-10)
+    np.testing.assert_allclose(st.schedule, k_anchor, rtol=1e-10)
 
 
 def test_adaptive_schedule_arguments_are_checked():
     with pytest.raises(ValueError, match="rtol must be > 0"):
-        LossDrift(-0.1)
+        loss_drift(-0.1)
     with pytest.raises(ValueError, match="check_every must be"):
-        LossDrift(0.1, check_every=math.inf)
+        loss_drift(0.1, check_every=math.inf)
     with pytest.raises(ValueError, match="threshold must be > 0"):
-        KernelDrift(0.0, jnp.zeros((2, 3)))
+        kernel_drift(0.0, jnp.zeros((2, 3)))
 
 
 def test_schedule_specs_tell_schedules_apart():
-    assert AtSteps([2, 3]).spec() != AtSteps([2, 4]).spec()
-    assert AtSteps([2, 3]).describe() == AtSteps([2, 4]).describe()  # labels may coincide, specs may not
-    assert FixedPeriod(5).spec() == {"kind": "FixedPeriod", "K": 5}
-    assert LossDrift(0.1).spec() != LossDrift(0.1, check_every=2).spec()
+    spec = lambda s: as_schedule(s).spec
+    assert spec(AtSteps.of([2, 3])) != spec(AtSteps.of([2, 4]))
+    assert as_schedule(AtSteps.of([2, 3])).name == as_schedule(AtSteps.of([2, 4])).name  # labels may coincide
+    assert spec(5) == spec(Every(5)) == ("Every", 5)
+    assert spec(loss_drift(0.1)) != spec(loss_drift(0.1, check_every=2))
     probe = jnp.arange(6.0).reshape(2, 3)
-    assert KernelDrift(0.1, probe).spec() != KernelDrift(0.1, probe + 1).spec()
+    assert spec(kernel_drift(0.1, probe)) != spec(kernel_drift(0.1, probe + 1))

@@ -18,8 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from itlin import derivations, diagrams, models, runner, widgets  # noqa: E402
-from itlin.experiments import quintic_demo  # noqa: E402
+from itlin import models  # noqa: E402
+from itlin.book import derivations, diagrams, runner, widgets  # noqa: E402
+from itlin.book.experiments import quintic_demo  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ static demo
@@ -236,7 +237,7 @@ def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(r
 
 
 def test_quintic_demo_parameters_follow_the_scale_and_are_validated():
-    from itlin.experiments import ParameterError, get
+    from itlin.book.experiments import ParameterError, get
 
     exp = get("quintic_demo")
     p = quintic_demo.resolve(exp.resolve({"scale": "tiny"}))
@@ -280,9 +281,9 @@ def test_to_float64_needs_x64():
 def test_linearised_gd_matches_the_closed_form_flow_to_first_order(small_problem):
     net, params, x, y = small_problem
     with jax.enable_x64(True):
-        from itlin import kernels
+        from itlin import ntk
 
-        lam_max = float(jnp.linalg.eigvalsh(kernels.empirical_ntk(net.bind(), params, x))[-1])
+        lam_max = float(jnp.linalg.eigvalsh(ntk(net.bind(), params, x))[-1])
         cmp = derivations.gradient_flow_comparison(net, params, x, y, 0.01 / lam_max, [0, 10, 100])
         assert cmp["path"].steps.tolist() == [0, 10, 100]
         assert cmp["output_error"][0] < 1e-12 and cmp["param_error"][0] == 0.0
@@ -303,10 +304,9 @@ def test_linearised_gd_reports_divergence(small_problem):
 def test_linearised_gd_converges_to_the_gauss_newton_step_and_damping_solves_the_ridge_problem(small_problem):
     net, params, x, y = small_problem
     with jax.enable_x64(True):
-        from itlin import kernels
-        from itlin.gauss_newton import gauss_newton_direction
+        from itlin import gauss_newton_direction, ntk
 
-        lam = np.linalg.eigvalsh(np.asarray(kernels.empirical_ntk(net.bind(), params, x)))
+        lam = np.linalg.eigvalsh(np.asarray(ntk(net.bind(), params, x)))
         lam = lam[lam > lam[-1] * 1e-10]
         eta = 0.5 / lam[-1]
         n = int(30 / (eta * lam[0]))
@@ -314,7 +314,7 @@ def test_linearised_gd_converges_to_the_gauss_newton_step_and_damping_solves_the
         assert res["distance"][0] == pytest.approx(1.0)
         assert res["distance"][-1] < 1e-8 and res["distance"][1] < 1e-2
         np.testing.assert_allclose(res["distance"][1:], res["flow_distance"][1:], rtol=0.5, atol=1e-10)
-        d, _ = gauss_newton_direction(net.bind(), params, x, y, damping=0.1)
+        d, _ = gauss_newton_direction(net.bind(), params, x, y, damping=0.1, reduction="sum")
         assert derivations.ridge_gradient_norm(net.bind(), params, d, x, y, 0.1) < 1e-10
         assert derivations.ridge_gradient_norm(net.bind(), params, d, x, y, 1.0) > 1e-3
 

@@ -6,14 +6,14 @@ iterative linearisation (Algorithm 1: plain gradient-descent steps on the networ
 an anchor that moves every ``K`` steps) and the squared loss ``0.5 * mean((f - y)^2)``. For
 each setting we keep the function the network and its current linearisation compute on a fine
 grid, and the training loss of both over the run, with the steps where the features were
-updated (:attr:`itlin.train.History.relin_steps`).
+updated (:attr:`itlin.History.relin_steps`).
 
 * :func:`train_setting` trains one setting (the live ipywidgets demo calls it on every slider
   change); the experiment ``quintic_demo`` runs a grid of settings through the runner, so the
   book's static demo is computed once and cached.
 * :func:`setting_from_record` reads one setting back from the record; :func:`plot_setting`
   draws a setting (fitted function, and loss over steps); :func:`frames` renders the grid for
-  :func:`itlin.widgets.static_demo`; :func:`live_demo` builds the ipywidgets version.
+  :func:`itlin.book.widgets.static_demo`; :func:`live_demo` builds the ipywidgets version.
 
 Scales: ``tiny`` (3 x 2 settings, 300 steps: seconds), ``default`` (K in 1, 10, 100, 1000, inf
 times three learning rates, 20,000 steps), ``paper`` (the paper has no such figure: a finer
@@ -28,7 +28,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import Experiment, Param, register
+from typing import Optional
+
+from . import Experiment, Params, Period, param, register
 
 NAME = "quintic_demo"
 
@@ -69,7 +71,7 @@ class DemoRun:
     ``x_grid``/``y_grid``: inputs and the true quintic; ``f_net``/``f_lin``/``f_init``: the
     network at the end, its linearisation at the last anchor (what iterative linearisation was
     training), and the network at initialisation, all on ``x_grid``; ``history``: the
-    :class:`itlin.train.History` (evaluations of ``train/loss`` and ``train/loss_lin``, the
+    :class:`itlin.History` (evaluations of ``train/loss`` and ``train/loss_lin``, the
     relinearisation steps); ``status``: ``"completed"`` or ``"diverged at step s"``.
     """
 
@@ -103,7 +105,7 @@ class DemoRun:
 def _problem(width, depth, seed):
     import jax
 
-    from .. import data, models
+    from ... import data, models
 
     ds = data.load("quintic")
     net = models.mlp(num_outputs=1, width=int(width), depth=int(depth))
@@ -121,23 +123,24 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     test sets are spread over the run. The largest eigenvalue of the empirical NTK on the
     training inputs is kept at initialisation and at the end (NaN if the parameters are no
     longer finite): gradient descent on a frozen linearisation of the mean squared loss is
-    stable only while ``lr < 2 N / lambda_max``. ``fit_fn`` defaults to :func:`itlin.train.fit`; the
+    stable only while ``lr < 2 N / lambda_max``. ``fit_fn`` defaults to :func:`itlin.fit`; the
     experiment passes the runner's ``ctx.fit`` (checkpoints, stored histories) with ``tag``.
     """
     import optax
 
-    from .._tree import tree_all_finite
-    from ..kernels import empirical_ntk
-    from ..linearise import linearised_apply
-    from ..train import IterativeLinearisation, fit
+    from ...core._tree import tree_all_finite
+    from ...core.linearise import ntk as empirical_ntk
+    from ...core.linearise import linearised_apply
+    from ...core.loop import fit
+    from ...core.train import iterative_linearisation
 
     ds, net, params, x_grid = _problem(width, depth, seed)
-    trainer = IterativeLinearisation(net, optax.sgd(float(lr)), schedule=K, loss="squared")
+    trainer = iterative_linearisation(net, optax.sgd(float(lr)), K, loss="squared")
     eval_every = max(1, int(steps) // max(1, int(evals)))
     sets = {"train": (ds.x_train, ds.y_train), "test": (ds.x_test, ds.y_test)}
     if fit_fn is None:
         res = fit(trainer, trainer.init(params), ds.x_train, ds.y_train, int(steps), eval_sets=sets,
-                  eval_every=eval_every, progress=False)
+                  eval_every=eval_every)
     else:
         res = fit_fn(tag or setting_tag(K, lr), trainer, trainer.init(params), ds.x_train, ds.y_train, int(steps),
                      eval_sets=sets, eval_every=eval_every)
@@ -146,7 +149,7 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     f_net = np.asarray(net.apply(st.params, x_grid))[:, 0]
     f_lin = np.asarray(linearised_apply(apply, st.anchor, st.params, x_grid))[:, 0]
     f_init = np.asarray(net.apply(params, x_grid))[:, 0]
-    from ..data import quintic_function
+    from ...data import quintic_function
 
     def ntk_max(p):
         if not bool(tree_all_finite(p)):
@@ -298,7 +301,7 @@ def plot_setting(run: DemoRun, fig=None, *, loss_ylim=None, title: bool = True):
 
 
 def frames(record, *, dpi: float = 80) -> tuple:
-    """Render every setting of a ``quintic_demo`` record for :func:`itlin.widgets.static_demo`.
+    """Render every setting of a ``quintic_demo`` record for :func:`itlin.book.widgets.static_demo`.
 
     Returns ``(frames, captions, runs)``: ``{(K, lr): png bytes}``, ``{(K, lr): caption}`` and
     ``{(K, lr): DemoRun}``. All frames share the loss axis limits.
@@ -337,28 +340,23 @@ def live_demo(*, steps: int = 5000, seed: int = 0, Ks=None, learning_rates=None,
                  description=f"Each change trains the 5x50 ReLU MLP for {steps:,} full-batch steps (seed {seed}).")
 
 
-def _check(p):
-    p = resolve(p)
-    if p["evals"] > p["steps"]:
-        raise ValueError(f"evals ({p['evals']}) must not exceed steps ({p['steps']}).")
+@dataclass(frozen=True)
+class QuinticParams(Params):
+    SCALES = SCALES
+
+    Ks: Optional[tuple[Period, ...]] = param(None, "relinearisation periods (None: the scale's)")
+    learning_rates: Optional[tuple[float, ...]] = param(None, "SGD learning rates (None: the scale's)", gt=0)
+    steps: Optional[int] = param(None, "steps per setting (None: the scale's)", min=1)
+    width: int = param(50, "hidden width of the MLP", min=1)
+    depth: int = param(5, "hidden layers of the MLP", min=1)
+    evals: Optional[int] = param(None, "evaluations of the losses per run (None: the scale's)", min=2)
+
+    def check(self):
+        p = self.resolved()
+        if p["evals"] > p["steps"]:
+            raise ValueError(f"evals ({p['evals']}) must not exceed steps ({p['steps']}).")
 
 
 register(Experiment(
-    name=NAME,
-    doc="Iterative linearisation of the quintic MLP for a grid of K and learning rates (the book's demo).",
-    params={
-        "scale": Param.scale(),
-        "Ks": Param.period(None, many=True, allow_none=True, doc="relinearisation periods (None: the scale's)"),
-        "learning_rates": Param.positive(None, many=True, allow_none=True,
-                                         doc="SGD learning rates (None: the scale's)"),
-        "steps": Param.integer(None, minimum=1, allow_none=True, doc="steps per setting (None: the scale's)"),
-        "seed": Param.seed(),
-        "width": Param.integer(50, minimum=1, doc="hidden width of the MLP"),
-        "depth": Param.integer(5, minimum=1, doc="hidden layers of the MLP"),
-        "evals": Param.integer(None, minimum=2, allow_none=True,
-                               doc="evaluations of the losses per run (None: the scale's)"),
-    },
-    run=_run,
-    version="1",
-    check=_check,
-))
+    NAME, QuinticParams, _run, version="1",
+    doc="Iterative linearisation of the quintic MLP for a grid of K and learning rates (the book's demo)."))

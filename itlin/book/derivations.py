@@ -1,10 +1,10 @@
 """Numerical checks of the book's two derivations (gradient flow; Gauss-Newton).
 
 * :func:`linearised_gd_path` runs gradient descent on the linearised network
-  (:class:`itlin.train.IterativeLinearisation` with ``K = inf``, squared loss summed over
+  (:class:`itlin.iterative_linearisation` with ``K = inf``, squared loss summed over
   examples, plain SGD) and records the linearised outputs and the parameters at given steps.
 * :func:`gradient_flow_comparison` sets that path beside the closed form of gradient flow
-  (:func:`itlin.kernels.gradient_flow_outputs` and :func:`~itlin.kernels.gradient_flow_params`,
+  (:func:`itlin.gradient_flow` and :func:`itlin.flow_params`,
   main paper Appendix B) at the same times ``tau = eta * k``; :func:`step_size_study` measures
   the gap at one time for several step sizes (gradient descent is a first-order discretisation
   of the flow, so the gap shrinks like ``eta``); :func:`loglog_slope` fits the order.
@@ -54,7 +54,7 @@ def to_float64(tree):
 
 
 def _apply_of(model):
-    from .models import Model
+    from ..core.model import Model
 
     return model.bind() if isinstance(model, Model) else model
 
@@ -86,21 +86,21 @@ class LinearisedPath:
 def linearised_gd_path(model, params, x, y, lr: float, steps: Sequence[int], *, chunk_size: int = 2048) -> LinearisedPath:
     """Run gradient descent with step ``lr`` on the network linearised at ``params``.
 
-    The training is itlin's: ``IterativeLinearisation(model, optax.sgd(lr), schedule=inf,
+    The training is itlin's: ``iterative_linearisation(model, optax.sgd(lr), "inf",
     loss="squared", reduction="sum")``, i.e. ``theta <- theta - lr J^T (f_lin(theta) - y)`` with
     ``J`` the Jacobian at ``params`` (main paper Eq. 3 with ``K = inf``). ``steps`` are the
     step counts to record (``0`` allowed), in increasing order.
     """
     import optax
 
-    from .linearise import linearised_apply
-    from .train import IterativeLinearisation
+    from ..core.linearise import linearised_apply
+    from ..core.loop import run
+    from ..core.train import iterative_linearisation
 
     steps = np.asarray(sorted(int(s) for s in steps), np.int64)
     if steps.size == 0 or steps[0] < 0:
         raise ValueError("steps must be a non-empty list of step counts >= 0.")
-    trainer = IterativeLinearisation(model, optax.sgd(float(lr)), schedule=math.inf, loss="squared",
-                                     reduction="sum", chunk_size=int(chunk_size))
+    trainer = iterative_linearisation(model, optax.sgd(float(lr)), math.inf, loss="squared", reduction="sum")
     apply = trainer.model.bind()
     x, y = jnp.asarray(x), jnp.asarray(y)
     lin_out = jax.jit(lambda anchor, p: linearised_apply(apply, anchor, p, x))
@@ -109,7 +109,7 @@ def linearised_gd_path(model, params, x, y, lr: float, steps: Sequence[int], *, 
     for s in steps:
         todo = int(s) - int(state.step)
         if todo > 0:
-            state, log = trainer.run(state, x, y, todo)
+            state, log = run(trainer, state, x, y, todo, chunk_size=int(chunk_size))
             if (log.loss.size and not np.isfinite(log.loss[-1])) or int(state.step) != int(s):
                 raise FloatingPointError(f"linearised gradient descent with lr={lr:g} diverged before step {int(s)}; "
                                          "use a smaller step size (lr < 2 / largest NTK eigenvalue).")
@@ -123,13 +123,15 @@ def linearised_gd_path(model, params, x, y, lr: float, steps: Sequence[int], *, 
 
 
 def _flow_params_at(apply, params, x, y, kernel, taus) -> np.ndarray:
-    """Flattened :func:`itlin.kernels.gradient_flow_params` at each finite time in ``taus``
+    """Flattened :func:`itlin.flow_params` at each finite time in ``taus``
     (compiled once, then evaluated per time: the eager version re-traces the network)."""
     from jax.flatten_util import ravel_pytree
 
-    from .kernels import gradient_flow_params
+    from ..core.flow import flow_params, gradient_flow
+    from ..core.linearise import linearise_at
 
-    at = jax.jit(lambda t: ravel_pytree(gradient_flow_params(apply, params, x, y, t, kernel=kernel))[0])
+    flow = gradient_flow(kernel, apply(params, x), y, reduction="sum")
+    at = jax.jit(lambda t: ravel_pytree(flow_params(linearise_at(apply, params, x), flow, t))[0])
     return np.stack([np.asarray(at(jnp.asarray(float(t), jnp.result_type(float)))) for t in taus])
 
 
@@ -138,20 +140,21 @@ def gradient_flow_comparison(model, params, x, y, lr: float, steps: Sequence[int
 
     Returns a dict: ``path`` (:class:`LinearisedPath`), ``kernel`` (the empirical NTK at
     ``params`` on ``x``), ``flow_outputs`` ``(T, N*C)`` from
-    :func:`itlin.kernels.gradient_flow_outputs`, ``flow_params`` ``(T, P)`` from
-    :func:`itlin.kernels.gradient_flow_params`, ``output_error`` (max over outputs of
+    :func:`itlin.gradient_flow`, ``flow_params`` ``(T, P)`` from
+    :func:`itlin.flow_params`, ``output_error`` (max over outputs of
     ``|f_GD - f_flow|``, per recorded step) and ``param_error`` (``||theta_GD - theta_flow||``
     divided by ``||theta_flow - theta_0||``; 0 where the flow has not moved).
     """
-    from .kernels import empirical_ntk, gradient_flow_outputs
+    from ..core.flow import gradient_flow
+    from ..core.linearise import ntk
 
     apply = _apply_of(model)
     x, y = jnp.asarray(x), jnp.asarray(y)
     path = linearised_gd_path(model, params, x, y, lr, steps)
     if kernel is None:
-        kernel = empirical_ntk(apply, params, x)
-    f0 = apply(params, x)
-    flow_out = np.asarray(gradient_flow_outputs(kernel, f0, y, jnp.asarray(path.tau))).reshape(len(path.tau), -1)
+        kernel = ntk(apply, params, x)
+    flow = gradient_flow(kernel, apply(params, x), y, reduction="sum")
+    flow_out = np.asarray(flow.predict(jnp.asarray(path.tau))).reshape(len(path.tau), -1)
     flow_params = _flow_params_at(apply, params, x, y, kernel, path.tau)
     theta0 = _flat(params)
     out_err = np.max(np.abs(path.outputs - flow_out), axis=1)
@@ -170,11 +173,11 @@ def step_size_study(model, params, x, y, tau: float, step_counts: Sequence[int],
     ``output_error`` and ``param_error`` (as in :func:`gradient_flow_comparison`) and the fitted
     orders ``output_order`` and ``param_order`` (:func:`loglog_slope` of error against ``lr``).
     """
-    from .kernels import empirical_ntk
+    from ..core.linearise import ntk
 
     apply = _apply_of(model)
     if kernel is None:
-        kernel = empirical_ntk(apply, params, jnp.asarray(x))
+        kernel = ntk(apply, params, jnp.asarray(x))
     lrs, oe, pe = [], [], []
     for n in step_counts:
         n = int(n)
@@ -201,20 +204,20 @@ def loglog_slope(x, y) -> float:
 def gd_to_gauss_newton(model, params, x, y, lr: float, steps: Sequence[int], *, kernel=None) -> dict:
     """How close ``k`` steps of linearised gradient descent come to one Gauss-Newton step.
 
-    The Gauss-Newton step without damping (:func:`itlin.gauss_newton.gauss_newton_direction`,
+    The Gauss-Newton step without damping (:func:`itlin.gauss_newton_direction`,
     kernel form; the minimum-norm step when the kernel is singular) is the limit of gradient
     descent on the linearised squared loss (main paper Section 3.1, Eq. 5 and 19). Returns
     ``path``, ``gn_params`` (flattened ``theta_0 - d_GN``), ``distance`` (``||theta_k -
     theta_GN|| / ||theta_GN - theta_0||`` per recorded step) and ``flow_distance`` (the same for
     the closed-form flow at ``tau = lr * k``, for reference).
     """
-    from .gauss_newton import gauss_newton_direction
-    from .kernels import empirical_ntk
+    from ..core.gauss_newton import gauss_newton_direction
+    from ..core.linearise import ntk
 
     apply = _apply_of(model)
     x, y = jnp.asarray(x), jnp.asarray(y)
     if kernel is None:
-        kernel = empirical_ntk(apply, params, x)
+        kernel = ntk(apply, params, x)
     direction, _ = gauss_newton_direction(apply, params, x, y, loss="squared", reduction="sum", damping=0.0,
                                           method="kernel", ntk_fn=lambda p, xx: kernel)
     theta0 = _flat(params)
@@ -234,8 +237,8 @@ def ridge_gradient_norm(apply_fn: Callable, anchor, direction, x, y, lam: float)
     the network linearised at ``anchor`` (``theta_s``) and ``d`` a damped Gauss-Newton direction:
     zero (to rounding) when ``theta_s - d`` is the minimiser.
     """
-    from ._tree import tree_sub
-    from .linearise import linearised_apply
+    from ..core._tree import tree_sub
+    from ..core.linearise import linearised_apply
 
     x, y = jnp.asarray(x), jnp.asarray(y)
 
@@ -294,7 +297,7 @@ def gauss_newton_cost(x, y, widths: Sequence[int], *, depth: int = 5, damping: f
 
     For each width an :func:`itlin.models.mlp` (``depth`` hidden layers, ReLU, one output per
     target column) is initialised at ``seed`` in the dtype of ``x``; the squared-loss direction
-    with constant damping is timed (:func:`time_call`: median of at least ``repeats`` calls,
+    (summed over examples) with constant damping, solved by Cholesky, is timed (:func:`time_call`: median of at least ``repeats`` calls,
     more while they add up to less than ``min_seconds``, so fast calls are not one noisy sample) with
     ``method="kernel"`` (the empirical NTK from Jacobians), ``method="kernel"`` with the MLP's
     closed-form NTK (``Model.ntk_fn``, when ``closed_form``) and ``method="primal"`` (only
@@ -302,8 +305,9 @@ def gauss_newton_cost(x, y, widths: Sequence[int], *, depth: int = 5, damping: f
     Returns arrays ``width``, ``params``, ``kernel``, ``kernel_closed_form``, ``primal`` (median
     seconds) and ``max_difference`` (``max |d_kernel - d_primal| / max |d_primal|`` where both ran).
     """
-    from .gauss_newton import gauss_newton_direction
-    from .models import count_params, mlp
+    from ..core._tree import num_params
+    from ..core.gauss_newton import gauss_newton_direction
+    from ..models import mlp
 
     x, y = jnp.asarray(x), jnp.asarray(y)
     rows = {"width": [], "params": [], "kernel": [], "kernel_closed_form": [], "primal": [], "max_difference": []}
@@ -312,10 +316,11 @@ def gauss_newton_cost(x, y, widths: Sequence[int], *, depth: int = 5, damping: f
         p, _ = net.init(jax.random.PRNGKey(int(seed)), x)
         p = jax.tree_util.tree_map(lambda a: a.astype(x.dtype), p)
         apply = net.bind()
-        n_params = count_params(p)
+        n_params = num_params(p)
 
         def direction(method, ntk_fn=None):
-            return lambda: gauss_newton_direction(apply, p, x, y, damping=damping, method=method, ntk_fn=ntk_fn)[0]
+            return lambda: gauss_newton_direction(apply, p, x, y, damping=damping, method=method, ntk_fn=ntk_fn,
+                                                  reduction="sum", solve="cholesky")[0]
 
         k_fn = direction("kernel")
         rows["kernel"].append(time_call(k_fn, repeats=repeats, min_seconds=min_seconds).median)

@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import math
 
-from . import Experiment, Param, register
+from dataclasses import dataclass
+from typing import Optional
+
+from . import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "fig2_k_sweep"
@@ -57,12 +60,28 @@ def tag(sweep: str, K, control: bool = False) -> str:
     return f"{sweep} K={S.fmt_K(K)}" + (" lr x10" if control else "")
 
 
-def _check(p):
-    S.check_periods(S.resolve(p, SCALES), "the gradient-descent baseline every claim compares with")
+@dataclass(frozen=True)
+class Fig2Params(S.SparseParams):
+    SCALES = SCALES
+
+    Ks: Optional[tuple[Period, ...]] = param(None, "full-batch periods K (K=1 and 'inf' included); mini-batch "
+                                                   "uses K x rescale; None: from scale")
+    steps: Optional[int] = param(None, "full-batch steps (mini-batch: x rescale); None: from scale", min=1)
+    learning_rate: Optional[float] = param(None, "full-batch learning rate (mini-batch: / rescale); None: from "
+                                                 "scale", gt=0)
+    momentum: Optional[float] = param(None, "heavy-ball momentum of SGD, 0 for plain SGD; None: from scale "
+                                            "(default 0.9, paper 0)", min=0, max=0.999)
+    rescale: int = param(10, "mini-batch: learning rate / rescale, K and steps x rescale", min=1)
+    batch_size: int = param(256, "mini-batch size", min=1)
+    inf_lr_multiplier: float = param(10.0, "control run K=inf (full batch) at this multiple of the learning "
+                                           "rate; 0 skips it", min=0)
+
+    def check(self):
+        S.check_periods(self.resolved(), "the gradient-descent baseline every claim compares with")
 
 
 def run(p, ctx):
-    from ..train import IterativeLinearisation
+    from ...core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     ds, model, params, model_state, evals, x, y = S.prepare(r, batch_size=r["batch_size"])
@@ -70,10 +89,9 @@ def run(p, ctx):
     runs = {}
 
     def train(name, sweep, K, lr, steps, eval_every, batch_size, control=False):
-        trainer = IterativeLinearisation(model, S.sgd(lr, r["momentum"]), schedule=S.schedule(K, steps),
-                                         batch_size=batch_size)
-        ctx.fit(name, trainer, trainer.init(params, model_state), x, y, steps, eval_sets=evals,
-                eval_every=eval_every, seed=r["seed"])
+        trainer = iterative_linearisation(model, S.sgd(lr, r["momentum"]), S.schedule(K, steps))
+        ctx.fit(name, trainer, trainer.init(params, model_state), x, y, steps, batch_size=batch_size,
+                eval_sets=evals, eval_every=eval_every, seed=r["seed"])
         runs[name] = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": batch_size,
                       "control": control}
 
@@ -97,29 +115,9 @@ def run(p, ctx):
 
 
 EXPERIMENT = register(Experiment(
-    name=NAME,
+    NAME, Fig2Params, run, version="1",
     doc="Main paper Fig. 2: full-batch and mini-batch sweeps over K (K=1, large K, K=inf) with the LeNet, "
-        "mini-batch at learning rate /10 and K x10.",
-    params={
-        "scale": Param.scale(),
-        "dataset": S.dataset_param(),
-        "Ks": S.from_scale("full-batch periods K (K=1 and 'inf' included); mini-batch uses K x rescale; "
-                           "None: from scale", kind="period", many=True),
-        "steps": S.from_scale("full-batch steps (mini-batch: x rescale); None: from scale"),
-        "learning_rate": S.from_scale("full-batch learning rate (mini-batch: / rescale); None: from scale",
-                                      kind="positive"),
-        "momentum": S.from_scale("heavy-ball momentum of SGD, 0 for plain SGD; None: from scale (default "
-                                 "0.9, paper 0)", kind="fraction"),
-        "rescale": Param.integer(10, minimum=1, doc="mini-batch: learning rate / rescale, K and steps x rescale"),
-        "batch_size": Param.integer(256, minimum=1, doc="mini-batch size"),
-        "inf_lr_multiplier": Param(10.0, "float", minimum=0.0, doc="control run K=inf (full batch) at this "
-                                   "multiple of the learning rate; 0 skips it"),
-        **S.data_params("full-batch steps between evaluations (mini-batch: x rescale); None: from scale"),
-    },
-    run=run,
-    version=S.versioned("1", SCALES),
-    check=_check,
-))
+        "mini-batch at learning rate /10 and K x10."))
 
 
 # ------------------------------------------------------------------------------ for the chapter
@@ -130,7 +128,7 @@ def resolved(rec) -> dict:
 
 def summary(rec) -> list:
     """One dict per training run: sweep, K, learning rate, feature updates, final accuracies
-    (see :func:`itlin.experiments._sparse.run_summary`)."""
+    (see :func:`itlin.book.experiments._sparse.run_summary`)."""
     out = []
     for name, info in rec.meta["runs"].items():
         s = S.run_summary(rec, name)
@@ -154,7 +152,7 @@ def claims(rec) -> list:
     """The paper's claims for Fig. 2, judged on this record's final numbers.
 
     For each sweep: (1) the largest finite K ends within the noise tolerance of K=1
-    (:func:`itlin.experiments._sparse.tolerance`, two standard errors); (2) K=inf ends more
+    (:func:`itlin.book.experiments._sparse.tolerance`, two standard errors); (2) K=inf ends more
     than the tolerance below K=1; plus (3) the control K=inf at a larger learning rate still
     falls short, and (4) the two sweeps end within the tolerance of each other for every K.
     Accuracies are those of the model being trained (for K=1 the network itself).

@@ -2,8 +2,8 @@
 
 * :func:`plot_curve` draws one curve; a diverged run is dashed, ends in a cross at its last
   finite point and says "diverged at step s" in its legend entry.
-* :func:`plot_history` / :func:`plot_runs` draw a metric of one :class:`itlin.train.History` or
-  of every training run of a :class:`itlin.runner.Record`.
+* :func:`plot_history` / :func:`plot_runs` draw a metric of one :class:`itlin.History` or
+  of every training run of a :class:`itlin.book.runner.Record`.
 * :func:`filter_runs` drops diverged runs and runs whose metric is over a threshold (main paper
   Fig. 9 drops runs with train RMSE over 2.5) and says how many were dropped and why.
 """
@@ -18,6 +18,47 @@ from typing import Any, Callable, Mapping, Optional, Union
 import numpy as np
 
 _DIVERGED = re.compile(r"diverged at step (\d+)")
+
+
+#: the book's text column in inches at 100 dpi (sphinx-book-theme's main column is ~750 CSS px)
+COLUMN_WIDTH = 7.5
+
+#: the house style: every chapter's figures (:func:`use_house_style`)
+HOUSE_STYLE = {
+    "figure.figsize": (COLUMN_WIDTH, 4.2),
+    "figure.dpi": 100,            # 1 inch = 100 CSS px, so a figure as wide as the column is not shrunk
+    "savefig.dpi": 200,
+    "font.size": 11,
+    "axes.titlesize": 11.5,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "legend.title_fontsize": 10,
+    "figure.titlesize": 12.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "lines.linewidth": 1.8,
+}
+
+
+def use_house_style() -> None:
+    """Apply :data:`HOUSE_STYLE` to matplotlib and, inside IPython, render inline figures at
+    twice the pixel density (sharp on HiDPI screens, same size on the page)."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update(HOUSE_STYLE)
+    try:
+        from IPython import get_ipython
+
+        if get_ipython() is not None:
+            from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+            set_matplotlib_formats("retina")
+    except Exception:  # not in IPython, or no inline backend: nothing to do
+        pass
 
 
 def diverged_step(status: Optional[str]) -> Optional[int]:
@@ -52,7 +93,7 @@ def plot_curve(ax, x, y, *, status: str = "completed", label: Optional[str] = No
 
 def plot_history(ax, history, metric: str = "test/accuracy", *, x: str = "step", label: Optional[str] = None,
                  **kwargs):
-    """Plot an evaluated metric of a :class:`itlin.train.History` (``"loss"`` plots the training
+    """Plot an evaluated metric of a :class:`itlin.History` (``"loss"`` plots the training
     loss per ``loss_every`` steps)."""
     if metric == "loss":
         ys = np.asarray(history.loss, dtype=float)
@@ -67,7 +108,7 @@ def plot_history(ax, history, metric: str = "test/accuracy", *, x: str = "step",
 
 def plot_runs(ax, record, metric: str = "test/accuracy", *, tags=None, label: Optional[Callable[[str], str]] = None,
               **kwargs) -> dict:
-    """Plot ``metric`` of every training run of a :class:`itlin.runner.Record` (or of ``tags``).
+    """Plot ``metric`` of every training run of a :class:`itlin.book.runner.Record` (or of ``tags``).
 
     Returns ``{tag: line}``.
     """
@@ -138,8 +179,8 @@ def filter_runs(runs: Mapping[str, Any], *, metric: Union[str, Callable, None] =
 
     Args:
       runs: ``{label: run}``; a run is a dict with ``"status"`` and metrics (directly or under
-        ``"final"``, as in :attr:`itlin.runner.Record.runs`), a :class:`~itlin.train.History`,
-        a :class:`~itlin.train.FitResult`, or just a status string.
+        ``"final"``, as in :attr:`itlin.book.runner.Record.runs`), a :class:`~itlin.History`,
+        a :class:`~itlin.FitResult`, or just a status string.
       metric: key (or ``run -> value`` function) of the value compared with ``threshold``; for
         a curve, its last value. A non-finite value counts as diverged.
       threshold: drop runs with ``value > threshold`` (``keep_above=True``: ``value < threshold``).

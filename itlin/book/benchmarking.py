@@ -43,8 +43,17 @@ def target_met(key: str, value: float):
     return value <= v if op == "<=" else value >= v
 
 
-def load_results(folder) -> list:
-    """Every benchmark JSON file in ``folder``, each with its file name under ``"file"``."""
+def load_results(folder=None) -> list:
+    """Every benchmark JSON file in ``folder`` (default: the repository's ``benchmarks/results``,
+    wherever the caller runs from), each with its file name under ``"file"``."""
+    if folder is None:
+        from .runner import _source_checkout
+
+        root = _source_checkout()
+        if root is None:
+            raise FileNotFoundError("the benchmark results live in benchmarks/results of a source checkout of itlin; "
+                                    "pass the folder explicitly.")
+        folder = root / "benchmarks" / "results"
     out = []
     for path in sorted(Path(folder).glob("*.json")):
         rec = json.loads(path.read_text())

@@ -22,30 +22,11 @@ def check_positive(name: str, value, *, allow_zero: bool = False):
     return v
 
 
-def check_period(name: str, value):
-    """A relinearisation period: an integer >= 1, or infinity (never relinearise)."""
-    if isinstance(value, str) and value.strip().lower() in {"inf", "infinity", "none", "never"}:
-        return math.inf
-    if value is None:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name} must be an integer >= 1 or math.inf (never relinearise), got {value!r}."
-        )
-    if isinstance(value, float) and math.isinf(value) and value > 0:
-        return math.inf
-    if isinstance(value, float) and math.isnan(value):
-        raise ValueError(f"{name} must be an integer >= 1 or math.inf, got nan.")
-    if float(value) != int(value):
-        raise ValueError(
-            f"{name} must be a whole number of steps, got {value!r}; "
-            f"use an integer such as {max(1, round(float(value)))} (or math.inf for K=infinity)."
-        )
-    if int(value) < 1:
-        raise ValueError(
-            f"{name} must be >= 1 (K=1 is plain gradient descent), got {value!r}; "
-            "use math.inf for a model that is never relinearised."
-        )
+def check_positive_int(name: str, value, *, none_means: str = ""):
+    """Raise unless ``value`` is an integer >= 1 (``numpy`` integers included; not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        extra = f", or None for {none_means}" if none_means else ""
+        raise ValueError(f"{name} must be a positive integer{extra}, got {value!r}.")
     return int(value)
 
 

@@ -2,7 +2,7 @@
 
 Every chapter of the book runs its experiment through :func:`run`::
 
-    from itlin import runner
+    from itlin.book import runner
     rec = runner.run("fig9_damping", {"dampings": [1e-3, 1e-1], "scale": "tiny"})
     rec.status            # "completed", "diverged at step 412", or a summary of several runs
     rec["test_rmse"]      # the arrays the experiment returned
@@ -30,7 +30,8 @@ Where results live (see :func:`results_dir`)::
         params.json     the resolved parameters (written when the run starts)
         results.npz     the arrays (written when it completes)
         record.json     written last: the run is complete when this file exists
-        work/           while running: fit-<tag>.npz checkpoints, stage-<tag>.npz sub-results
+        work/           while running: fit-<tag>.msgpack checkpoints (flax.serialization, keyed
+                        by pytree paths), stage-<tag>.npz sub-results
                         (removed when the run completes)
         .lock           held (flock) by the process running it
 
@@ -40,6 +41,8 @@ Where results live (see :func:`results_dir`)::
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import datetime as _dt
 import os
 import re
@@ -54,12 +57,13 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from . import _io
+from .. import _io
 from . import experiments as _experiments
 from .experiments import Experiment
 
 DEFAULT_CHECKPOINT_EVERY_STEPS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 300.0
+PROGRESS_SECONDS = 30.0  # a text progress line per training run at most this often
 
 RECORD_FILE = "record.json"
 RESULTS_FILE = "results.npz"
@@ -72,14 +76,15 @@ _FORMAT = 1
 _DEFAULT = object()
 
 
-def _quiet() -> bool:
+def quiet() -> bool:
+    """True when ``CI`` or ``ITLIN_QUIET`` is set: no progress lines."""
     return bool(os.environ.get("CI")) or os.environ.get("ITLIN_QUIET", "") not in ("", "0")
 
 
 # ---------------------------------------------------------------------------------- where
 def _source_checkout() -> Optional[Path]:
     """The repository root if itlin is imported from a source checkout (editable install)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     pyproject = root / "pyproject.toml"
     try:
         if pyproject.is_file() and re.search(r'^name\s*=\s*"itlin"', pyproject.read_text(), re.M):
@@ -93,15 +98,19 @@ def results_dir(path=None) -> Path:
     """The folder that holds all results.
 
     In order: ``path`` if given (relative paths are relative to the current directory);
-    ``$ITLIN_RESULTS`` if set; ``<repository root>/results`` when itlin is imported from a
-    source checkout (the usual editable install), so that chapters executed from ``book/``,
-    scripts run from the root and tests all share one store; otherwise the user cache
+    ``$ITLIN_RESULTS`` if set (a relative value is relative to the repository root in a source
+    checkout, so chapters executed from ``book/`` and scripts run from the root share it, and to
+    the current directory otherwise); ``<repository root>/results`` when itlin is imported from
+    a source checkout (the usual editable install); otherwise the user cache
     (``~/.cache/itlin/results`` on Linux, ``~/Library/Caches/itlin/results`` on macOS).
     """
     if path is None:
         env = os.environ.get("ITLIN_RESULTS")
         if env:
-            path = env
+            path = Path(env).expanduser()
+            root = _source_checkout()
+            if not path.is_absolute() and root is not None:
+                path = root / path
         else:
             root = _source_checkout()
             if root is not None:
@@ -159,7 +168,7 @@ def params_from(experiment, namespace: Mapping) -> dict:
         rec = runner.run("fig9_damping", runner.params_from("fig9_damping", globals()))
     """
     exp = _experiments.get(experiment)
-    return {k: namespace[k] for k in exp.params if k in namespace}
+    return {k: namespace[k] for k in exp.params.names() if k in namespace}
 
 
 # ---------------------------------------------------------------------------------- provenance
@@ -260,8 +269,8 @@ class Record:
         raise KeyError(f"{key!r} is not in the results of {self.experiment}; keys: {', '.join(self.keys())}.")
 
     def history(self, tag: str):
-        """The :class:`itlin.train.History` of the training run ``tag`` (as made by ``ctx.fit``)."""
-        from .train import History
+        """The :class:`itlin.History` of the training run ``tag`` (as made by ``ctx.fit``)."""
+        from ..core.loop import History
 
         if tag not in self.runs:
             raise KeyError(f"no training run {tag!r} in {self.experiment}; runs: {', '.join(self.runs) or '(none)'}.")
@@ -272,7 +281,7 @@ class Record:
                                             "loss_every": r.get("loss_every", 1)})
 
     def histories(self) -> dict:
-        """Every training run's :class:`itlin.train.History`, keyed by its tag."""
+        """Every training run's :class:`itlin.History`, keyed by its tag."""
         return {tag: self.history(tag) for tag in self.runs}
 
     def __repr__(self):
@@ -314,19 +323,33 @@ def load(experiment, params=None, *, results_dir=None) -> Optional[Record]:
     is damaged). Never computes anything."""
     rec, reason = _read_record(plan(experiment, params, results_dir=results_dir))
     if reason is not None:
-        warnings.warn(f"itlin.runner: {reason}; it will be recomputed by run().", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"itlin.book.runner: {reason}; it will be recomputed by run().", RuntimeWarning, stacklevel=2)
     return rec
 
 
+def recorded_dir() -> Path:
+    """Where the recorded runs kept with the book live: ``<repository>/book/recorded`` (found
+    from the package's own location, so it does not depend on the working directory)."""
+    root = _source_checkout()
+    if root is None:
+        raise FileNotFoundError("the recorded runs live in book/recorded of a source checkout of itlin; this itlin "
+                                "is not imported from one (clone the repository and pip install -e it).")
+    return root / "book" / "recorded"
+
+
 def open_record(folder) -> Record:
-    """The finished run stored in ``folder`` (a ``<results>/<experiment>/<hash>`` folder),
-    whatever parameters or experiment version it was made with.
+    """The finished run stored in ``folder`` (a ``<results>/<experiment>/<hash>`` folder, or the
+    name of a recorded run in :func:`recorded_dir`), whatever parameters or experiment version
+    it was made with.
 
     For recorded runs kept with the book (e.g. a paper-scale run on a GPU): the record tells
     its parameters, version, git commit and device. Raises ``FileNotFoundError`` if the folder
     holds no finished run and ``ValueError`` if its arrays do not match their checksum.
     """
     folder = Path(folder)
+    if not folder.is_absolute() and not folder.exists() and _source_checkout() is not None \
+            and (recorded_dir() / folder).exists():
+        folder = recorded_dir() / folder
     rec_path, res_path = folder / RECORD_FILE, folder / RESULTS_FILE
     info = _io.read_json(rec_path)
     if info is None or not res_path.is_file():
@@ -386,29 +409,6 @@ def _safe_tag(tag: str) -> str:
     return safe
 
 
-def _leaf_to_numpy(leaf):
-    import jax
-
-    arr = leaf
-    if hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        arr = jax.random.key_data(leaf)
-    return np.asarray(arr)
-
-
-def _leaf_spec(leaf) -> list:
-    a = _leaf_to_numpy(leaf)
-    return [list(a.shape), str(a.dtype)]
-
-
-def _restore_leaf(template, arr):
-    import jax
-    import jax.numpy as jnp
-
-    if hasattr(template, "dtype") and jax.dtypes.issubdtype(template.dtype, jax.dtypes.prng_key):
-        return jax.random.wrap_key_data(jnp.asarray(arr), impl=jax.random.key_impl(template))
-    return jnp.asarray(arr)
-
-
 def _history_snapshot(h) -> tuple:
     """What is needed to rebuild ``h`` as it is now, cheaply (fit keeps appending to it)."""
     return (len(h.loss), list(h._pending), len(h.relin_steps), len(h.evals.get("step", [])),
@@ -416,7 +416,7 @@ def _history_snapshot(h) -> tuple:
 
 
 def _history_from_snapshot(h, snap):
-    from .train import History
+    from ..core.loop import History
 
     n_loss, pending, n_relin, n_eval, status, diverged_at = snap
     out = History(loss_every=h.loss_every, status=status, diverged_at=diverged_at)
@@ -454,7 +454,7 @@ class RunContext:
         self.work = plan_.path / WORK_DIR
         self.checkpoint_every_steps = checkpoint_every_steps
         self.checkpoint_every_seconds = checkpoint_every_seconds
-        self.show_progress = bool(progress) and not _quiet()
+        self.show_progress = bool(progress) and not quiet()
         self.verbose = verbose
         self.runs: dict = {}
         self.histories: dict = {}
@@ -471,14 +471,14 @@ class RunContext:
         if self.verbose:
             print(f"[itlin] {self.experiment.name}: {msg}", flush=True)
 
-    def progress(self, iterable: Optional[Iterable] = None, *, total=None, desc: Optional[str] = None, **kw):
-        """An outer progress bar (``tqdm.auto``) over ``iterable``; a plain iterator when quiet
-        (``CI``/``ITLIN_QUIET`` set, or ``progress=False``)."""
-        if not self.show_progress:
-            return iterable if iterable is not None else _NullBar()
-        from tqdm.auto import tqdm
-
-        return tqdm(iterable, total=total, desc=desc or self.experiment.name, dynamic_ncols=True, **kw)
+    def progress(self, iterable: Iterable, *, desc: Optional[str] = None, total: Optional[int] = None):
+        """``iterable``, with one text line per item (``desc: i/total``) when progress is on."""
+        items = list(iterable) if total is None else iterable
+        total = len(items) if total is None else total
+        for i, item in enumerate(items, 1):
+            yield item
+            if self.show_progress:
+                self.say(f"{desc or 'progress'}: {i}/{total}")
 
     def _claim(self, kind: str, tag: str):
         if not isinstance(tag, str) or not tag:
@@ -507,7 +507,7 @@ class RunContext:
                 self.say(f"stage {tag}: loaded from {path.name}")
                 return _io.unflatten_tree(flat, paths)
             except Exception as err:
-                warnings.warn(f"itlin.runner: stage file {path} is unusable ({err}); recomputing the stage.",
+                warnings.warn(f"itlin.book.runner: stage file {path} is unusable ({err}); recomputing the stage.",
                               RuntimeWarning, stacklevel=2)
         value = fn()
         flat, paths = _io.flatten_tree(value, what=f"stage {tag!r}")
@@ -518,48 +518,42 @@ class RunContext:
 
     # ------------------------------------------------------------ fit
     def fit(self, tag: str, trainer, state, x, y, steps: int, **fit_kwargs):
-        """:func:`itlin.train.fit` with checkpoints; returns its :class:`~itlin.train.FitResult`.
+        """:func:`itlin.fit` with checkpoints; returns its :class:`itlin.FitResult`.
 
         ``tag`` names the training run (unique within the experiment, e.g. ``"K=100"``). If a
-        checkpoint of this run exists it is restored (the fresh ``state`` serves as the template
-        of the pytree) and training continues from there; a run that had already finished is
-        returned at once. Checkpoints are saved from ``fit``'s callback every
+        checkpoint of this run exists it is restored (the fresh ``state`` is the template its
+        pytree paths are matched against) and training continues from there; a run that had
+        already finished is returned at once. Checkpoints are saved from ``fit``'s callback every
         ``checkpoint_every_steps`` steps or ``checkpoint_every_seconds`` seconds, whichever
         comes first, and when the run ends (completed or diverged). ``fit_kwargs`` go to
-        :func:`itlin.train.fit` (``eval_sets``, ``eval_every``, ``seed``, ``loss_every``,
-        ``callback``, ``progress``, ``desc``); ``history`` is managed here.
+        :func:`itlin.fit` (``batch_size``, ``eval_sets``, ``eval_every``, ``seed``, ``blowup``,
+        ...); ``history`` and ``progress`` are managed here.
         """
-        import jax
-
-        from .train import FitResult
-        from .train import fit as train_fit
+        from ..core.loop import FitResult
+        from ..core.loop import fit as train_fit
 
         self._claim("fit", tag)
         if "history" in fit_kwargs:
             raise TypeError("ctx.fit manages the history itself (it restores it from the checkpoint); "
                             "do not pass history=.")
         user_cb = fit_kwargs.pop("callback", None)
-        fit_kwargs.setdefault("progress", self.show_progress)
-        fit_kwargs.setdefault("desc", tag)
         steps = int(steps)
-        fingerprint = {
+        fingerprint = _io.jsonable({
             "steps": steps,
             "seed": int(fit_kwargs.get("seed", 0)),
             "eval_every": fit_kwargs.get("eval_every"),
             "loss_every": fit_kwargs.get("loss_every"),
+            "batch_size": fit_kwargs.get("batch_size"),
+            "blowup": fit_kwargs.get("blowup"),
             "x": [list(np.shape(x)), str(getattr(x, "dtype", ""))],
             "y": [list(np.shape(y)), str(getattr(y, "dtype", ""))],
             "eval_sets": sorted((fit_kwargs.get("eval_sets") or {}).keys()),
-            "schedule": trainer.schedule.spec(),
-            "batch_size": trainer.batch_size,
-            "chunk_size": trainer.chunk_size,
-        }
-        leaves, treedef = jax.tree_util.tree_flatten(state)
-        specs = [_leaf_spec(leaf) for leaf in leaves]
-        path = self.work / f"fit-{_safe_tag(tag)}.npz"
+            "schedule": trainer.schedule.spec,
+        })
+        path = self.work / f"fit-{_safe_tag(tag)}.msgpack"
 
         history, resumed_from = None, None
-        restored = self._restore_fit(path, tag, leaves, treedef, specs, fingerprint) if path.exists() else None
+        restored = self._restore_fit(path, tag, state, fingerprint) if path.exists() else None
         if restored is not None:
             state, history, done = restored
             if done:
@@ -572,21 +566,25 @@ class RunContext:
             self.say(f"resuming {tag} from step {resumed_from}")
 
         every_steps, every_seconds = self.checkpoint_every_steps, self.checkpoint_every_seconds
-        mark = {"step": int(state.step), "time": time.monotonic(), "saved": None}
+        mark = {"step": int(state.step), "time": time.monotonic(), "saved": None, "said": time.monotonic()}
         last = {}
 
         def save(st, hist, done):
-            self._save_fit(path, tag, st, hist, specs, str(treedef), fingerprint, done)
+            self._save_fit(path, tag, st, hist, fingerprint, done)
 
         def callback(st, hist):
+            step = int(st.step)
             if self.checkpointing:
-                step = int(st.step)
                 last["state"], last["snap"], last["history"] = st, _history_snapshot(hist), hist
                 due = (every_steps is not None and step - mark["step"] >= every_steps) or \
                       (every_seconds is not None and time.monotonic() - mark["time"] >= every_seconds)
                 if due:
                     save(st, hist, False)
                     mark.update(step=step, time=time.monotonic(), saved=step)
+            if self.show_progress and time.monotonic() - mark["said"] >= PROGRESS_SECONDS:
+                mark["said"] = time.monotonic()
+                loss = hist.loss[-1] if hist.loss else float("nan")
+                self.say(f"{tag}: step {step:,}/{steps:,}, loss {loss:.4g}, {int(st.updates):,} feature updates")
             if user_cb is not None:
                 user_cb(st, hist)
 
@@ -603,39 +601,42 @@ class RunContext:
         self._summarize(tag, result, steps, resumed_from=resumed_from)
         return result
 
-    def _save_fit(self, path, tag, state, history, specs, treedef_str, fingerprint, done):
-        import jax
+    def _save_fit(self, path, tag, state, history, fingerprint, done):
+        from flax import serialization
 
-        leaves = jax.tree_util.tree_leaves(state)
-        tree = {"state": {f"{i:05d}": _leaf_to_numpy(leaf) for i, leaf in enumerate(leaves)},
-                "history": history.arrays()}
         meta = {"format": _FORMAT, "kind": "fit", "tag": tag, "step": int(state.step), "done": bool(done),
-                "history_meta": history.meta(), "fingerprint": fingerprint, "leaves": specs,
-                "treedef": treedef_str, "saved_at": _now()}
-        _io.save_tree(path, tree, meta, what=f"checkpoint {tag!r}", checksum=False)
+                "history_meta": history.meta(), "fingerprint": fingerprint, "saved_at": _now()}
+        body = serialization.msgpack_serialize({"state": serialization.to_state_dict(state),
+                                                "history": history.arrays(), "meta": json.dumps(meta)})
+        blob = serialization.msgpack_serialize({"body": body, "sha256": hashlib.sha256(body).hexdigest()})
+        _io.atomic_write(path, lambda fh: fh.write(blob), fsync=False)
 
-    def _restore_fit(self, path, tag, leaves, treedef, specs, fingerprint):
+    def _restore_fit(self, path, tag, template, fingerprint):
         import jax
+        from flax import serialization
 
-        from .train import History
+        from ..core.loop import History
 
         try:
-            flat, paths, meta = _io.load_tree(path)
+            outer = serialization.msgpack_restore(path.read_bytes())
+            if hashlib.sha256(outer["body"]).hexdigest() != outer["sha256"]:
+                raise ValueError("its contents do not match their checksum")
+            raw = serialization.msgpack_restore(outer["body"])
+            meta = json.loads(raw["meta"])
             if meta.get("tag") != tag or meta.get("kind") != "fit":
                 raise ValueError(f"it holds {meta.get('kind')} {meta.get('tag')!r}")
-            if _io.jsonable(meta.get("fingerprint")) != _io.jsonable(fingerprint):
-                raise ValueError(f"it was made by a different call (saved {meta.get('fingerprint')}, "
-                                 f"now {fingerprint})")
-            if meta.get("leaves") != specs:
+            if meta.get("fingerprint") != fingerprint:
+                raise ValueError(f"it was made by a different call (saved {meta.get('fingerprint')}, now {fingerprint})")
+            state = serialization.from_state_dict(template, raw["state"])
+            spec = lambda t: jax.tree_util.tree_map(lambda a: (np.shape(a), np.asarray(a).dtype.str), t)
+            if spec(state) != spec(template):
                 raise ValueError("its state does not have the shapes and dtypes of the fresh state")
-            new_leaves = [_restore_leaf(t, flat[f"state/{i:05d}"]) for i, t in enumerate(leaves)]
-            hist_arrays = {"/".join(p[1:]): flat["/".join(p)] for p in paths if p[0] == "history"}
-            history = History.from_arrays(hist_arrays, meta["history_meta"])
+            history = History.from_arrays(dict(raw["history"]), meta["history_meta"])
         except Exception as err:
-            warnings.warn(f"itlin.runner: checkpoint {path} is unusable ({err}); starting {tag} from scratch.",
+            warnings.warn(f"itlin.book.runner: checkpoint {path} is unusable ({err}); starting {tag} from scratch.",
                           RuntimeWarning, stacklevel=3)
             return None
-        return jax.tree_util.tree_unflatten(treedef, new_leaves), history, bool(meta.get("done"))
+        return state, history, bool(meta.get("done"))
 
     def _summarize(self, tag, result, steps, resumed_from):
         h = result.history
@@ -650,25 +651,6 @@ class RunContext:
             "resumed_from": resumed_from,
             "final": _final_metrics(h),
         }
-
-
-class _NullBar:
-    """Stands in for a tqdm bar when progress is off."""
-
-    def update(self, *a, **k):
-        pass
-
-    def set_postfix(self, *a, **k):
-        pass
-
-    def close(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 # ---------------------------------------------------------------------------------- status
@@ -697,7 +679,7 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
     """Run ``experiment`` with ``params``, or load its stored result.
 
     Args:
-      experiment: a registered name (see :func:`itlin.experiments.names`) or an Experiment.
+      experiment: a registered name (see :func:`itlin.book.experiments.names`) or an Experiment.
       params: parameter values, e.g. what papermill injected into a chapter's parameters cell;
         missing ones take their defaults. Validated before anything runs.
       results_dir: where results live (default: :func:`results_dir`).
@@ -713,8 +695,8 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
       :class:`Record` with the arrays, status and provenance.
 
     Raises:
-      itlin.experiments.ParameterError (a ValueError) for a bad parameter, before any compute;
-      itlin.experiments.UnknownExperimentError for an unknown experiment.
+      itlin.book.experiments.ParameterError (a ValueError) for a bad parameter, before any compute;
+      itlin.book.experiments.UnknownExperimentError for an unknown experiment.
     """
     p = plan(experiment, params, results_dir=results_dir)
     exp = p.experiment
@@ -769,7 +751,7 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
 def _load_or_warn(p: Plan, quiet: bool = False) -> Optional[Record]:
     rec, reason = _read_record(p)
     if reason is not None and not quiet:
-        warnings.warn(f"itlin.runner: stored result of {p.experiment.name} is damaged: {reason}; recomputing.",
+        warnings.warn(f"itlin.book.runner: stored result of {p.experiment.name} is damaged: {reason}; recomputing.",
                       RuntimeWarning, stacklevel=3)
     return rec
 
@@ -834,6 +816,7 @@ __all__ = [
     "load",
     "open_record",
     "params_from",
+    "recorded_dir",
     "plan",
     "results_dir",
     "run",

@@ -1,6 +1,6 @@
 """Re-run a chapter of the book with other parameters (papermill over a MyST-markdown notebook).
 
-    python -m itlin.run book/damping.md out.ipynb -p scale paper -p seeds 100
+    python -m itlin.book.run book/damping.md out.ipynb -p scale paper -p seeds 100
 
 Chapters are MyST-markdown notebooks (jupytext) with exactly one cell tagged ``parameters``.
 Papermill cannot read ``.md`` files, so this reads the chapter with jupytext, checks that every
@@ -8,7 +8,7 @@ Papermill cannot read ``.md`` files, so this reads the chapter with jupytext, ch
 ignored), and executes it with papermill into ``out.ipynb``. Values are Python literals
 (``100``, ``1e-3``, ``"inf"``, ``[1, 10, 100]``, ``True``); anything else is taken as a string.
 The notebook runs with the chapter's folder as working directory; experiment results are cached
-under ``$ITLIN_RESULTS`` (see :mod:`itlin.runner`), so a re-run with the same parameters loads
+under ``$ITLIN_RESULTS`` (see :mod:`itlin.book.runner`), so a re-run with the same parameters loads
 them instead of recomputing.
 """
 
@@ -89,7 +89,7 @@ def execute_chapter(source, output, parameters: Optional[dict] = None, *, kernel
 
 
 def main(argv=None):
-    """Command-line entry point (``python -m itlin.run``); returns the exit status."""
+    """Command-line entry point (``python -m itlin.book.run``); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m itlin.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("chapter", help="the chapter's MyST markdown file, e.g. book/damping.md")

@@ -17,14 +17,23 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
 def data_mesh(devices: Optional[Sequence] = None, axis: str = "data") -> Mesh:
-    """A one-axis mesh over ``devices`` (default: all of them) for data parallelism."""
+    """A one-axis mesh over ``devices`` (default: all of them) for data parallelism.
+
+    >>> data_mesh().axis_names
+    ('data',)
+    """
     devices = list(jax.devices() if devices is None else devices)
     return Mesh(np.asarray(devices), (axis,))
 
 
 def shard_batch(x, mesh: Mesh, axis: str = "data"):
     """Place ``x`` (an array or pytree of arrays) with its leading (example) axis split over
-    ``mesh``. The number of examples must be divisible by the number of devices."""
+    ``mesh``. The number of examples must be divisible by the number of devices.
+
+    >>> import jax.numpy as jnp
+    >>> shard_batch(jnp.ones((4, 3)), data_mesh()).shape
+    (4, 3)
+    """
     n_dev = mesh.shape[axis]
 
     def put(a):
@@ -38,7 +47,12 @@ def shard_batch(x, mesh: Mesh, axis: str = "data"):
 
 
 def replicate(tree, mesh: Mesh):
-    """Place every array of ``tree`` (e.g. a :class:`itlin.train.TrainState`) on all devices."""
+    """Place every array of ``tree`` (e.g. a :class:`itlin.TrainState`) on all devices.
+
+    >>> import jax.numpy as jnp
+    >>> replicate({"w": jnp.ones(2)}, data_mesh())["w"].tolist()
+    [1.0, 1.0]
+    """
     sharding = NamedSharding(mesh, PartitionSpec())
     return jax.tree_util.tree_map(lambda a: jax.device_put(a, sharding), tree)
 

@@ -1,7 +1,7 @@
 """Shared pieces of the headline experiments on sparse feature updates (main paper Figs. 2, 3, 8).
 
-:mod:`~itlin.experiments.fig2_k_sweep`, :mod:`~itlin.experiments.fig3_augmentation` and
-:mod:`~itlin.experiments.fig8_adam` train the paper's LeNet on MNIST-1D (default), Fashion-MNIST
+:mod:`~itlin.book.experiments.fig2_k_sweep`, :mod:`~itlin.book.experiments.fig3_augmentation` and
+:mod:`~itlin.book.experiments.fig8_adam` train the paper's LeNet on MNIST-1D (default), Fashion-MNIST
 or CIFAR-10 with iterative linearisation at several periods ``K``. This module holds what they
 share: the dataset and model choice, parameters that default from ``scale``, run summaries, the
 noise tolerance used to judge the paper's claims, and plotting helpers that show the number of
@@ -13,11 +13,12 @@ Not an experiment module (its name starts with ``_``, so the registry does not i
 from __future__ import annotations
 
 import math
-from typing import Mapping, NamedTuple, Optional, Sequence
+from dataclasses import dataclass
+from typing import Literal, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from . import Param
+from . import Params, param
 
 #: datasets the headline experiments accept, and the LeNet each gets
 DATASETS = ("mnist1d", "fashion_mnist", "cifar10")
@@ -34,39 +35,19 @@ PAPER = {
 
 
 # ------------------------------------------------------------------------------ parameters
-def _check_dataset(name):
-    if name not in DATASETS:
-        raise ValueError(f"the headline experiments run on {', '.join(DATASETS)} (got {name!r})")
-    return name
+@dataclass(frozen=True)
+class SparseParams(Params):
+    """The dataset, size, width and evaluation parameters every headline experiment takes."""
 
-
-def dataset_param() -> Param:
-    return Param.dataset("mnist1d", check=_check_dataset,
-                         doc="mnist1d (1D LeNet), fashion_mnist or cifar10 (2D LeNet)")
-
-
-def from_scale(doc: str, kind: str = "int", many: bool = False, **kw) -> Param:
-    """A size-like parameter whose ``None`` default means "take it from ``scale``"."""
-    if kind == "period":
-        return Param(None, "period", many=many, allow_none=True, doc=doc, **kw)
-    if kind == "positive":
-        return Param(None, "float", minimum=0.0, strict_minimum=True, allow_none=True, doc=doc, **kw)
-    if kind == "fraction":
-        return Param(None, "float", minimum=0.0, maximum=0.999, allow_none=True, doc=doc, **kw)
-    return Param(None, "int", minimum=1, allow_none=True, doc=doc, **kw)
-
-
-def data_params(eval_every_doc: str = "steps between evaluations; None: from scale") -> dict:
-    """The data-size, width, evaluation and seed parameters every headline experiment takes."""
-    return {
-        "n_train": from_scale("training examples (balanced subset; more than the split keeps it whole); "
-                              "None: from scale"),
-        "n_test": from_scale("test examples (balanced subset); None: from scale"),
-        "n_eval_train": from_scale("training examples evaluated for train accuracy; None: from scale"),
-        "channels": from_scale("LeNet convolution channels; None: from scale (paper: 50)"),
-        "eval_every": from_scale(eval_every_doc),
-        "seed": Param.seed(),
-    }
+    dataset: Literal["mnist1d", "fashion_mnist", "cifar10"] = param(
+        "mnist1d", "mnist1d (1D LeNet), fashion_mnist or cifar10 (2D LeNet)")
+    n_train: Optional[int] = param(None, "training examples (balanced subset; more than the split keeps it "
+                                         "whole); None: from scale", min=1)
+    n_test: Optional[int] = param(None, "test examples (balanced subset); None: from scale", min=1)
+    n_eval_train: Optional[int] = param(None, "training examples evaluated for train accuracy; None: from scale",
+                                        min=1)
+    channels: Optional[int] = param(None, "LeNet convolution channels; None: from scale (paper: 50)", min=1)
+    eval_every: Optional[int] = param(None, "steps between evaluations; None: from scale", min=1)
 
 
 def check_periods(r: Mapping, baseline: str) -> None:
@@ -81,30 +62,13 @@ def check_periods(r: Mapping, baseline: str) -> None:
 
 
 def resolve(p: Mapping, table: Mapping[str, Mapping]) -> dict:
-    """``p`` with every ``None`` replaced by the value of ``table[p["scale"]]``.
-
-    The result is what the experiment runs with; experiments store it in their record's meta
-    (``meta["resolved"]``) and the chapters print it.
-    """
-    defaults = table[p["scale"]]
+    """``p`` with every ``None`` replaced by the value of ``table[p["scale"]]`` (what the
+    experiment runs with; stored in its record's meta as ``meta["resolved"]``)."""
     out = dict(p)
-    for key, value in defaults.items():
+    for key, value in table[p["scale"]].items():
         if out.get(key) is None:
             out[key] = value
     return out
-
-
-def versioned(version: str, scales: Mapping) -> str:
-    """``"<version>.<8 hex digits>"``: the experiment's version with a digest of its scale table,
-    so that changing a scale default (which changes the numbers of runs that left the parameter
-    at ``None``) also changes the runs' hash and stored results are not reused."""
-    import hashlib
-    import json
-
-    from .._io import jsonable
-
-    blob = json.dumps(jsonable(scales), sort_keys=True, separators=(",", ":"))
-    return f"{version}.{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
 
 
 def fmt_K(K) -> str:
@@ -135,7 +99,7 @@ def as_K(value) -> float:
 def load_data(dataset: str, n_train: int, n_test: int, seed: int):
     """The dataset with class-balanced subsets of at most ``n_train``/``n_test`` examples
     (values above a split's size keep the whole split)."""
-    from .. import data
+    from ... import data
 
     full = data.load(dataset)
     n_tr = None if n_train is None or n_train >= full.n_train else int(n_train)
@@ -146,7 +110,7 @@ def load_data(dataset: str, n_train: int, n_test: int, seed: int):
 def model_for(dataset: str, channels: int, num_outputs: int = 10):
     """The main paper's LeNet (two convolutions of kernel 5, dense 120 and 84): the 1-D variant
     for MNIST-1D signals, the 2-D one for images."""
-    from .. import models
+    from ... import models
 
     if dataset in IMAGE_DATASETS:
         return models.lenet(num_outputs=num_outputs, channels=channels)
@@ -159,7 +123,7 @@ def augmenter(dataset: str, *, pad: int = 4, flip: bool = True, max_shift: int =
     ``max_shift`` positions (:func:`itlin.augment.augment_1d`), the 1-D analogue of a crop."""
     from functools import partial
 
-    from .. import augment
+    from ... import augment
 
     if dataset in IMAGE_DATASETS:
         return partial(augment.augment, pad=int(pad), flip=bool(flip))
@@ -206,16 +170,16 @@ def schedule(K, steps: int):
     That one would change nothing in training (no step follows it) but would replace, at the
     final evaluation, the linearised model that training produced by the network at the same
     parameters: the end of the run would show the network instead of the model being trained.
-    So ``K = 1`` and ``K = inf`` are :class:`~itlin.schedules.FixedPeriod`; any other ``K``
-    relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`~itlin.schedules.AtSteps`),
+    So ``K = 1`` and ``K = inf`` are :class:`itlin.Every`; any other ``K``
+    relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`itlin.AtSteps`),
     giving ``ceil(steps / K) - 1`` feature updates.
     """
-    from ..schedules import AtSteps, FixedPeriod
+    from ...core.schedules import AtSteps, Every
 
     K = float(K)
     if K == 1 or math.isinf(K):
-        return FixedPeriod(math.inf if math.isinf(K) else 1)
-    return AtSteps(range(int(K), int(steps), int(K)))
+        return Every(math.inf if math.isinf(K) else 1)
+    return AtSteps.of(range(int(K), int(steps), int(K)))
 
 
 def sgd(learning_rate: float, momentum: float):

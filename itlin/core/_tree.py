@@ -1,4 +1,4 @@
-"""Small pytree helpers shared by the library (no public API)."""
+"""Small pytree helpers shared by the library (public: :func:`num_params`)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,14 @@ def tree_select(pred, on_true, on_false):
     return jax.tree_util.tree_map(lambda u, v: jnp.where(pred, u, v), on_true, on_false)
 
 
-def tree_size(a) -> int:
-    return int(sum(x.size for x in jax.tree_util.tree_leaves(a)))
+def num_params(tree) -> int:
+    """Number of scalars in a pytree (the trainable parameters of a model).
+
+    >>> import jax.numpy as jnp
+    >>> num_params({"w": jnp.zeros((3, 2)), "b": jnp.zeros(2)})
+    8
+    """
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(tree)))
 
 
 def tree_all_finite(a):
@@ -64,7 +70,7 @@ __all__ = [
     "tree_norm",
     "tree_scale",
     "tree_select",
-    "tree_size",
+    "num_params",
     "tree_sub",
     "tree_vdot",
 ]

@@ -285,7 +285,7 @@ def live_demo(run: Callable[..., Any], draw: Callable[[Any], Any], sliders, *, c
 
     Args:
       run: ``run(**values) -> result`` with one keyword per slider (this is where training
-        happens: pass itlin code, e.g. a function calling :func:`itlin.train.fit`).
+        happens: pass itlin code, e.g. a function calling :func:`itlin.fit`).
       draw: ``draw(result) -> matplotlib figure``.
       sliders: ``{name: values}`` or a list of :class:`Slider`; each becomes an
         ``ipywidgets.SelectionSlider`` that acts when released (``continuous_update=False``).

@@ -15,9 +15,9 @@ falls below ``train_tol``, or when a step is not finite (it *diverged*; its para
 those before the bad step). Everything runs in float64: with a damping of 1e-6 against NTK
 eigenvalues of order 1e2 the kernel system is far too ill-conditioned for float32.
 
-The sweep is one compiled program, :func:`itlin.gauss_newton.gauss_newton_fit` with the MLP's
+The sweep is one compiled program, :func:`itlin.gauss_newton_fit` with the MLP's
 closed-form kernel vmapped over the initialisations with the damping as a traced argument; it is
-called once per damping value, each call a :meth:`~itlin.runner.RunContext.stage`, so that an
+called once per damping value, each call a :meth:`~itlin.book.runner.RunContext.stage`, so that an
 interrupted run resumes at the damping it had reached.
 
 Results (``D`` dampings, ``S`` seeds, ``M`` samples, ``G`` = 1000 test points, ``T`` logged steps):
@@ -48,7 +48,10 @@ from typing import Optional
 
 import numpy as np
 
-from . import Experiment, Param, register
+from dataclasses import dataclass
+from typing import Optional
+
+from . import Experiment, Params, param, register
 
 NAME = "fig9_damping"
 
@@ -110,10 +113,26 @@ def resolve_sizes(p: dict) -> dict:
     return out
 
 
-def _check(p: dict):
-    _check_list("dampings", p.get("dampings"))
-    _check_list("sample_dampings", p.get("sample_dampings"))
-    resolve_sizes(p)
+@dataclass(frozen=True)
+class Fig9Params(Params):
+    seeds: Optional[int] = param(None, "initialisations per damping value (None: from scale)", min=1)
+    dampings: Optional[tuple[float, ...]] = param(None, "damping values lambda > 0, distinct (None: from scale); "
+                                                        "the plots use a log axis", gt=0)
+    gn_steps: Optional[int] = param(None, "most Gauss-Newton steps per run (None: from scale)", min=1)
+    lr: float = param(1.0, "step size eta of Eq. 6 (1 in the paper)", gt=0)
+    train_tol: float = param(1e-5, "a run stops once its train RMSE is below this (0: never)", min=0)
+    rmse_threshold: float = param(2.5, "runs with train RMSE above this are dropped from the test-RMSE "
+                                       "statistics (2.5 in the paper)", gt=0)
+    sample_dampings: Optional[tuple[float, ...]] = param(None, "dampings whose learnt functions are drawn; must be "
+                                                               "among dampings (None: four spread over them)", gt=0)
+    samples: Optional[int] = param(None, "learnt functions drawn per damping, seeds 0..samples-1 (None: from "
+                                         "scale)", min=1)
+
+    def check(self):
+        p = self.as_dict()
+        _check_list("dampings", p.get("dampings"))
+        _check_list("sample_dampings", p.get("sample_dampings"))
+        resolve_sizes(p)
 
 
 def trace_steps(gn_steps: int, points: int = TRACE_POINTS) -> np.ndarray:
@@ -144,7 +163,7 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_t
     import jax
     import jax.numpy as jnp
 
-    from ..gauss_newton import gauss_newton_fit
+    from ...core.gauss_newton import gauss_newton_fit
 
     apply = model.bind()
     n = x.shape[0]
@@ -156,7 +175,8 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_t
         return jnp.sqrt(jnp.mean((apply(p, a) - b) ** 2))
 
     def one(p0, lam):
-        p, trace = gauss_newton_fit(apply, p0, x, y, gn_steps, damping=lam, lr=lr, tol=tol, ntk_fn=model.ntk_fn)
+        p, trace = gauss_newton_fit(apply, p0, x, y, gn_steps, damping=lam, lr=lr, tol=tol, ntk_fn=model.ntk_fn,
+                                    reduction="sum", solve="cholesky")
         final_loss = 0.5 * jnp.sum((apply(p, x) - y) ** 2)
         reached = ~trace.diverged & (final_loss < tol)
         full = trace.steps >= gn_steps
@@ -186,7 +206,7 @@ def run(p: dict, ctx) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from .. import data, models
+    from ... import data, models
 
     sizes = resolve_sizes(p)
     seeds, lams, gn_steps, samples = sizes["seeds"], sizes["dampings"], sizes["gn_steps"], sizes["samples"]
@@ -237,37 +257,14 @@ def run(p: dict, ctx) -> dict:
 
 
 register(Experiment(
-    name=NAME,
-    doc="Damped Gauss-Newton on the quintic, many seeds per damping value (main paper Fig. 9).",
-    params={
-        "scale": Param.scale(),
-        "seeds": Param.integer(None, minimum=1, allow_none=True,
-                               doc="initialisations per damping value (None: from scale)"),
-        "dampings": Param(None, "float", minimum=0.0, strict_minimum=True, many=True, allow_none=True,
-                          doc="damping values lambda > 0, distinct (None: from scale); the plots use a log axis"),
-        "gn_steps": Param.integer(None, minimum=1, allow_none=True,
-                                  doc="most Gauss-Newton steps per run (None: from scale)"),
-        "lr": Param.positive(1.0, doc="step size eta of Eq. 6 (1 in the paper)"),
-        "train_tol": Param.nonnegative(1e-5, doc="a run stops once its train RMSE is below this (0: never)"),
-        "rmse_threshold": Param.positive(2.5, doc="runs with train RMSE above this are dropped from the "
-                                                  "test-RMSE statistics (2.5 in the paper)"),
-        "sample_dampings": Param(None, "float", minimum=0.0, strict_minimum=True, many=True, allow_none=True,
-                                        doc="dampings whose learnt functions are drawn; must be among dampings "
-                                     "(None: four spread over them)"),
-        "samples": Param.integer(None, minimum=1, allow_none=True,
-                                 doc="learnt functions drawn per damping, seeds 0..samples-1 (None: from scale)"),
-        "seed": Param.seed(0, doc="base seed of the initialisations"),
-    },
-    run=run,
-    check=_check,
-    version="1",
-))
+    NAME, Fig9Params, run, version="1",
+    doc="Damped Gauss-Newton on the quintic, many seeds per damping value (main paper Fig. 9)."))
 
 
 # ------------------------------------------------------------------------------ analysis
 def run_table(rec) -> dict:
     """``{damping: {label: run}}`` with one dict per run, in the form
-    :func:`itlin.plotting.filter_runs` reads: ``status`` (``"completed"`` or ``"diverged at step
+    :func:`itlin.book.plotting.filter_runs` reads: ``status`` (``"completed"`` or ``"diverged at step
     s"``), ``train/rmse``, ``test/rmse``, ``seed``, ``steps``."""
     lams = np.asarray(rec["dampings"])
     out = {}

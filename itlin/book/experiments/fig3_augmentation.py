@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import math
 
-from . import Experiment, Param, register
+from dataclasses import dataclass
+from typing import Optional
+
+from . import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "fig3_augmentation"
@@ -46,23 +49,36 @@ def tag(K) -> str:
     return f"K={S.fmt_K(K)}"
 
 
-def _check(p):
-    S.check_periods(S.resolve(p, SCALES), "the SGD baseline")
+@dataclass(frozen=True)
+class Fig3Params(S.SparseParams):
+    SCALES = SCALES
+
+    Ks: Optional[tuple[Period, ...]] = param(None, "periods K (K=1 included; 'inf' allowed); None: from scale")
+    steps: Optional[int] = param(None, "training steps; None: from scale", min=1)
+    learning_rate: Optional[float] = param(None, "SGD learning rate; None: from scale (paper 1e-5)", gt=0)
+    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD; None: from scale (default 0.9, "
+                                            "paper 0)", min=0, max=0.999)
+    batch_size: int = param(256, "mini-batch size", min=1)
+    pad: int = param(4, "images: zero padding before the random crop", min=0)
+    flip: bool = param(True, "images: random horizontal flips")
+    max_shift: int = param(4, "MNIST-1D: largest random circular shift", min=0)
+
+    def check(self):
+        S.check_periods(self.resolved(), "the SGD baseline")
 
 
 def run(p, ctx):
-    from ..train import IterativeLinearisation
+    from ...core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     ds, model, params, model_state, evals, x, y = S.prepare(r, batch_size=r["batch_size"])
     aug = S.augmenter(r["dataset"], pad=r["pad"], flip=r["flip"], max_shift=r["max_shift"])
     runs = {}
     for K in r["Ks"]:
-        trainer = IterativeLinearisation(model, S.sgd(r["learning_rate"], r["momentum"]),
-                                         schedule=S.schedule(K, r["steps"]), batch_size=r["batch_size"],
-                                         augment=aug)
-        ctx.fit(tag(K), trainer, trainer.init(params, model_state), x, y, r["steps"], eval_sets=evals,
-                eval_every=r["eval_every"], seed=r["seed"])
+        trainer = iterative_linearisation(model, S.sgd(r["learning_rate"], r["momentum"]),
+                                          S.schedule(K, r["steps"]), augment=aug)
+        ctx.fit(tag(K), trainer, trainer.init(params, model_state), x, y, r["steps"], batch_size=r["batch_size"],
+                eval_sets=evals, eval_every=r["eval_every"], seed=r["seed"])
         runs[tag(K)] = {"K": K}
     augmentation = (f"random crops (zero padding {r['pad']}) and " + ("random horizontal flips" if r["flip"]
                     else "no flips")) if r["dataset"] in S.IMAGE_DATASETS else \
@@ -76,27 +92,9 @@ def run(p, ctx):
 
 
 EXPERIMENT = register(Experiment(
-    name=NAME,
+    NAME, Fig3Params, run, version="1",
     doc="Main paper Fig. 3: mini-batch SGD with data augmentation at K=1 and a large K (and K=inf); "
-        "test accuracy of the network and of the linearised model being trained.",
-    params={
-        "scale": Param.scale(),
-        "dataset": S.dataset_param(),
-        "Ks": S.from_scale("periods K (K=1 included; 'inf' allowed); None: from scale", kind="period", many=True),
-        "steps": S.from_scale("training steps; None: from scale"),
-        "learning_rate": S.from_scale("SGD learning rate; None: from scale (paper 1e-5)", kind="positive"),
-        "momentum": S.from_scale("heavy-ball momentum, 0 for plain SGD; None: from scale (default 0.9, paper 0)",
-                                 kind="fraction"),
-        "batch_size": Param.integer(256, minimum=1, doc="mini-batch size"),
-        "pad": Param.integer(4, minimum=0, doc="images: zero padding before the random crop"),
-        "flip": Param.flag(True, doc="images: random horizontal flips"),
-        "max_shift": Param.integer(4, minimum=0, doc="MNIST-1D: largest random circular shift"),
-        **S.data_params("steps between evaluations; None: from scale"),
-    },
-    run=run,
-    version=S.versioned("1", SCALES),
-    check=_check,
-))
+        "test accuracy of the network and of the linearised model being trained."))
 
 
 # ------------------------------------------------------------------------------ for the chapter

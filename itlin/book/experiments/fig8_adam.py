@@ -32,7 +32,10 @@ import math
 
 import numpy as np
 
-from . import Experiment, Param, register
+from dataclasses import dataclass
+from typing import Optional
+
+from . import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "fig8_adam"
@@ -56,21 +59,38 @@ def solved_tag(K) -> str:
     return f"Adam solved K={S.fmt_K(K)}"
 
 
-def _check(p):
-    r = S.resolve(p, SCALES)
-    if not math.isfinite(r["K"]) or r["K"] < 2:
-        raise ValueError(f"K must be a finite period >= 2 (each phase is solved before relinearising), got {r['K']}")
-    if r["eval_every"] > r["K"]:
-        raise ValueError(f"eval_every={r['eval_every']} must be at most K={r['K']}, so that every phase is "
-                         "evaluated before its relinearisation")
-    if r["steps"] < r["K"]:
-        raise ValueError(f"steps={r['steps']} is less than K={r['K']}: not one phase would be solved")
+@dataclass(frozen=True)
+class Fig8Params(S.SparseParams):
+    SCALES = SCALES
+
+    K: Optional[Period] = param(None, "period of the Adam-solved run (>= 2); None: from scale (default 1000, "
+                                      "paper 2e5)")
+    steps: Optional[int] = param(None, "training steps of every run; None: from scale", min=1)
+    learning_rate: Optional[float] = param(None, "SGD learning rate; None: from scale", gt=0)
+    momentum: Optional[float] = param(None, "SGD heavy-ball momentum, 0 for plain SGD; None: from scale (default "
+                                            "0.9, paper 0)", min=0, max=0.999)
+    adam_learning_rate: Optional[float] = param(None, "Adam learning rate (both Adam runs); None: from scale", gt=0)
+    reset_optimizer: bool = param(True, "fresh Adam state at every relinearisation (each convex problem solved "
+                                        "from scratch)")
+    solved_accuracy: float = param(0.99, "train accuracy of the linearised model that counts a phase as solved",
+                                   min=0, max=1)
+    batch_size: int = param(256, "mini-batch size", min=1)
+
+    def check(self):
+        r = self.resolved()
+        if not math.isfinite(r["K"]) or r["K"] < 2:
+            raise ValueError(f"K must be a finite period >= 2 (each phase is solved before relinearising), got {r['K']}")
+        if r["eval_every"] > r["K"]:
+            raise ValueError(f"eval_every={r['eval_every']} must be at most K={r['K']}, so that every phase is "
+                             "evaluated before its relinearisation")
+        if r["steps"] < r["K"]:
+            raise ValueError(f"steps={r['steps']} is less than K={r['K']}: not one phase would be solved")
 
 
 def run(p, ctx):
     import optax
 
-    from ..train import IterativeLinearisation
+    from ...core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     ds, model, params, model_state, evals, x, y = S.prepare(r, batch_size=r["batch_size"])
@@ -86,11 +106,9 @@ def run(p, ctx):
     ]
     runs = {}
     for name, opt, period, reset, info in setups:
-        trainer = IterativeLinearisation(model, opt, schedule=S.schedule(period, r["steps"]),
-                                         batch_size=r["batch_size"],
-                                         reset_optimizer=reset)
-        ctx.fit(name, trainer, trainer.init(params, model_state), x, y, r["steps"], eval_sets=evals,
-                eval_every=r["eval_every"], seed=r["seed"])
+        trainer = iterative_linearisation(model, opt, S.schedule(period, r["steps"]), reset_optimizer=reset)
+        ctx.fit(name, trainer, trainer.init(params, model_state), x, y, r["steps"], batch_size=r["batch_size"],
+                eval_sets=evals, eval_every=r["eval_every"], seed=r["seed"])
         runs[name] = info
     resolved = {k: r[k] for k in ("dataset", "n_train", "n_test", "n_eval_train", "channels", "K", "steps",
                                   "eval_every", "learning_rate", "momentum", "adam_learning_rate",
@@ -100,31 +118,9 @@ def run(p, ctx):
 
 
 EXPERIMENT = register(Experiment(
-    name=NAME,
+    NAME, Fig8Params, run, version="1",
     doc="Main paper Fig. 8: each linearisation solved with Adam (large constant K, fresh Adam state per "
-        "phase) against K=1 SGD and K=1 Adam.",
-    params={
-        "scale": Param.scale(),
-        "dataset": S.dataset_param(),
-        "K": Param(None, "period", allow_none=True, doc="period of the Adam-solved run; None: from scale "
-                   "(default 1000, paper 2e5)"),
-        "steps": S.from_scale("training steps of every run; None: from scale"),
-        "learning_rate": S.from_scale("SGD learning rate; None: from scale", kind="positive"),
-        "momentum": S.from_scale("SGD heavy-ball momentum, 0 for plain SGD; None: from scale (default 0.9, "
-                                 "paper 0)", kind="fraction"),
-        "adam_learning_rate": S.from_scale("Adam learning rate (both Adam runs); None: from scale",
-                                           kind="positive"),
-        "reset_optimizer": Param.flag(True, doc="fresh Adam state at every relinearisation (each convex "
-                                      "problem solved from scratch)"),
-        "solved_accuracy": Param.number(0.99, minimum=0.0, maximum=1.0, doc="train accuracy of the linearised "
-                                        "model that counts a phase as solved"),
-        "batch_size": Param.integer(256, minimum=1, doc="mini-batch size"),
-        **S.data_params("steps between evaluations (at most K); None: from scale"),
-    },
-    run=run,
-    version=S.versioned("1", SCALES),
-    check=_check,
-))
+        "phase) against K=1 SGD and K=1 Adam."))
 
 
 # ------------------------------------------------------------------------------ for the chapter

@@ -1,0 +1,52 @@
+"""The book's machinery, on top of the library: experiments, the runner, plots and widgets.
+
+* :mod:`~itlin.book.experiments` — the registry of named experiments with typed parameters;
+* :mod:`~itlin.book.runner` — run an experiment once: cached results, checkpoints and resume,
+  divergence status, provenance;
+* :mod:`~itlin.book.run` — execute a chapter with other parameters (``python -m itlin.book.run``);
+* :mod:`~itlin.book.plotting`, :mod:`~itlin.book.widgets`, :mod:`~itlin.book.diagrams` — figures,
+  static and live demos;
+* :mod:`~itlin.book.derivations` — numerical checks behind the derivation chapters;
+* :mod:`~itlin.book.benchmarking` — reading benchmark results.
+
+Needs the ``book`` extra (matplotlib, ipywidgets, papermill, jupytext, Jupyter Book). The core
+never imports this package. Chapters start with :func:`setup`.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def limit_blas_threads(n=None) -> None:
+    """Limit OpenBLAS/MKL (behind jaxlib's CPU LAPACK calls: ``eigh``, ``cholesky``, ``solve``)
+    to ``n`` threads (default ``$ITLIN_BLAS_THREADS``, else 1; ``"keep"`` leaves them alone).
+
+    Their thread pools otherwise compete with XLA's own: measured on a 2-core machine, a
+    500 x 500 ``eigh`` went from 11 ms to up to 1 s and a kernel-form Gauss-Newton step from
+    70 ms to 3 s. Importing itlin changes nothing; the book, the tests and the benchmarks call
+    this explicitly.
+    """
+    value = str(os.environ.get("ITLIN_BLAS_THREADS", "1") if n is None else n).strip().lower()
+    if value in ("", "keep", "auto"):
+        return
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, value)  # libraries loaded from now on
+    try:  # libraries already loaded
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(int(value), user_api="blas")
+    except Exception:  # threadpoolctl missing or a library it cannot drive: nothing to limit
+        pass
+
+
+def setup() -> None:
+    """What every chapter does first: :func:`limit_blas_threads` and the book's figure style
+    (:func:`itlin.book.plotting.use_house_style`)."""
+    limit_blas_threads()
+    from .plotting import use_house_style
+
+    use_house_style()
+
+
+__all__ = ["limit_blas_threads", "setup"]

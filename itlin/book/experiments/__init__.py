@@ -1,0 +1,385 @@
+"""The experiment registry: named experiments with typed parameters.
+
+An experiment is ``run(params, ctx) -> results`` (data: arrays, numbers, strings) plus its
+parameters, declared as a frozen dataclass. Each figure of the book has one module in this
+package that builds its :class:`Experiment` and registers it at import time::
+
+    from dataclasses import dataclass
+    from itlin.book.experiments import Experiment, Params, Period, param, register
+
+    @dataclass(frozen=True)
+    class DampingParams(Params):
+        SCALES = {"tiny": {"steps": 10}, "default": {"steps": 200}, "paper": {"steps": 20000}}
+        dampings: tuple[float, ...] = param((1e-3, 1e-1, 10.0), "damping values", gt=0)
+        K: Period = param(1, "relinearisation period")
+        steps: Optional[int] = param(None, "Gauss-Newton steps; None: from scale", min=1)
+
+    def run(p, ctx):                     # p: the validated parameters as a dict
+        ...
+        return {"loss": losses}          # data only; figures and verdicts are drawn elsewhere
+
+    register(Experiment("fig9_damping", DampingParams, run, version="1"))
+
+Conventions:
+
+* A parameter's type is its annotation: ``int`` (whole floats such as ``1e5`` are accepted),
+  ``float``, ``bool``, ``str``, ``Literal[...]`` (one of the choices), :data:`Period` (an integer
+  >= 1 or ``"inf"``, through :func:`itlin.parse_period`, the same parser as the trainer's),
+  ``tuple[T, ...]`` (a non-empty list), and ``Optional[T]`` (``None`` means "from scale").
+  Bounds (``min``, ``gt``, ``max``, ``lt``) and a ``doc`` string go in :func:`param`. Cross-field
+  checks go in :meth:`Params.check`. Every experiment has ``scale`` and ``seed``.
+* ``scale`` is ``"tiny"`` (seconds: tests and CI), ``"default"`` (what the book shows, minutes on
+  a laptop) or ``"paper"`` (the papers' sizes; hours). A parameter left ``None`` takes its value
+  from the class's ``SCALES[scale]`` (:meth:`Params.resolved`).
+* The experiment's name is its module's name when a module holds one experiment. Every public
+  module of this package (name not starting with ``_``) is imported when a name is not found.
+* The version is part of the hash that keys stored results, with a digest of ``SCALES`` added,
+  so a changed scale default is never served from an old result. Bump it when ``run`` changes
+  its numbers.
+* ``run`` returns a dict (nested dicts allowed) of arrays, numbers or strings. Two keys are
+  special: ``"status"`` (overrides the status the runner derives from the fits) and ``"meta"``
+  (a JSON-able dict stored in the record). Use ``ctx.fit`` for training runs and ``ctx.stage``
+  for other expensive sub-results so that an interrupted run resumes (:mod:`itlin.book.runner`).
+* Claims are pure functions over results, in the experiment's module, tested on synthetic
+  results; figures and tables are drawn by plotting functions there too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import importlib
+import json
+import math
+import numbers
+import pkgutil
+import re
+import typing
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Literal, Mapping, NewType, Optional
+
+from ..._io import jsonable
+from ...core.schedules import parse_period
+
+SCALES = ("tiny", "default", "paper")
+
+#: a relinearisation period: an integer >= 1 or ``math.inf`` (``"inf"``)
+Period = NewType("Period", float)
+#: a dataset of :mod:`itlin.data`'s registry (aliases and case normalised)
+Dataset = NewType("Dataset", str)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class ParameterError(ValueError):
+    """A parameter value (or name) that an experiment does not accept; the message says why."""
+
+
+class UnknownExperimentError(ValueError):
+    """No experiment of that name is registered."""
+
+
+def _suggest(word, options) -> str:
+    """``"did you mean 'x'? "`` for the closest option (spelling, initials or prefix), else ``""``."""
+    word, options = str(word), [str(o) for o in options]
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if not close:
+        w = word.lower().replace("-", "_")
+        initials = [o for o in options if "".join(part[:1] for part in o.lower().split("_") if part) == w]
+        prefix = [o for o in options if len(w) >= 2 and o.lower().startswith(w)]
+        close = initials or prefix
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None):
+    """A dataclass field with a default, a ``doc`` string and numeric bounds (``min`` <= v,
+    ``gt`` < v, v <= ``max``, v < ``lt``; elementwise for tuples)."""
+    meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("a parameter default must be immutable: use a tuple, not a list.")
+    return dataclasses.field(default=default, metadata=meta)
+
+
+# ------------------------------------------------------------------------------ coercion
+def _fmt(v) -> str:
+    return "inf" if isinstance(v, float) and math.isinf(v) else repr(v)
+
+
+def _coerce(name: str, tp, value, meta: Mapping):
+    """``value`` as the annotated type ``tp``; a ParameterError naming ``name`` otherwise."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union:
+        inner = [a for a in args if a is not type(None)]
+        if value is None and len(inner) < len(args):
+            return None
+        return _coerce(name, inner[0], value, meta)
+    if value is None:
+        raise ParameterError(f"{name} must not be None.")
+    if origin is tuple:
+        if isinstance(value, str):  # plain papermill passes lists as their text: "[1, 100, inf]"
+            value = _parse_list(name, value)
+        if not isinstance(value, (list, tuple)):
+            raise ParameterError(f"{name} must be a list, got {value!r}.")
+        if not value:
+            raise ParameterError(f"{name} must not be empty.")
+        return tuple(_coerce(f"{name}[{i}]", args[0], v, meta) for i, v in enumerate(value))
+    if origin is Literal:
+        if isinstance(value, str) and value not in args:  # case and "-" for "_" do not matter
+            value = {str(a).lower(): a for a in args}.get(value.strip().lower().replace("-", "_"), value)
+        if value not in args:
+            raise ParameterError(f"{name} must be one of {', '.join(map(repr, args))}; got {value!r}. "
+                                 f"{_suggest(value, [str(a) for a in args])}".rstrip())
+        return value
+    if tp is Period:
+        try:
+            return parse_period(value, name)
+        except (TypeError, ValueError) as err:
+            raise ParameterError(str(err)) from None
+    if tp is Dataset:
+        from ... import data
+
+        try:
+            return data.dataset_name(value)
+        except ValueError as err:
+            raise ParameterError(f"{name}: {err}") from None
+    if isinstance(value, str) and tp in (int, float):  # "1e-3" from a command line
+        try:
+            value = float(value) if tp is float or not value.strip().lstrip("+-").isdigit() else int(value)
+        except ValueError:
+            raise ParameterError(f"{name} must be a number, got {value!r}.") from None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ParameterError(f"{name} must be True or False, got {value!r}.")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ParameterError(f"{name} must be a string, got {value!r}.")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
+                or float(value) != int(value):
+            raise ParameterError(f"{name} must be an integer, got {value!r}.")
+        return _bounded(name, int(value), meta)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+            raise ParameterError(f"{name} must be a number, got {value!r}.")
+        return _bounded(name, float(value), meta)
+    raise TypeError(f"parameter {name}: unsupported annotation {tp!r}.")
+
+
+def _parse_list(name, text):
+    """A list written as text (``"[1, 100, inf]"``); bare ``inf``/``never`` words become strings."""
+    import ast
+
+    quoted = re.sub(r"(?<![\w'\"])(inf|infinity|never)(?![\w'\"])", r"'\1'", text.strip(), flags=re.I)
+    try:
+        value = ast.literal_eval(quoted)
+    except (ValueError, SyntaxError):
+        raise ParameterError(f"{name} must be a list such as [1, 10, 'inf'], got {text!r}.") from None
+    if not isinstance(value, (list, tuple)):
+        raise ParameterError(f"{name} must be a list, got {text!r}.")
+    return value
+
+
+def _bounded(name, v, meta):
+    checks = (("min", lambda b: v >= b, ">="), ("gt", lambda b: v > b, ">"), ("max", lambda b: v <= b, "<="),
+              ("lt", lambda b: v < b, "<"))
+    for key, ok, op in checks:
+        b = meta.get(key)
+        if b is not None and not ok(b):
+            raise ParameterError(f"{name} must be {op} {_fmt(b)}, got {_fmt(v)}.")
+    return v
+
+
+# ------------------------------------------------------------------------------ Params
+@dataclass(frozen=True)
+class Params:
+    """Base of every experiment's parameters: a frozen dataclass with ``scale`` and ``seed``.
+
+    Subclasses add fields (:func:`param`) and may set ``SCALES = {scale: {field: value}}`` for
+    the fields whose ``None`` means "from scale", and override :meth:`check`.
+    """
+
+    SCALES: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    scale: Literal["default", "tiny", "paper"] = param("default", "tiny (tests), default (the book), paper")
+    seed: int = param(0, "random seed", min=0, lt=2 ** 32)
+
+    @classmethod
+    def names(cls) -> list:
+        """The parameter names, in declaration order."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, given: Optional[Mapping] = None, *, experiment: str = "?") -> "Params":
+        """Validate ``given`` (missing names take their defaults): unknown names (with a "did
+        you mean" hint), types, bounds, then :meth:`check`. Raises :class:`ParameterError`."""
+        given = {} if given is None else given
+        if not isinstance(given, Mapping):
+            raise TypeError(f"params must be a dict of parameter values, got {type(given).__name__}.")
+        names = cls.names()
+        for k in given:
+            if k not in names:
+                raise ParameterError(f"unknown parameter {k!r} for experiment {experiment!r}: {_suggest(k, names)}"
+                                     f"known parameters: {', '.join(names)}.")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):
+            raw = given[f.name] if f.name in given else f.default
+            values[f.name] = _coerce(f.name, hints[f.name], raw, f.metadata)
+        obj = cls(**values)
+        try:
+            obj.check()
+        except ParameterError:
+            raise
+        except (ValueError, TypeError) as err:
+            raise ParameterError(f"experiment {experiment!r}: {err}") from None
+        return obj
+
+    def as_dict(self) -> dict:
+        """The parameters as given (``None`` kept), tuples as lists."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def resolved(self) -> dict:
+        """The parameters a run uses: every ``None`` replaced by ``SCALES[scale]``'s value."""
+        out = self.as_dict()
+        for k, v in self.SCALES.get(self.scale, {}).items():
+            if out.get(k) is None:
+                out[k] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    def check(self) -> None:
+        """Cross-field checks (raise ValueError naming the parameters); none by default."""
+
+    @classmethod
+    def describe(cls) -> str:
+        """One line per parameter: name, default, doc."""
+        return "\n".join(f"  {f.name} = {_fmt(f.default)}" + (f" -- {f.metadata.get('doc')}" if f.metadata.get("doc")
+                                                               else "") for f in dataclasses.fields(cls))
+
+
+def scales_digest(scales: Mapping) -> str:
+    """8 hex digits of the scale table (part of an experiment's version)."""
+    blob = json.dumps(jsonable(scales), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+# ------------------------------------------------------------------------------ Experiment
+@dataclass(frozen=True)
+class Experiment:
+    """A named experiment: ``run(params: dict, ctx) -> results`` and its :class:`Params` class.
+
+    ``version`` (bump it when ``run`` changes its numbers) is stored with a digest of the
+    params' ``SCALES``; ``doc`` is one paragraph for the book and ``describe``.
+    """
+
+    name: str
+    params: type
+    run: Callable[[dict, Any], Any]
+    version: str = "1"
+    doc: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ValueError(f"experiment name {self.name!r} must start with a letter or digit and contain only "
+                             "letters, digits, '_', '-' and '.'.")
+        if not (isinstance(self.params, type) and issubclass(self.params, Params)):
+            raise TypeError(f"experiment {self.name!r}: params must be a Params subclass, got {self.params!r}.")
+        if not callable(self.run):
+            raise TypeError(f"experiment {self.name!r}: run must be callable, got {self.run!r}.")
+        self.params.from_dict({}, experiment=self.name)  # the defaults must be valid
+        version = str(self.version)
+        if self.params.SCALES:
+            version = f"{version}.{scales_digest(self.params.SCALES)}"
+        object.__setattr__(self, "version", version)
+
+    def resolve(self, params: Optional[Mapping] = None) -> dict:
+        """Validate ``params`` and fill in defaults: the dict ``run`` receives and the runner hashes."""
+        return self.params.from_dict(params, experiment=self.name).as_dict()
+
+    def defaults(self) -> dict:
+        return self.resolve({})
+
+    def describe(self) -> str:
+        return f"{self.name} (version {self.version})" + (f"\n  {self.doc}" if self.doc else "") + "\n" + \
+            self.params.describe()
+
+
+# ------------------------------------------------------------------------------ registry
+_REGISTRY: dict = {}
+_IMPORT_ERRORS: dict = {}
+_DISCOVERED = False
+
+
+def register(experiment: Experiment, *, replace: bool = False) -> Experiment:
+    """Add ``experiment`` to the registry (returns it). A second experiment under a taken name
+    is an error unless ``replace=True`` or it comes from the same function (a module reloaded)."""
+    if not isinstance(experiment, Experiment):
+        raise TypeError(f"register needs an Experiment, got {experiment!r}.")
+    old = _REGISTRY.get(experiment.name)
+    if old is not None and old is not experiment and not replace:
+        same = (getattr(old.run, "__module__", None), getattr(old.run, "__qualname__", None)) == \
+               (getattr(experiment.run, "__module__", None), getattr(experiment.run, "__qualname__", None))
+        if not same:
+            raise ValueError(f"an experiment named {experiment.name!r} is already registered "
+                             f"(by {getattr(old.run, '__module__', '?')}); pick another name or pass replace=True.")
+    _REGISTRY[experiment.name] = experiment
+    return experiment
+
+
+def unregister(name: str) -> None:
+    """Remove an experiment (tests use it to clean up)."""
+    _REGISTRY.pop(name, None)
+
+
+def _submodules() -> list:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    for mod in _submodules():
+        if mod in _IMPORT_ERRORS:
+            continue
+        try:
+            importlib.import_module(f"{__name__}.{mod}")
+        except Exception as err:  # one broken figure module must not hide the others
+            _IMPORT_ERRORS[mod] = err
+            warnings.warn(f"itlin.book.experiments: could not import {mod!r} ({type(err).__name__}: {err}); "
+                          "its experiments are unavailable.", RuntimeWarning, stacklevel=3)
+    _DISCOVERED = True
+
+
+def get(name) -> Experiment:
+    """The registered experiment ``name`` (an :class:`Experiment` passes through); unknown names
+    raise :class:`UnknownExperimentError` listing the known ones."""
+    if isinstance(name, Experiment):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"experiment name must be a string, got {name!r}.")
+    if name not in _REGISTRY and name.isidentifier() and name in _submodules():
+        importlib.import_module(f"{__name__}.{name}")
+    if name not in _REGISTRY:
+        _discover()
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    known = sorted(_REGISTRY)
+    msg = f"unknown experiment {name!r}; {_suggest(name, known)}known experiments: {', '.join(known) or '(none)'}."
+    if _IMPORT_ERRORS:
+        msg += " Modules that failed to import: " + "; ".join(
+            f"{m} ({type(e).__name__}: {e})" for m, e in sorted(_IMPORT_ERRORS.items()))
+    raise UnknownExperimentError(msg)
+
+
+def names() -> list:
+    """Names of all experiments (every module of the package imported first)."""
+    _discover()
+    return sorted(_REGISTRY)
+
+
+__all__ = ["SCALES", "Dataset", "Experiment", "ParameterError", "Params", "Period", "UnknownExperimentError", "get", "names",
+           "param", "register", "scales_digest", "unregister"]

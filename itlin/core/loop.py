@@ -1,0 +1,505 @@
+"""Drivers: string a trainer's steps into compiled loops, draw mini-batches, evaluate, keep a history.
+
+The trainer (:mod:`itlin.core.train`) defines one pure step; everything here is plumbing on
+top of it:
+
+* :func:`run` advances a run by a number of steps (mini-batch or full batch) and returns the
+  per-step log: chunks of steps as one compiled loop on accelerators, or one compiled call per
+  step where that is faster (convolutions on the CPU, see :func:`device_loop`). Full batch,
+  it linearises once per phase and reuses that linearisation for every step of the phase.
+* :func:`evaluate` measures the network ``f(theta_t)`` and the linearised model being trained.
+* :func:`fit` does both: a run of ``steps`` steps with evaluations every ``eval_every``, a
+  :class:`History`, a callback per chunk (checkpointing), and a clean stop at divergence.
+
+A run diverges when its loss is not finite or, if ``blowup`` is given, exceeds ``blowup`` times
+its first loss; it stops there, says at which step, and keeps the last good state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import check_finite_array, check_positive_int, check_same_leading
+from ._tree import tree_all_finite
+from .linearise import linearised_apply
+from .train import StepLog, Trainer, TrainState, float_dtype
+
+#: steps per compiled loop (a trade between dispatch overhead and the size of the step logs)
+CHUNK = 256
+
+
+# ---------------------------------------------------------------------------- batches
+def batch_indices(seed: int, start: int, n: int, num_examples: int, batch_size: int) -> np.ndarray:
+    """Example indices of the mini-batches for steps ``start .. start+n-1`` (shape ``(n, B)``).
+
+    Epoch ``e`` is a permutation drawn from ``(seed, e)``; each epoch has
+    ``num_examples // batch_size`` batches (the remainder is dropped). A step's batch depends
+    only on the seed and the step number, not on how a run is cut into chunks or restarted.
+
+    >>> batch_indices(0, 0, 2, 4, 2).shape
+    (2, 2)
+    >>> sorted(batch_indices(0, 0, 2, 4, 2).ravel().tolist())   # one epoch: every example once
+    [0, 1, 2, 3]
+    """
+    if batch_size > num_examples:
+        raise ValueError(f"batch_size {batch_size} is larger than the {num_examples} training examples; "
+                         "lower batch_size or use batch_size=None (full batch).")
+    per_epoch = num_examples // batch_size
+    out = np.empty((n, batch_size), np.int32)
+    perm_epoch, perm = -1, None
+    for j in range(n):
+        epoch, k = divmod(start + j, per_epoch)
+        if epoch != perm_epoch:
+            perm = np.random.default_rng([int(seed), int(epoch)]).permutation(num_examples)
+            perm_epoch = epoch
+        out[j] = perm[k * batch_size:(k + 1) * batch_size]
+    return out
+
+
+def _aug_key(seed: int):
+    return jax.random.PRNGKey(np.uint32(seed) ^ np.uint32(0x5EED))
+
+
+# ---------------------------------------------------------------------------- one step, compiled
+def _batch_step(trainer: Trainer, state, X, Y, idx, i, aug_key, lin):
+    """Step ``i`` of a chunk: mini-batch rows ``idx[i]`` (``idx=None``: the full batch)."""
+    if idx is None:
+        return trainer.step(state, X, Y, None, lin)
+    b = idx[i]
+    key = None if trainer.augment is None else jax.random.fold_in(aug_key, state.step)
+    return trainer.step(state, X[b], Y[b], key, lin)
+
+
+_one_step = jax.jit(_batch_step, static_argnums=0)
+
+
+@partial(jax.jit, static_argnums=0, static_argnames=("size", "stop_at_relin"))
+def _compiled_chunk(trainer: Trainer, state, X, Y, idx, n, aug_key, lin, *, size: int, stop_at_relin: bool):
+    """Up to ``n`` steps in one compiled while loop; stops after a non-finite loss, and after a
+    relinearisation when ``stop_at_relin`` (the next phase needs a new stored linearisation)."""
+    dtype = float_dtype(state.params)
+
+    def cond(carry):
+        i, st, losses, relins = carry
+        prev = jnp.maximum(i - 1, 0)
+        go = jnp.logical_or(i == 0, jnp.isfinite(losses[prev]))
+        if stop_at_relin:
+            go = jnp.logical_and(go, jnp.logical_or(i == 0, ~relins[prev]))
+        return jnp.logical_and(i < n, go)
+
+    def body(carry):
+        i, st, losses, relins = carry
+        st, log = _batch_step(trainer, st, X, Y, idx, i, aug_key, lin)
+        return i + 1, st, losses.at[i].set(log.loss), relins.at[i].set(log.relinearised)
+
+    carry = (jnp.zeros((), jnp.int32), state, jnp.full((size,), jnp.nan, dtype), jnp.zeros((size,), bool))
+    i, state, losses, relins = jax.lax.while_loop(cond, body, carry)
+    return state, i, losses, relins
+
+
+_linearise = jax.jit(lambda trainer, state, x: trainer.linearise(state, x), static_argnums=0)
+
+
+def _has_primitive(jaxpr, name: str) -> bool:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            return True
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (list, tuple)) else [v]):
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None and _has_primitive(getattr(inner, "jaxpr", inner), name):
+                    return True
+    return False
+
+
+def device_loop(trainer: Trainer, state: TrainState, x, loop: str = "auto") -> bool:
+    """Whether chunks run as one compiled loop (``loop="device"``) or one compiled call per step
+    (``"host"``). ``"auto"`` picks the host loop for networks with convolutions on the CPU
+    (XLA:CPU runs convolution gradients inside a compiled loop 15-40x slower than at the top
+    level of a program, while a per-step call costs only dispatch) and the device loop
+    everywhere else.
+
+    >>> import itlin, jax.numpy as jnp, optax
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), loss="squared")
+    >>> device_loop(tr, tr.init(jnp.zeros(2)), jnp.ones((3, 2)))
+    True
+    """
+    if loop not in ("auto", "device", "host"):
+        raise ValueError(f"loop must be 'auto', 'device' or 'host', got {loop!r}.")
+    if loop != "auto":
+        return loop == "device"
+    devices = getattr(x, "devices", None)
+    platforms = {d.platform for d in devices()} if callable(devices) else {jax.default_backend()}
+    if platforms != {"cpu"}:
+        return True
+    jaxpr = jax.make_jaxpr(lambda p: trainer.model.apply(p, x[:1], state.model_state))(state.params)
+    return not _has_primitive(jaxpr.jaxpr, "conv_general_dilated")
+
+
+# ---------------------------------------------------------------------------- chunks and runs
+class _Runner:
+    """The stateful part of a driver (local to one :func:`run` or :func:`fit` call): the
+    phase's stored linearisation and the loop choice. Never stored on a trainer."""
+
+    def __init__(self, trainer: Trainer, x, y, *, batch_size, seed, loop, chunk_size):
+        self.trainer, self.x, self.y = trainer, x, y
+        self.batch_size, self.seed, self.chunk_size = batch_size, int(seed), int(chunk_size)
+        self.loop = loop
+        self.device = None
+        self.lin, self.lin_state = None, None
+
+    def _phase(self, state):
+        """The stored linearisation of the current phase: computed once per anchor (and model
+        state), reused while both are equal leaf for leaf to those it was computed at."""
+        if self.lin is None or not bool(_same((state.anchor, state.model_state), self.lin_state)):
+            self.lin = None  # free the previous residuals first
+            self.lin = _linearise(self.trainer, state, self.x)
+            self.lin_state = (state.anchor, state.model_state)
+        return self.lin
+
+    def chunk(self, state: TrainState, n: int):
+        """At most ``min(n, chunk_size)`` steps; a full-batch chunk also ends right after a
+        relinearisation, and any chunk at a non-finite loss. Returns ``(state, StepLog)``."""
+        n = int(min(n, self.chunk_size))
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}.")
+        tr = self.trainer
+        if self.device is None:
+            self.device = device_loop(tr, state, self.x, self.loop)
+        full = self.batch_size is None
+        lin = None if (not full or tr.gd_path) else self._phase(state)
+        stop_at_relin = full and not tr.gd_path
+        idx = None
+        if not full:
+            idx = np.zeros((self.chunk_size, self.batch_size), np.int32)
+            idx[:n] = batch_indices(self.seed, int(state.step), n, self.x.shape[0], self.batch_size)
+            idx = jnp.asarray(idx)
+        aug_key = _aug_key(self.seed)
+        if self.device:
+            state, done, losses, relins = _compiled_chunk(tr, state, self.x, self.y, idx, jnp.int32(n), aug_key, lin,
+                                                          size=self.chunk_size, stop_at_relin=stop_at_relin)
+            done = int(done)
+            return state, StepLog(np.asarray(losses[:done]), np.asarray(relins[:done]))
+        # One compiled call per step, each loss read one step late, so the host dispatches
+        # step i+1 before waiting for step i. A stop (non-finite loss, or a relinearisation in
+        # full batch) returns the state right after the step that caused it, as the device loop
+        # does; the one extra step already dispatched is discarded.
+        logs, prev_state, prev_log = [], state, None
+        for i in range(n):
+            if prev_log is not None and stop_at_relin and bool(prev_log.relinearised):
+                break
+            new_state, log = _one_step(tr, prev_state, self.x, self.y, idx, jnp.int32(i), aug_key, lin)
+            if prev_log is not None and not math.isfinite(float(prev_log.loss)):
+                break
+            logs.append(log)
+            prev_state, prev_log = new_state, log
+        dtype = np.dtype(float_dtype(prev_state.params))
+        return prev_state, StepLog(np.asarray([float(l.loss) for l in logs], dtype),
+                                   np.asarray([bool(l.relinearised) for l in logs], bool))
+
+
+@jax.jit
+def _same(a, b):
+    leaves = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda u, v: jnp.array_equal(u, v), a, b))
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _check_data(x, y, batch_size, trainer):
+    check_same_leading("x", x, "y", y)
+    check_finite_array("training inputs x", x)
+    if batch_size is not None:
+        check_positive_int("batch_size", batch_size, none_means="full batch")
+        if batch_size > x.shape[0]:
+            raise ValueError(f"batch_size={batch_size} is more than the {x.shape[0]} training examples.")
+    elif trainer.augment is not None:
+        raise ValueError("augmentation needs mini-batches: set batch_size (full-batch training reuses one "
+                         "linearisation of fixed inputs).")
+
+
+def run(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Optional[int] = None, seed: int = 0,
+        loop: str = "auto", chunk_size: int = CHUNK):
+    """Advance ``state`` by ``steps`` steps; stops early at a non-finite loss.
+
+    Mini-batches of ``batch_size`` are drawn by :func:`batch_indices` from ``(seed, step)``;
+    ``batch_size=None`` is full batch. Returns ``(state, StepLog)`` with one entry per step taken.
+
+    >>> import itlin, jax.numpy as jnp, optax
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), 5, loss="squared")
+    >>> state, log = run(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2), 12)
+    >>> int(state.step), state.feature_updates, log.loss.shape
+    (12, 2, (12,))
+    """
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    _check_data(x, y, batch_size, trainer)
+    r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size)
+    losses, relins = [], []
+    target = int(state.step) + int(steps)
+    while int(state.step) < target:
+        state, log = r.chunk(state, target - int(state.step))
+        losses.append(log.loss)
+        relins.append(log.relinearised)
+        if log.loss.size and not np.isfinite(log.loss[-1]):
+            break
+    cat = (lambda a: np.concatenate(a) if a else np.zeros((0,)))
+    return state, StepLog(cat(losses), cat(relins).astype(bool))
+
+
+# ---------------------------------------------------------------------------- evaluation
+@partial(jax.jit, static_argnums=0, static_argnames=("linearised",))
+def _eval_sums(trainer: Trainer, params, anchor, model_state, xb, yb, mask, *, linearised: bool):
+    f = trainer.model.bind(model_state)
+    loss = trainer.loss
+    classify = loss.classifies
+
+    def one(batch):
+        x, y, m = batch
+        outs = {"": f(params, x)}
+        if linearised:
+            outs["_lin"] = linearised_apply(f, anchor, params, x)
+        res = {}
+        for tag, out in outs.items():
+            res["loss" + tag] = jnp.sum(m * loss.per_example(out, y))
+            if classify and loss.name == "binary_cross_entropy":  # one output: its sign
+                res["correct" + tag] = jnp.sum(m * ((out.reshape(-1) > 0) == (y.reshape(-1) > 0)))
+            elif classify:
+                labels = y if y.ndim == out.ndim - 1 else jnp.argmax(y, axis=-1)
+                res["correct" + tag] = jnp.sum(m * (jnp.argmax(out, -1) == labels))
+            else:
+                res["sqerr" + tag] = jnp.sum(m * jnp.sum(((out - y) ** 2).reshape(out.shape[0], -1), -1))
+        return res
+
+    sums = jax.lax.map(one, (xb, yb, mask))
+    return jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0), sums)
+
+
+def evaluate(trainer: Trainer, state: TrainState, x, y, *, batch_size: int = 500,
+             linearised: Optional[bool] = None) -> dict:
+    """Metrics of the network ``f(theta_t)`` and of the linearised model being trained.
+
+    ``loss`` (mean per-example loss) and ``accuracy`` (cross-entropy) or ``rmse`` (squared),
+    and the same keys with suffix ``_lin`` for the linearised model. On the gradient-descent
+    path the two coincide and the ``_lin`` entries repeat the network's.
+
+    >>> import itlin, jax.numpy as jnp, optax
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), loss="squared")
+    >>> evaluate(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2))
+    {'loss': 0.5, 'rmse': 1.0, 'loss_lin': 0.5, 'rmse_lin': 1.0}
+    """
+    check_same_leading("x", x, "y", y)
+    if linearised is None:
+        linearised = not trainer.gd_path
+    n = x.shape[0]
+    bs = int(min(batch_size, n))
+    nb = -(-n // bs)
+    pad = nb * bs - n
+    xp = jnp.concatenate([jnp.asarray(x), jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else jnp.asarray(x)
+    yp = jnp.concatenate([jnp.asarray(y), jnp.zeros((pad,) + y.shape[1:], y.dtype)]) if pad else jnp.asarray(y)
+    mask = (jnp.arange(nb * bs) < n).astype(jnp.float32)
+    sums = _eval_sums(trainer, state.params, state.anchor, state.model_state, xp.reshape((nb, bs) + x.shape[1:]),
+                      yp.reshape((nb, bs) + y.shape[1:]), mask.reshape(nb, bs), linearised=bool(linearised))
+    sums = {k: float(v) for k, v in sums.items()}
+    out = {}
+    for tag in (["", "_lin"] if linearised else [""]):
+        out["loss" + tag] = sums["loss" + tag] / n
+        if "correct" + tag in sums:
+            out["accuracy" + tag] = sums["correct" + tag] / n
+        else:
+            out["rmse" + tag] = math.sqrt(sums["sqerr" + tag] / (n * max(1, int(np.prod(y.shape[1:])))))
+    if not linearised:
+        for k in list(out):
+            out[k + "_lin"] = out[k]
+    return out
+
+
+# ---------------------------------------------------------------------------- history and fit
+@dataclass
+class History:
+    """What a run recorded.
+
+    ``evals``: lists keyed ``step``, ``feature_updates``, ``seconds`` and ``<set>/<metric>``
+    (e.g. ``test/accuracy``, ``test/accuracy_lin``), one entry per evaluation. ``loss``: the
+    trained model's training loss, one value per ``loss_every`` steps (the mean over those
+    steps). ``relin_steps``: the steps after which it relinearised. ``status``: ``"running"``,
+    ``"completed"`` or ``"diverged at step s"``.
+    """
+
+    evals: dict = field(default_factory=dict)
+    loss: list = field(default_factory=list)
+    loss_every: int = 1
+    relin_steps: list = field(default_factory=list)
+    status: str = "running"
+    diverged_at: Optional[int] = None
+    _pending: list = field(default_factory=list, repr=False)
+
+    def add_eval(self, record: dict):
+        """Append one evaluation (missing keys become NaN, new keys are back-filled with NaN)."""
+        for k in set(self.evals) | set(record):
+            self.evals.setdefault(k, [math.nan] * (len(self.evals.get("step", []))))
+        for k in self.evals:
+            self.evals[k].append(record.get(k, math.nan))
+
+    def add_losses(self, losses: np.ndarray):
+        """Append per-step losses; stored as means over blocks of ``loss_every`` steps."""
+        self._pending.extend(np.asarray(losses, np.float64).tolist())
+        while len(self._pending) >= self.loss_every:
+            block, self._pending = self._pending[:self.loss_every], self._pending[self.loss_every:]
+            self.loss.append(float(np.mean(block)))
+
+    def arrays(self) -> dict:
+        """The history as a dict of numpy arrays (for saving and plotting)."""
+        out = {f"eval/{k}": np.asarray(v, np.float64) for k, v in self.evals.items()}
+        out["loss"] = np.asarray(self.loss, np.float64)
+        out["loss_pending"] = np.asarray(self._pending, np.float64)
+        out["relin_steps"] = np.asarray(self.relin_steps, np.int64)
+        return out
+
+    def meta(self) -> dict:
+        """The non-array part (status, divergence step, loss_every)."""
+        return {"status": self.status, "diverged_at": self.diverged_at, "loss_every": self.loss_every}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, meta: dict) -> "History":
+        """The inverse of :meth:`arrays` and :meth:`meta`."""
+        h = cls(loss_every=int(meta.get("loss_every", 1)), status=meta.get("status", "running"),
+                diverged_at=meta.get("diverged_at"))
+        h.evals = {k[5:]: list(map(float, v)) for k, v in arrays.items() if k.startswith("eval/")}
+        h.loss = list(map(float, arrays.get("loss", [])))
+        h._pending = list(map(float, arrays.get("loss_pending", [])))
+        h.relin_steps = [int(s) for s in arrays.get("relin_steps", [])]
+        return h
+
+    def eval_array(self, key: str) -> np.ndarray:
+        """One evaluated quantity (e.g. ``"test/accuracy"``), one entry per evaluation."""
+        return np.asarray(self.evals.get(key, []), np.float64)
+
+
+class FitResult(NamedTuple):
+    """The final state and the :class:`History` of :func:`fit`."""
+
+    state: TrainState
+    history: History
+
+    @property
+    def status(self) -> str:
+        return self.history.status
+
+
+def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Optional[int] = None,
+        eval_sets: Optional[dict] = None, eval_every: Optional[int] = None, seed: int = 0,
+        history: Optional[History] = None, callback: Optional[Callable] = None,
+        progress: Optional[Callable] = None, loss_every: Optional[int] = None, blowup: Optional[float] = None,
+        loop: str = "auto", chunk_size: int = CHUNK) -> FitResult:
+    """Train for ``steps`` steps in total (counting steps already in ``state``), with evaluations.
+
+    Args:
+      trainer, state: from :func:`itlin.iterative_linearisation` and ``trainer.init`` (or a
+        checkpoint; then pass its ``history`` too).
+      x, y: the training set (mini-batches are drawn from it).
+      steps: total steps of the run.
+      batch_size: mini-batch size; ``None`` for full batch.
+      eval_sets: ``{"train": (x, y), "test": (x, y)}``, each evaluated (network and linearised
+        model) at step 0, every ``eval_every`` steps and at the end.
+      eval_every: steps between evaluations (default: 20 per run).
+      seed: seeds the mini-batch order and the augmentation.
+      history: the history so far, when resuming.
+      callback: ``callback(state, history)`` after every chunk (checkpointing).
+      progress: ``progress(step, steps, loss, feature_updates)`` after every chunk.
+      loss_every: keep the training loss averaged over this many steps (default: about 2000
+        points per run).
+      blowup: also count as divergence a training loss above ``blowup`` times the run's first
+        loss (``None``: only non-finite losses).
+      loop, chunk_size: see :func:`device_loop` and :data:`CHUNK`.
+
+    Returns:
+      :class:`FitResult`. A divergence at step ``s`` (the first step whose loss was not finite,
+      or blew up) stops the run with ``history.status == "diverged at step s"``; the curves
+      stop at step ``s - 1`` and the state returned is one whose parameters gave a good loss.
+      ``s`` does not depend on how the run is cut into chunks, so a resumed run reports the
+      same step.
+
+    >>> import itlin, jax.numpy as jnp, optax
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), "inf", loss="squared")
+    >>> data = (jnp.eye(2), jnp.ones(2))
+    >>> res = fit(tr, tr.init(jnp.zeros(2)), *data, 40, eval_every=20, eval_sets={"train": data})
+    >>> res.status, res.history.evals["step"], res.history.evals["train/rmse_lin"][-1] < 1e-3
+    ('completed', [0, 20, 40], True)
+    """
+    steps = int(steps)
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}.")
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    _check_data(x, y, batch_size, trainer)
+    eval_sets = eval_sets or {}
+    for name, (ex, ey) in eval_sets.items():
+        check_same_leading(f"{name} x", ex, f"{name} y", ey)
+    eval_every = int(eval_every or max(1, steps // 20))
+    if eval_every < 1:
+        raise ValueError(f"eval_every must be >= 1, got {eval_every}.")
+    if blowup is not None and not float(blowup) > 1:
+        raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
+    if history is None:
+        history = History(loss_every=int(loss_every or max(1, steps // 2000)))
+    t0 = time.perf_counter() - (history.evals.get("seconds", [0.0]) or [0.0])[-1]
+    r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size)
+
+    def do_eval(st):
+        rec = {"step": int(st.step), "feature_updates": st.feature_updates, "seconds": time.perf_counter() - t0}
+        for name, (ex, ey) in eval_sets.items():
+            for k, v in evaluate(trainer, st, ex, ey).items():
+                rec[f"{name}/{k}"] = v
+        history.add_eval(rec)
+
+    done_steps = history.evals.get("step", [])
+    if not done_steps or done_steps[-1] != int(state.step):
+        if int(state.step) == 0 or int(state.step) % eval_every == 0:
+            do_eval(state)
+
+    first = history.loss[0] if history.loss else (history._pending[0] if history._pending else None)
+    previous = state  # start of the previous chunk: the last state known to give a good loss
+    while int(state.step) < steps:
+        start = int(state.step)
+        n = min(steps, (start // eval_every + 1) * eval_every) - start
+        new_state, log = r.chunk(state, n)
+        if first is None and log.loss.size:
+            first = float(log.loss[0])
+        good = np.isfinite(log.loss)
+        if blowup is not None and first is not None and math.isfinite(first):
+            good &= ~(np.abs(log.loss) > float(blowup) * max(abs(first), np.finfo(np.float32).tiny))
+        if not good.all():
+            bad = int(np.argmin(good))
+            if bad == 0:  # this chunk's starting parameters already give a bad loss
+                state = previous
+            history.add_losses(log.loss[:bad])
+            history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised[:bad])).tolist())
+            history.diverged_at = start + bad + 1
+            history.status = f"diverged at step {history.diverged_at}"
+            break
+        at_end = int(new_state.step) == steps
+        if at_end and not bool(tree_all_finite(new_state.params)):
+            history.add_losses(log.loss[:-1])  # the last step left non-finite parameters
+            history.diverged_at = steps
+            history.status = f"diverged at step {steps}"
+            break
+        history.add_losses(log.loss)
+        history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised)).tolist())
+        previous, state = state, new_state
+        if progress is not None:
+            progress(int(state.step), steps, float(log.loss[-1]), state.feature_updates)
+        if int(state.step) % eval_every == 0 or at_end:
+            do_eval(state)
+        if callback is not None:
+            callback(state, history)
+    else:
+        history.status = "completed"
+    return FitResult(state, history)
+
+
+__all__ = ["CHUNK", "FitResult", "History", "batch_indices", "device_loop", "evaluate", "fit", "run"]

@@ -1,0 +1,291 @@
+"""When to relinearise: relinearisation schedules (main paper Algorithm 1, Definition 1, Section 5.1).
+
+Two kinds, in the spirit of optax's ``count -> value`` schedules:
+
+* a **rule** is a plain function ``step -> bool``: relinearise after step ``step`` (counted
+  from 1) when it returns True. :class:`Every` ``(K)`` is Algorithm 1 (``t mod K == 0``;
+  ``K = 1`` is gradient descent, ``K = inf`` never relinearises) and :class:`AtSteps` a list of
+  steps; any jittable ``lambda step: ...`` works too.
+* an **adaptive** schedule is a :class:`Schedule`: a pure ``init(f, params) -> state`` and
+  ``update(state, info) -> (relinearise, state)`` pair that sees the step's losses and
+  parameters. :func:`loss_drift` relinearises when the linearised and the true loss part;
+  :func:`kernel_drift` when the empirical NTK on a probe batch has moved. The main paper leaves
+  adaptive schedules to future work.
+
+The trainer counts feature updates itself (Definition 1: relinearisations, not counting the
+linearisation at step 0), so a rule ``Every(K)`` over ``T`` steps gives ``floor(T / K)``.
+
+A schedule of your own in a few lines (relinearise densely early, sparsely later)::
+
+    rule = lambda step: (step < 100) | (step % 1000 == 0)
+    trainer = itlin.iterative_linearisation(model, optax.sgd(1e-2), rule)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import check_positive
+
+#: the spellings of "never relinearise" that every parser of periods accepts
+INF_WORDS = ("inf", "+inf", "infinity", "never")
+
+
+def parse_period(value, name: str = "K"):
+    """A relinearisation period: an integer >= 1, or ``math.inf`` for "never".
+
+    The one parser of periods, used by the trainer and by the book's parameters: integers (or
+    whole floats such as ``1e5``), ``math.inf``, or the strings in :data:`INF_WORDS`.
+
+    >>> parse_period(10), parse_period(1e3), parse_period("inf"), parse_period(float("inf"))
+    (10, 1000, inf, inf)
+    >>> parse_period(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: K must be >= 1 (K=1 is plain gradient descent), got 0; use "inf" for a model that is never relinearised.
+    """
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in INF_WORDS:
+            return math.inf
+        try:
+            value = float(word)
+        except ValueError:
+            raise ValueError(f'{name} must be an integer >= 1 or "inf", got {value!r}.') from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'{name} must be an integer >= 1 or "inf" (never relinearise), got {value!r}.')
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f'{name} must be an integer >= 1 or "inf", got nan.')
+    if math.isinf(v):
+        if v < 0:
+            raise ValueError(f'{name} must be an integer >= 1 or "inf", got {value!r}.')
+        return math.inf
+    if v != int(v):
+        raise ValueError(f"{name} must be a whole number of steps, got {value!r}; use an integer such as "
+                         f"{max(1, round(v))}.")
+    if v < 1:
+        raise ValueError(f'{name} must be >= 1 (K=1 is plain gradient descent), got {value!r}; use "inf" for '
+                         "a model that is never relinearised.")
+    return int(v)
+
+
+# ------------------------------------------------------------------------------ rules
+class Every(NamedTuple):
+    """Relinearise after every ``K``-th step (Algorithm 1); ``K = inf`` never.
+
+    >>> rule = Every(3)
+    >>> [bool(rule(s)) for s in range(1, 7)]
+    [False, False, True, False, False, True]
+    >>> Every.of("inf").name
+    'K=inf'
+    """
+
+    K: Any
+
+    @classmethod
+    def of(cls, K) -> "Every":
+        """``Every`` with ``K`` parsed by :func:`parse_period`."""
+        return cls(parse_period(K))
+
+    def __call__(self, step):
+        if math.isinf(self.K):
+            return jnp.zeros(jnp.shape(step), bool)
+        return step % int(self.K) == 0
+
+    @property
+    def name(self) -> str:
+        """``"K=1000"`` or ``"K=inf"``."""
+        return "K=inf" if math.isinf(self.K) else f"K={int(self.K)}"
+
+    def updates(self, steps: int) -> int:
+        """Feature updates after ``steps`` steps: ``floor(steps / K)`` (Definition 1)."""
+        return 0 if math.isinf(self.K) else int(steps) // int(self.K)
+
+
+class AtSteps(NamedTuple):
+    """Relinearise after each listed step (integers >= 1).
+
+    >>> rule = AtSteps.of([2, 5])
+    >>> [int(s) for s in range(1, 7) if rule(s)]
+    [2, 5]
+    """
+
+    steps: tuple
+
+    @classmethod
+    def of(cls, steps) -> "AtSteps":
+        """``AtSteps`` from any iterable of steps (sorted, repeats dropped)."""
+        arr = sorted(set(int(s) for s in steps))
+        if arr and arr[0] < 1:
+            raise ValueError(f"AtSteps needs step numbers >= 1, got {arr[0]}.")
+        return cls(tuple(arr))
+
+    def __call__(self, step):
+        if not self.steps:
+            return jnp.zeros(jnp.shape(step), bool)
+        return jnp.any(jnp.asarray(self.steps, jnp.int32) == step)
+
+    @property
+    def name(self) -> str:
+        """``"at <n> steps"``."""
+        return f"at {len(self.steps)} steps"
+
+
+# ------------------------------------------------------------------------------ adaptive
+class StepInfo(NamedTuple):
+    """What the trainer tells a schedule after one step.
+
+    ``step``: steps done (this one included). ``since``: steps since the latest
+    relinearisation (or the start). ``lin_loss``: the trained (linearised) model's loss on the
+    step's batch before the update. ``true_loss``: the network's loss on the same batch at the
+    same parameters (NaN unless the schedule asked for it this step). ``params``: parameters
+    after the update. ``f``: the network's pure ``f(params, x)``.
+    """
+
+    step: jax.Array
+    since: jax.Array
+    lin_loss: jax.Array
+    true_loss: jax.Array
+    params: Any
+    f: Any
+
+
+class Schedule(NamedTuple):
+    """An adaptive schedule: pure ``init(f, params) -> state`` and ``update(state, info) ->
+    (relinearise, state)``, plus ``wants_true_loss(step) -> bool`` (``None``: never) for
+    schedules that compare with the network's own loss, a ``name`` for legends, and a ``spec``
+    (JSON-able) that tells schedules apart."""
+
+    init: Callable
+    update: Callable
+    wants_true_loss: Optional[Callable] = None
+    name: str = "adaptive"
+    spec: tuple = ()
+
+
+def _check_adaptive(check_every, max_period):
+    check_every = parse_period(check_every, "check_every")
+    if math.isinf(check_every):
+        raise ValueError("check_every must be a finite integer >= 1.")
+    return check_every, parse_period(max_period, "max_period")
+
+
+def _late(info, max_period):
+    return info.since >= max_period if not math.isinf(max_period) else jnp.asarray(False)
+
+
+def loss_drift(rtol: float, check_every: int = 1, max_period=math.inf) -> Schedule:
+    """Relinearise when ``|L_lin - L_true| > rtol * |L_true|`` on the step's batch: the Taylor
+    model no longer describes the network.
+
+    Measured every ``check_every`` steps (a check costs one forward pass of the network);
+    ``max_period`` caps the steps between relinearisations.
+
+    >>> import jax.numpy as jnp
+    >>> s = loss_drift(0.1)
+    >>> info = StepInfo(jnp.asarray(1), jnp.asarray(1), jnp.asarray(1.2), jnp.asarray(1.0), None, None)
+    >>> bool(s.update(s.init(None, None), info)[0])       # 20% apart > 10%
+    True
+    """
+    rtol = check_positive("rtol", rtol)
+    check_every, max_period = _check_adaptive(check_every, max_period)
+
+    def update(state, info):
+        drift = jnp.abs(info.lin_loss - info.true_loss) > rtol * jnp.abs(info.true_loss)
+        drift = jnp.where(jnp.isnan(info.true_loss), False, drift)
+        return jnp.logical_or(drift, _late(info, max_period)), state
+
+    return Schedule(lambda f, params: (), update, lambda step: step % check_every == 0,
+                    f"loss drift > {rtol:g}", ("loss_drift", rtol, check_every, max_period))
+
+
+def kernel_drift(threshold: float, probe, check_every: int = 10, max_period=math.inf) -> Schedule:
+    """Relinearise when the empirical NTK on the ``probe`` inputs has moved by more than
+    ``threshold`` since the anchor: ``||K(theta) - K(theta_s)||_F / ||K(theta_s)||_F``.
+
+    The state is the anchor's kernel (``n x n``, traced over outputs); each check (every
+    ``check_every`` steps) costs one probe Jacobian.
+
+    >>> import jax.numpy as jnp
+    >>> f = lambda p, x: jnp.tanh(x @ p)
+    >>> s = kernel_drift(0.5, jnp.eye(2), check_every=1)
+    >>> k0 = s.init(f, jnp.zeros(2))
+    >>> info = StepInfo(jnp.asarray(1), jnp.asarray(1), 0.0, jnp.nan, 3.0 * jnp.ones(2), f)
+    >>> bool(s.update(k0, info)[0])                       # tanh' fell from 1 to ~0.01
+    True
+    """
+    from .linearise import kernel_distance, ntk
+
+    threshold = check_positive("threshold", threshold)
+    probe = jnp.asarray(probe)
+    check_every, max_period = _check_adaptive(check_every, max_period)
+
+    def kernel(f, params):
+        return ntk(f, params, probe, trace=True)
+
+    def init(f, params):
+        if f is None or params is None:
+            raise ValueError("kernel_drift needs the network and the initial params to measure the anchor's kernel.")
+        return kernel(f, params)
+
+    def update(k_anchor, info):
+        check = info.step % check_every == 0
+        k_now = jax.lax.cond(check, lambda: kernel(info.f, info.params), lambda: k_anchor)
+        late = _late(info, max_period)
+        relin = jnp.logical_or(jnp.logical_and(check, kernel_distance(k_now, k_anchor) > threshold), late)
+        if not math.isinf(max_period):
+            k_now = jax.lax.cond(jnp.logical_and(relin, ~check), lambda: kernel(info.f, info.params), lambda: k_now)
+        return relin, jnp.where(relin, k_now, k_anchor)
+
+    digest = __import__("hashlib").sha256(np.asarray(probe).tobytes()).hexdigest()[:16]
+    return Schedule(init, update, None, f"kernel drift > {threshold:g}",
+                    ("kernel_drift", threshold, check_every, max_period, tuple(probe.shape), digest))
+
+
+def as_schedule(spec) -> Schedule:
+    """Any accepted schedule as a :class:`Schedule`: a period (number or ``"inf"``, parsed by
+    :func:`parse_period`), a rule ``step -> bool`` (:class:`Every`, :class:`AtSteps` or a
+    function), or a :class:`Schedule` (returned as is).
+
+    >>> as_schedule(10).name, as_schedule("never").name
+    ('K=10', 'K=inf')
+    """
+    if isinstance(spec, Schedule):
+        return spec
+    if isinstance(spec, (Every, AtSteps)):
+        rule = spec
+    elif callable(spec):
+        rule = spec
+    else:
+        rule = Every.of(spec)
+
+    def update(state, info):
+        return jnp.asarray(rule(info.step), bool), state
+
+    name = getattr(rule, "name", getattr(rule, "__name__", "rule"))
+    spec_ = tuple(rule) if isinstance(rule, (Every, AtSteps)) else (name,)
+    return Schedule(lambda f, params: (), update, None, name, (type(rule).__name__,) + spec_)
+
+
+def period_of(spec) -> Optional[float]:
+    """The fixed period ``K`` of a schedule spec (a number, ``"inf"`` or :class:`Every`), else None.
+
+    >>> period_of(1), period_of(Every(5)), period_of(AtSteps.of([3]))
+    (1, 5, None)
+    """
+    if isinstance(spec, Every):
+        return spec.K
+    if isinstance(spec, (Schedule, AtSteps)) or callable(spec):
+        return None
+    return parse_period(spec)
+
+
+__all__ = ["AtSteps", "Every", "INF_WORDS", "Schedule", "StepInfo", "as_schedule", "kernel_drift", "loss_drift",
+           "parse_period", "period_of"]

@@ -1,0 +1,99 @@
+"""The package's layers (issue 11): the core imports only jax, optax and numpy; the research
+support never imports the book's machinery; ``import itlin`` reaches every public algorithm and
+changes nothing process-wide."""
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import itlin
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "itlin"
+STDLIB = set(sys.stdlib_module_names)
+
+
+def _imports(path: Path):
+    """(top-level package, level, module) of every import in a file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name.split(".")[0], 0, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append(((node.module or "").split(".")[0], node.level, node.module or ""))
+    return out
+
+
+def _resolve(path: Path, level: int, module: str) -> str:
+    """The absolute dotted name of a relative import in ``path``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    base = parts[:-level] if level else []
+    return ".".join(base + ([module] if module else []))
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "core").glob("*.py")), ids=lambda p: p.name)
+def test_core_imports_only_jax_optax_numpy_and_itself(path):
+    for top, level, module in _imports(path):
+        if level:
+            target = _resolve(path, level, module)
+            assert target.startswith("itlin.core"), f"{path.name} imports {target} (outside the core)"
+        else:
+            assert top in STDLIB or top in ("jax", "optax", "numpy", "__future__"), f"{path.name} imports {module}"
+
+
+@pytest.mark.parametrize("name", ["data.py", "models.py", "metrics.py", "augment.py", "_io.py"])
+def test_research_support_never_imports_the_book(name):
+    path = PKG / name
+    for top, level, module in _imports(path):
+        target = _resolve(path, level, module) if level else module
+        assert not target.startswith("itlin.book"), f"{name} imports {target}"
+        assert top not in ("matplotlib", "ipywidgets", "papermill", "jupytext"), f"{name} imports {module}"
+
+
+def test_the_front_door_reaches_every_public_algorithm():
+    for name in ("iterative_linearisation", "fit", "run", "evaluate", "linearise", "linearise_at", "ntk",
+                 "gauss_newton_step", "gauss_newton_fit", "gradient_flow", "flow_params", "Every", "AtSteps",
+                 "loss_drift", "kernel_drift", "parse_period", "ArbelDamping", "Model", "data_mesh"):
+        assert callable(getattr(itlin, name)), name
+    assert set(itlin.__all__) <= set(dir(itlin))
+    assert "iterative_linearisation" in itlin.__doc__
+
+
+def test_core_runs_with_nothing_heavy_imported_and_no_process_wide_change():
+    # A fresh interpreter: import itlin, train, take a Gauss-Newton step and predict the flow;
+    # none of the book's or the research support's dependencies may have been imported, and the
+    # BLAS thread settings are untouched.
+    script = textwrap.dedent("""
+        import os, sys
+        before = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+        import itlin, jax.numpy as jnp, optax
+        f = lambda p, x: jnp.tanh(x @ p)
+        x, y = jnp.eye(3), jnp.asarray([0.5, -0.2, 0.1])
+        tr = itlin.iterative_linearisation(f, optax.sgd(0.5), 2, loss="squared")
+        res = itlin.fit(tr, tr.init(jnp.zeros(3)), x, y, 6, eval_sets={"train": (x, y)})
+        p, _ = itlin.gauss_newton_step(f, jnp.zeros(3), x, y, damping=0.1)
+        itlin.gradient_flow(itlin.ntk(f, jnp.zeros(3), x), f(jnp.zeros(3), x), y).predict(1.0)
+        heavy = {"flax", "matplotlib", "ipywidgets", "tqdm", "pooch", "sklearn", "threadpoolctl", "papermill",
+                 "jupytext", "mnist1d", "IPython"}
+        print("HEAVY", sorted(m for m in heavy if m in sys.modules))
+        after = {k: os.environ.get(k) for k in before}
+        print("ENV", before == after, res.status)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "HEAVY []" in out.stdout, out.stdout
+    assert "ENV True completed" in out.stdout, out.stdout
+
+
+def test_every_public_function_has_a_runnable_example():
+    # the examples themselves run under pytest's --doctest-modules (pyproject.toml)
+    import inspect
+
+    missing = [n for n in itlin.__all__ if inspect.isfunction(getattr(itlin, n))
+               and ">>>" not in (getattr(itlin, n).__doc__ or "")]
+    assert not missing, missing

@@ -1,0 +1,67 @@
+"""The verdict rules (itlin.book.verdicts) on synthetic results: each can hold, fail, or say it
+cannot resolve, and the interval has the coverage it claims."""
+
+import math
+
+import numpy as np
+import pytest
+
+from itlin.book import verdicts as V
+
+
+def test_interval_against_a_hand_computed_t_interval():
+    g = V.paired_gap([0.80, 0.82, 0.84, 0.86, 0.88], [0.80] * 5)
+    sd = np.std([0.0, 0.02, 0.04, 0.06, 0.08], ddof=1)
+    assert g.mean == pytest.approx(0.04) and g.n == 5
+    assert g.half == pytest.approx(2.7764451 * sd / math.sqrt(5), rel=1e-6)  # t(0.975, 4)
+    assert g.test_half == 0.0
+
+
+def test_test_set_noise_adds_in_quadrature():
+    g = V.paired_gap([0.8, 0.81, 0.79], [0.7, 0.71, 0.69], n_test=1000)
+    assert g.seed_half == pytest.approx(0.0) and g.half == pytest.approx(g.test_half)
+    assert g.test_half == pytest.approx(1.959964 * math.sqrt(2 * 0.75 * 0.25 / 1000), rel=1e-5)
+
+
+@pytest.mark.parametrize("a, b, margin, expected", [
+    ([0.85] * 5, [0.80] * 5, 0.0, V.HOLDS),
+    ([0.80] * 5, [0.85] * 5, 0.0, V.FAILS),
+    ([0.81, 0.79, 0.82, 0.78, 0.80], [0.80] * 5, 0.0, V.UNRESOLVED),
+    ([0.85], [0.80], 0.0, V.UNRESOLVED),                       # one seed resolves nothing
+    ([0.85, math.nan], [0.80, 0.8], 0.0, V.UNRESOLVED),
+])
+def test_exceeds(a, b, margin, expected):
+    assert V.exceeds(V.paired_gap(a, b), margin) == expected
+
+
+def test_close_is_an_equivalence_test_that_can_fail():
+    tight = [0.001, -0.002, 0.0, 0.002, -0.001]
+    assert V.close(V.paired_gap(np.add(0.8, tight), [0.8] * 5), 0.01) == V.HOLDS
+    assert V.close(V.paired_gap(np.add(0.85, tight), [0.8] * 5), 0.01) == V.FAILS
+    noisy = [0.05, -0.05, 0.04, -0.04, 0.0]
+    assert V.close(V.paired_gap(np.add(0.8, noisy), [0.8] * 5), 0.01) == V.UNRESOLVED
+    # the same tight runs on a 1,000-example test set cannot resolve a 1-point margin
+    assert V.close(V.paired_gap(np.add(0.8, tight), [0.8] * 5, n_test=1000), 0.01) == V.UNRESOLVED
+
+
+def test_coverage_of_the_interval_on_synthetic_seeds():
+    # 95% intervals over 5 seeds cover the true gap about 95% of the time
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(2000):
+        a = 0.8 + 0.01 + rng.normal(0, 0.01, 5)
+        b = 0.8 + rng.normal(0, 0.01, 5)
+        g = V.paired_gap(a, b)
+        hits += g.lo <= 0.01 <= g.hi
+    assert 0.93 < hits / 2000 < 0.97
+
+
+def test_tables_and_bottom_line():
+    rows = [V.verdict("a", "p", "m", V.HOLDS, 0.01), V.verdict("b", "p", "m", V.FAILS, math.inf),
+            V.verdict("c", "p", "m", V.UNRESOLVED, 0.05)]
+    md = V.verdicts_markdown(rows)
+    assert "**does not hold**" in md and "*cannot resolve*" in md and "∞ (one seed)" in md and "1.0 points" in md
+    line = V.bottom_line(rows)
+    assert line.startswith("At these settings 1 of 3 claims hold") and "*b*" in line and "*c*" in line
+    with pytest.raises(ValueError, match="one of"):
+        V.verdict("x", "p", "m", "maybe")
