@@ -47,6 +47,9 @@ from itlin.core.linearise import linearised_apply
 from itlin.core.losses import get_loss
 
 
+CHUNKS_PER_CALL = 5  # full batch: chunks per timed call
+
+
 def _block(tree):
     return jax.block_until_ready(tree)
 
@@ -63,16 +66,21 @@ def _median_step(fn, state, steps: int, repeats: int):
     return statistics.median(times), state
 
 
-def _interleaved(runs: dict, repeats: int, per_call: int = 1):
+def _interleaved(runs: dict, repeats: int, per_call: int = 1, warm_each: bool = False):
     """Median seconds per step of each ``name: (fn, state)``, timing the runs in turn (A, B, C,
     A, B, C, ...) so that drift in the machine's speed affects them alike. Each timed call is
     one ``fn(state)`` covering ``per_call`` steps; the first call of each is the warm-up, whose
-    excess over the median is reported as compile seconds."""
+    excess over the median is reported as compile seconds. ``warm_each`` adds an untimed call
+    before each timed one: for runs so large that one evicts the other's memory and caches
+    (the naive Gauss-Newton step moves ~1 GB; measured on a 2-core CPU, the kernel step timed
+    right after it took 5-6x its time in a row, with the code of either version)."""
     states, first, times = {}, {}, {name: [] for name in runs}
     for name, (fn, st) in runs.items():
         first[name], states[name] = _first_call(fn, st)
     for _ in range(repeats):
         for name, (fn, _) in runs.items():
+            if warm_each:
+                states[name] = _block(fn(states[name]))
             t = time.perf_counter()
             states[name] = _block(fn(states[name]))
             times[name].append((time.perf_counter() - t) / per_call)
@@ -118,15 +126,22 @@ def bench_fullbatch(repeats: int, steps: int):
                 c = one(c)
             return c
 
+    # each timed call runs CHUNKS_PER_CALL chunks of `steps` steps through one itlin.run call, as
+    # fit does between evaluations (the phase's linearisation is made once per call)
     def chunk(tr):
         def fn(st):
-            st, _ = itlin.run(tr, st, x, y, steps, chunk_size=steps)
+            st, _ = itlin.run(tr, st, x, y, CHUNKS_PER_CALL * steps, chunk_size=steps)
             return st
         return fn
 
+    def naive_calls(c):
+        for _ in range(CHUNKS_PER_CALL):
+            c = naive_loop(c)
+        return c
+
     runs = {"gd": (chunk(gd), gd.init(p0)), "lin": (chunk(lin), lin.init(p0)),
-            "naive": (naive_loop, (p0, p0, opt.init(p0)))}
-    med, comp = _interleaved(runs, repeats, per_call=steps)
+            "naive": (naive_calls, (p0, p0, opt.init(p0)))}
+    med, comp = _interleaved(runs, repeats, per_call=CHUNKS_PER_CALL * steps)
     out["fullbatch_ms"] = {k: 1e3 * v for k, v in med.items()}
     out["fullbatch_compile_seconds"] = comp
     # where the time goes: the parts of a GD step and of a linearised step with stored residuals
@@ -215,7 +230,7 @@ def _bench_gauss_newton(repeats: int):
     rel = float(jnp.linalg.norm(jax.flatten_util.ravel_pytree(a)[0] - jax.flatten_util.ravel_pytree(b)[0])
                 / jnp.linalg.norm(jax.flatten_util.ravel_pytree(a)[0] - flat0))
     runs = {name: (lambda _p, fn=fn: fn(p0), p0) for name, fn in (("naive", naive), ("kernel_closed_form", fast))}
-    med, comp = _interleaved(runs, repeats)
+    med, comp = _interleaved(runs, repeats, warm_each=True)
     return {"gn_speedup_over_naive": med["naive"] / med["kernel_closed_form"],
             "gn_ms": {k: 1e3 * v for k, v in med.items()},
             "gn_step_relative_difference": rel,

@@ -17,6 +17,7 @@ its first loss; it stops there, says at which step, and keeps the last good stat
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -140,8 +141,24 @@ def device_loop(trainer: Trainer, state: TrainState, x, loop: str = "auto") -> b
     platforms = {d.platform for d in devices()} if callable(devices) else {jax.default_backend()}
     if platforms != {"cpu"}:
         return True
-    jaxpr = jax.make_jaxpr(lambda p: trainer.model.apply(p, x[:1], state.model_state))(state.params)
-    return not _has_primitive(jaxpr.jaxpr, "conv_general_dilated")
+    spec = lambda t: jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), t)
+    return not _uses_conv(trainer.model, spec(state.params), spec(state.model_state),
+                          jax.ShapeDtypeStruct((1,) + tuple(x.shape[1:]), x.dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _uses_conv_cached(model, params_spec, state_spec, x_spec) -> bool:
+    jaxpr = jax.make_jaxpr(lambda p, s, xx: model.apply(p, xx, s))(
+        jax.tree_util.tree_unflatten(*params_spec), jax.tree_util.tree_unflatten(*state_spec), x_spec)
+    return _has_primitive(jaxpr.jaxpr, "conv_general_dilated")
+
+
+def _uses_conv(model, params_spec, state_spec, x_spec) -> bool:
+    """Whether ``model`` convolves, traced once per model and shapes (a memo, like jit's own)."""
+    flat = lambda t: (jax.tree_util.tree_structure(t), tuple(jax.tree_util.tree_leaves(t)))
+    p_def, p_leaves = flat(params_spec)
+    s_def, s_leaves = flat(state_spec)
+    return _uses_conv_cached(model, (p_def, p_leaves), (s_def, s_leaves), x_spec)
 
 
 # ---------------------------------------------------------------------------- chunks and runs
