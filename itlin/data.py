@@ -1210,3 +1210,63 @@ __all__ = [
     "two_class",
     "write_idx",
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# teacher-student with hidden biases, as in Arbel et al.'s code (appended for book/arbel_*.md)
+# --------------------------------------------------------------------------------------------
+
+def arbel_teacher_outputs(teacher: dict, x) -> np.ndarray:
+    """Outputs ``(N, 1)`` of a teacher with hidden biases (from :func:`arbel_teacher_student`).
+
+    ``f*(x) = scale * sum_i v*_i gamma(u*_i^T x + b*_i)``, computed in float64.
+    """
+    u = np.asarray(teacher["u"], np.float64)
+    b = np.asarray(teacher["b"], np.float64)
+    v = np.asarray(teacher["v"], np.float64)
+    gamma = activation_numpy(teacher["activation"], teacher.get("beta", 1.0))
+    h = gamma(np.asarray(x, np.float64) @ u.T + b)
+    return (float(teacher["scale"]) * (h @ v))[:, None]
+
+
+def arbel_teacher_student(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0,
+                          dim: int = 10, teacher_width: int = 5, activation: str = "relu",
+                          beta: float = 1.0) -> Dataset:
+    """The teacher-student regression of Arbel et al. (Section 5.1) as their code builds it.
+
+    Differs from :func:`teacher_student` in the teacher, which here has a hidden bias:
+    ``f*(x) = (1/M*) sum_{i<=M*} v*_i gamma(u*_i^T x + b*_i)`` with every teacher parameter
+    (``u*`` ``(M*, dim)``, ``b*`` and ``v*`` ``(M*,)``) drawn from ``N(0, 1)`` and the output divided
+    by ``M* = teacher_width = 5``, as in their ``OneHiddenLayer`` network. Inputs ``x ~ N(0, I_dim)``
+    (``dim = 10``); ``n_train`` defaults to 500 and ``n_test`` to 10,000.
+
+    ``seed`` fixes the teacher, the test inputs and the training inputs through three
+    independent streams (their code draws the test set before the training set; with separate
+    streams the order does not matter). Training sets of different sizes with one seed are
+    nested, as in their code, which truncates one pool of inputs. Inputs are stored as float32
+    (the module's convention) and the targets are the teacher's float64 outputs *at the stored
+    inputs*, rounded to float32. The teacher is in ``meta['teacher']`` (``u``, ``b``, ``v``,
+    ``scale``, ``activation``, ``beta``); :func:`arbel_teacher_outputs` evaluates it.
+    """
+    n_tr = 500 if n_train is None else _check_count("n_train", n_train, 10 ** 9)
+    n_te = 10000 if n_test is None else _check_count("n_test", n_test, 10 ** 9)
+    dim = _check_count("dim", dim, 10 ** 9)
+    teacher_width = _check_count("teacher_width", teacher_width, 10 ** 9)
+    activation_numpy(activation, beta)  # validates the name
+    teacher_rng, test_rng, train_rng = (np.random.default_rng([int(seed), 7, s]) for s in (0, 1, 2))
+    teacher = {"u": teacher_rng.standard_normal((teacher_width, dim)),
+               "b": teacher_rng.standard_normal(teacher_width),
+               "v": teacher_rng.standard_normal(teacher_width),
+               "scale": 1.0 / teacher_width, "activation": activation, "beta": float(beta)}
+    x_te = test_rng.standard_normal((n_te, dim)).astype(np.float32)
+    x_tr = train_rng.standard_normal((n_tr, dim)).astype(np.float32)
+    meta = {"dim": dim, "teacher_width": teacher_width, "teacher": teacher, "seed": seed, "n_train": n_tr,
+            "n_test": n_te, "input_distribution": "N(0, I)", "teacher_bias": True,
+            "teacher_init": "all parameters N(0, 1), output / teacher_width"}
+    return Dataset(name="arbel_teacher_student",
+                   x_train=x_tr, y_train=arbel_teacher_outputs(teacher, x_tr).astype(np.float32),
+                   x_test=x_te, y_test=arbel_teacher_outputs(teacher, x_te).astype(np.float32),
+                   task="regression", num_outputs=1, meta=meta)
+
+
+__all__ += ["arbel_teacher_outputs", "arbel_teacher_student"]

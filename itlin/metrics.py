@@ -261,3 +261,34 @@ __all__ = [
     "target_alignment",
     "weighted_cosine_distance",
 ]
+
+
+# ------------------------------------------------------- appended for book/arbel_*.md
+def min_cosine_distance(u, u_star) -> float:
+    """The weighted distance Arbel et al.'s code logs as "weighted_dist" (their figures' WCD axis).
+
+    ``sum_i p_i min_j sqrt(2 (1 - cos(u_i, u*_j)))`` with ``p_i = ||u_i||^2 / sum_k ||u_k||^2``
+    (student ``u`` ``(M, d)``, teacher ``u*`` ``(M*, d)``; ``2 (1 - cos)`` clamped at 0). The paper's
+    Eq. 9 (:func:`weighted_cosine_distance`) instead averages ``2 (1 - max_j cos)``, without the
+    square root. Both are 0 when every weighted unit points along a teacher unit; this one is at
+    most 2. A unit with zero weights counts with weight 0.
+    """
+    u = np.asarray(u, np.float64)
+    u_star = np.asarray(u_star, np.float64)
+    if u.ndim != 2 or u_star.ndim != 2 or u.shape[1] != u_star.shape[1]:
+        raise ValueError(f"u must be (M, d) and u_star (M*, d) with the same d; got {u.shape} and {u_star.shape}.")
+    sq = np.sum(u * u, axis=1)
+    total = sq.sum()
+    if total == 0:
+        raise ValueError("all student weights are zero: the distance is undefined.")
+    t_norm = np.linalg.norm(u_star, axis=1)
+    if np.any(t_norm == 0):
+        raise ValueError("a teacher unit has zero weights; its direction is undefined.")
+    norm = np.sqrt(sq)
+    safe = np.where(norm > 0, norm, 1.0)
+    cos = (u @ u_star.T) / (safe[:, None] * t_norm[None, :])
+    dist = np.sqrt(np.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1)
+    return float(np.sum((sq / total) * dist))
+
+
+__all__ += ["min_cosine_distance"]

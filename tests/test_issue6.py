@@ -35,36 +35,38 @@ def tiny(tmp_path_factory):
 
 # ------------------------------------------------------------------------------ tiny runs
 @pytest.mark.slow
-def test_fig2_tiny_run_has_both_sweeps_the_control_and_the_rescaling(tiny):
+def test_fig2_tiny_run_has_both_sweeps_the_control_the_rescaling_and_seeds(tiny):
     rec = tiny["fig2_k_sweep"]
     assert rec.completed
     r = fig2.resolved(rec)
-    assert r["scale"] == "tiny" and r["rescale"] == 10 and r["Ks"] == [1, 10, "inf"]
-    assert r["minibatch_Ks"] == [1, 100, "inf"] and r["minibatch_steps"] == 10 * r["steps"]
+    assert r["scale"] == "tiny" and r["rescale"] == 10 and r["Ks"] == [1, 10, "inf"] and r["seeds"] == 2
+    assert r["minibatch_Ks"] == [1, 100] and r["minibatch_steps"] == 10 * r["steps"]
     assert math.isclose(r["minibatch_learning_rate"], r["learning_rate"] / 10)
-    assert set(rec.runs) == {"full K=1", "full K=10", "full K=inf", "full K=inf lr x10",
-                             "mini K=1", "mini K=100", "mini K=inf"}
-    rows = {s["tag"]: s for s in fig2.summary(rec)}
+    settings = {"full K=1", "full K=10", "full K=inf", "full K=inf lr x10", "mini K=1", "mini K=100"}
+    assert set(rec.runs) == {f"{t} seed={s}" for t in settings for s in (0, 1)}
+    rows = fig2.summary(rec)
+    one = {(row["setting"], row["seed"]): row for row in rows}
     # no relinearisation after the last step: ceil(steps / K) - 1 feature updates
-    assert rows["full K=10"]["updates"] == math.ceil(r["steps"] / 10) - 1
-    assert rows["mini K=100"]["updates"] == math.ceil(10 * r["steps"] / 100) - 1
-    assert rows["full K=1"]["updates"] == r["steps"] and rows["full K=inf"]["updates"] == 0
-    assert rec.history("mini K=100").relin_steps == list(range(100, 10 * r["steps"], 100))
-    for s in rows.values():
-        assert 0.0 <= s["test"] <= 1.0 and 0.0 <= s["test_net"] <= 1.0 and 0.0 <= s["train"] <= 1.0
-    # K=1 trains the network itself: both models coincide
-    assert rows["full K=1"]["test"] == rows["full K=1"]["test_net"]
-    h = rec.history("full K=10")
+    assert one[("full K=10", 1)]["updates"] == math.ceil(r["steps"] / 10) - 1
+    assert one[("mini K=100", 0)]["updates"] == math.ceil(10 * r["steps"] / 100) - 1
+    assert one[("full K=1", 0)]["updates"] == r["steps"] and one[("full K=inf", 1)]["updates"] == 0
+    assert rec.history("mini K=100 seed=0").relin_steps == list(range(100, 10 * r["steps"], 100))
+    for row in rows:
+        assert 0.0 <= row["test"] <= 1.0 and 0.0 <= row["test_net"] <= 1.0 and 0.0 <= row["train"] <= 1.0
+    # K=1 trains the network itself: both models coincide; seeds give different runs
+    assert one[("full K=1", 0)]["test"] == one[("full K=1", 0)]["test_net"]
+    assert rec.history("full K=1 seed=0").loss != rec.history("full K=1 seed=1").loss
+    h = rec.history("full K=10 seed=0")
     for key in ("step", "feature_updates", "test/accuracy", "test/accuracy_lin", "train/accuracy_lin"):
         assert h.eval_array(key).size == r["steps"] // r["eval_every"] + 1
-    claims = fig2.claims(rec)
+    claims = fig2.claims_of(rec)
     names = [c["claim"] for c in claims]
-    assert any("catches up" in n for n in names) and any("falls short" in n for n in names)
+    assert any("ends close to K=1" in n for n in names) and any("falls short" in n for n in names)
     assert any("mini-batch (lr /10" in n for n in names)
-    assert all(c["holds"] in (True, False, None) for c in claims)
+    assert all(c["verdict"] in ("holds", "does not hold", "cannot resolve") for c in claims)
     md = fig2.claims_markdown(rec)
     assert md.startswith("| claim |") and "At these settings" in md
-    assert "| full | K=∞, lr x10 |" in fig2.summary_markdown(rec)
+    assert "| full | K=∞, lr x10 |" in fig2.summary_markdown(rows)
     assert "Fig. 2 caption" in fig2.settings_markdown(rec)
     fig = fig2.figure(rec)
     assert len(fig.axes) == 3
@@ -77,16 +79,15 @@ def test_fig3_tiny_run_records_network_and_linearised_accuracy(tiny):
     assert rec.completed
     r = fig3.resolved(rec)
     assert "augment_1d" in r["augmentation"] and r["max_shift"] == 4
-    assert set(rec.runs) == {"K=1", "K=20", "K=inf"}
-    rows = {s["tag"]: s for s in fig3.summary(rec)}
-    assert rows["K=20"]["updates"] == math.ceil(r["steps"] / 20) - 1
-    h = rec.history("K=inf")
+    assert set(rec.runs) == {"K=1 seed=0", "K=1 seed=1", "K=20 seed=0", "K=20 seed=1"}
+    rows = fig3.summary(rec)
+    assert S.select(rows, K=20, seed=1)[0]["updates"] == math.ceil(r["steps"] / 20) - 1
+    h = rec.history("K=20 seed=0")
     assert "test/accuracy" in h.evals and "test/accuracy_lin" in h.evals
-    # K=inf: the network at the trained weights is not the linearised model being trained
+    # large K: the network at the trained weights is not the linearised model being trained
     assert not np.allclose(h.eval_array("test/accuracy"), h.eval_array("test/accuracy_lin"))
-    claims = fig3.claims(rec)
-    assert [c["claim"] for c in claims] == ["with augmentation, a very large K ends close to K=1",
-                                           "K=∞ (no feature learning) falls short"]
+    claims = fig3.claims_of(rec)
+    assert [c["claim"] for c in claims] == ["with augmentation, a very large K ends close to K=1"]
     assert "82.3%" in claims[0]["paper"] and "81.4%" in claims[0]["paper"]
     fig = fig3.figure(rec)
     assert len(fig.axes) >= 2
@@ -99,13 +100,14 @@ def test_fig8_tiny_run_has_three_runs_phases_and_claims(tiny):
     assert rec.completed
     r = fig8.resolved(rec)
     assert r["reset_optimizer"] is True and r["K"] == 20
-    assert set(rec.runs) == {"SGD K=1", "Adam K=1", "Adam solved K=20"}
-    assert rec.meta["runs"]["Adam solved K=20"]["optimizer"] == "adam"
-    phases = fig8.phases(rec)
-    assert [(p["start"], p["end"]) for p in phases] == [(0, 20), (20, 40), (40, 60), (60, 80)]
+    assert {row["setting"] for row in fig8.summary(rec)} == {"SGD K=1", "Adam K=1", "Adam solved K=20"}
+    assert rec.meta["runs"]["Adam solved K=20 seed=1"]["optimizer"] == "adam"
+    by_seed = fig8.phases(rec)
+    assert sorted(by_seed) == [0, 1]
+    assert [(p["start"], p["end"]) for p in by_seed[0]] == [(0, 20), (20, 40), (40, 60), (60, 80)]
     # the evaluation read for a phase lies inside it, before its relinearisation
-    assert [p["eval_step"] for p in phases] == [15, 35, 55, 80]
-    names = [c["claim"] for c in fig8.claims(rec)]
+    assert [p["eval_step"] for p in by_seed[1]] == [15, 35, 55, 80]
+    names = [c["claim"] for c in fig8.claims_of(rec)]
     assert names[0] == "each linearisation is solved before relinearising" and len(names) == 4
     assert "61.3%" in fig8.claims_markdown(rec) and "69.4%" in fig8.claims_markdown(rec)
     fig = fig8.figure(rec)
@@ -118,6 +120,65 @@ def test_tiny_results_are_loaded_not_recomputed(tiny, tmp_path):
     again = runner.run("fig8_adam", {"scale": "tiny"}, results_dir=rec.path.parent.parent, progress=False,
                        verbose=False)
     assert again.loaded and again.hash == rec.hash
+
+
+# ------------------------------------------------------------------------------ claims on synthetic results
+def _rows(setting_values: dict, *, status=None, **fields):
+    """Synthetic summary rows: ``{setting: [test accuracy per seed]}``."""
+    rows = []
+    for setting, values in setting_values.items():
+        for seed, v in enumerate(values):
+            rows.append({"setting": setting, "seed": seed, "test": v, "test_net": v, "train": v, "updates": 3,
+                         "status": (status or {}).get((setting, seed), "completed"), **fields.get(setting, {})})
+    return rows
+
+
+@pytest.mark.parametrize("big, expected", [
+    ([0.801, 0.799, 0.802, 0.800, 0.798], "holds"),            # within 2 points, tightly
+    ([0.75, 0.751, 0.749, 0.752, 0.748], "does not hold"),     # 5 points below, tightly
+    ([0.80, 0.74, 0.86, 0.77, 0.83], "cannot resolve"),        # seeds too spread to say
+])
+def test_fig3_claim_can_hold_fail_or_be_unresolved(big, expected):
+    rows = _rows({"K=1": [0.80] * 5, "K=1000": big}, **{"K=1": {"K": 1.0}, "K=1000": {"K": 1000.0}})
+    (c,) = fig3.claims(rows, n_test=100_000, margin=0.02)
+    assert c["verdict"] == expected and c["resolvable"] > 0
+
+
+def test_a_diverged_run_never_enters_a_verdict():
+    big = [0.801, 0.799, 0.10, 0.800, 0.798]
+    rows = _rows({"K=1": [0.80] * 5, "K=1000": big}, status={("K=1000", 2): "diverged at step 7"},
+                 **{"K=1": {"K": 1.0}, "K=1000": {"K": 1000.0}})
+    (c,) = fig3.claims(rows, n_test=100_000, margin=0.02)
+    assert c["verdict"] == "holds" and "1 seed(s) left out" in c["detail"] and "(4 seeds)" in c["measured"]
+
+
+def test_fig2_claims_on_synthetic_rows():
+    f = {"full K=1": {"sweep": "full", "K": 1.0, "control": False}, "full K=100": {"sweep": "full", "K": 100.0,
+         "control": False}, "full K=inf": {"sweep": "full", "K": math.inf, "control": False},
+         "mini K=1": {"sweep": "mini", "K": 1.0, "control": False},
+         "mini K=1000": {"sweep": "mini", "K": 1000.0, "control": False}}
+    base = [0.80, 0.81, 0.79, 0.80, 0.805]
+    rows = _rows({"full K=1": base, "full K=100": [v + 0.001 for v in base], "full K=inf": [v - 0.1 for v in base],
+                  "mini K=1": [v + 0.002 for v in base], "mini K=1000": [v - 0.06 for v in base]}, **f)
+    c = {x["claim"]: x["verdict"] for x in fig2.claims(rows, n_test=100_000, margin=0.02, rescale=10)}
+    assert c["full batch: the largest finite K ends close to K=1"] == "holds"
+    assert c["full batch: K=∞ (no feature learning) falls short"] == "holds"
+    assert c["mini-batch: the largest finite K ends close to K=1"] == "does not hold"
+    assert c["K=1: mini-batch (lr /10, K x10) ends where full batch does"] == "holds"
+    assert c["K=100: mini-batch (lr /10, K x10) ends where full batch does"] == "does not hold"
+
+
+def test_fig8_claims_on_synthetic_rows_and_phases():
+    K = 600
+    opt = {"SGD K=1": {"optimizer": "sgd"}, "Adam K=1": {"optimizer": "adam"}, f"Adam solved K={K}": {"optimizer": "adam"}}
+    rows = _rows({"SGD K=1": [0.80, 0.81, 0.79, 0.80, 0.80], "Adam K=1": [0.805, 0.81, 0.80, 0.80, 0.805],
+                  f"Adam solved K={K}": [0.70, 0.71, 0.70, 0.69, 0.70]}, **opt)
+    solved = {s: [{"complete": True, "solved": True, "train_lin": 1.0}] * 4 for s in range(5)}
+    c = fig8.claims(rows, solved, n_test=100_000, margin=0.02, solved_accuracy=0.99, K=K)
+    assert [x["verdict"] for x in c] == ["holds", "holds", "holds", "holds"]
+    unsolved = {**solved, 3: [{"complete": True, "solved": False, "train_lin": 0.9}]}
+    assert fig8.claims(rows, unsolved, n_test=100_000, margin=0.02, solved_accuracy=0.99, K=K)[0]["verdict"] == \
+        "does not hold"
 
 
 # ------------------------------------------------------------------------------ datasets and models
@@ -157,7 +218,7 @@ def test_fashion_mnist_runs_with_the_2d_lenet(tmp_path, monkeypatch):
     assert rec.completed and rec.params["dataset"] == "fashion_mnist"
     assert rec.meta["model"] == "lenet" and rec.meta["input_shape"] == [28, 28, 1]
     assert "random crops" in rec.meta["resolved"]["augmentation"]
-    assert rec.runs["K=5"]["feature_updates"] == 1
+    assert rec.runs["K=5 seed=0"]["feature_updates"] == 1
 
 
 def test_load_data_keeps_whole_splits_for_large_sizes():
@@ -246,6 +307,9 @@ def test_paper_scale_trainers_take_their_first_steps():
     ("fig8_adam", {"K": 100, "eval_every": 200}, "must be at most K=100"),
     ("fig8_adam", {"K": 100, "steps": 50}, "less than K=100"),
     ("fig8_adam", {"solved_accuracy": 1.5}, "solved_accuracy"),
+    ("fig2_k_sweep", {"mini_Ks": [1, 40]}, "mini_Ks must be among Ks"),
+    ("fig3_augmentation", {"seeds": 0}, "seeds must be >= 1"),
+    ("fig3_augmentation", {"blowup": 1.0}, "blowup must be > 1"),
 ])
 def test_bad_parameters_fail_before_any_compute(name, params, message, tmp_path):
     with pytest.raises(ParameterError) as info:
@@ -262,15 +326,10 @@ def test_batch_larger_than_the_training_set_fails_before_training(name, tmp_path
         runner.run(name, {"scale": "tiny", "n_train": 100, "batch_size": 512}, results_dir=tmp_path)
 
 
-def test_claim_helpers():
-    assert S.tolerance(0.5, 1000) == pytest.approx(2 * math.sqrt(2 * 0.25 / 1000))
-    assert S.tolerance(1.0, 1000) == 0.0
+def test_formatting_helpers():
     assert S.fmt_K(5_000_000) == "5e6" and S.fmt_K(15000) == "15000" and S.fmt_K(math.inf) == "inf"
     assert S.fmt_value(10 ** 9) == "all" and S.fmt_value([1, 50_000, "inf"]) == "1, 5e4, ∞"
-    claims = [S.claim("a", "p", "m", True), S.claim("b", "p", "m", False), S.claim("c", "p", "m", None)]
-    line = S.bottom_line(claims)
-    assert line.startswith("At these settings 1 of 3 claims hold") and "*b*" in line and "*c*" in line
-    assert "**does not hold**" in S.claims_markdown(claims)
+    assert S.seed_list({"seed": 3, "seeds": 2}) == [3, 4] and S.seed_tag("K=1", 4) == "K=1 seed=4"
 
 
 def test_late_gain_ignores_the_sawtooth_of_relinearisations():

@@ -105,3 +105,55 @@ def times_table(results: list) -> str:
 
 
 __all__ = ["METRICS", "TARGETS", "load_results", "machine_label", "summary_table", "target_met", "times_table"]
+
+
+def project_wall_time(per_run_seconds: float, runs: int, *, devices=(1, 8, 64), compile_seconds: float = 0.0,
+                      largest_run_seconds=None, gather_seconds: float = 0.0) -> list:
+    """Projected wall time of a sweep of ``runs`` runs spread over each number of ``devices``.
+
+    ``per_run_seconds`` is the amortised device time of one run (a sweep's wall time on one device
+    divided by its runs, measured at the per-device batch the projection assumes: a GPU given too
+    few runs per device is not filled, and its per-run cost rises). Ideal scaling is
+    ``per_run_seconds * runs / d``; what breaks it, each row says in seconds:
+
+    * ``padding_seconds``: the grid padded to a multiple of ``d`` (``ceil(runs / d)`` runs per device);
+    * ``largest_run_excess_seconds``: no device finishes before its slowest run, so the wall time is
+      at least ``largest_run_seconds`` (one run alone), however many devices there are;
+    * ``compile_seconds`` and ``gather_seconds``: compiling once and bringing the results back to
+      every process, which more devices do not shorten.
+
+    ``limited_by`` names the largest of these terms and the ideal compute (``"compute"``: scaling
+    still pays); ``speedup`` and ``efficiency`` are against the same sweep on one device.
+
+    >>> rows = project_wall_time(2.0, 100, compile_seconds=5.0, largest_run_seconds=10.0)
+    >>> [(r["devices"], r["wall_seconds"], r["limited_by"]) for r in rows]
+    [(1, 205.0, 'compute'), (8, 31.0, 'compute'), (64, 15.0, 'largest run')]
+    >>> round(rows[2]["speedup"], 1), round(rows[2]["efficiency"], 2)
+    (13.7, 0.21)
+    """
+    per_run_seconds, runs = float(per_run_seconds), int(runs)
+    if not (per_run_seconds >= 0 and runs >= 1):
+        raise ValueError(f"need per_run_seconds >= 0 and runs >= 1, got {per_run_seconds} and {runs}")
+    largest = 0.0 if largest_run_seconds is None else float(largest_run_seconds)
+    one = compile_seconds + max(per_run_seconds * runs, largest) + gather_seconds
+    rows = []
+    for d in devices:
+        d = int(d)
+        if d < 1:
+            raise ValueError(f"device counts must be >= 1, got {d}")
+        ideal = per_run_seconds * runs / d
+        per_device = -(-runs // d)
+        padded = per_run_seconds * per_device
+        compute = max(padded, largest)
+        wall = compile_seconds + compute + gather_seconds
+        terms = {"compute": ideal, "padding": padded - ideal, "largest run": compute - padded,
+                 "compile": float(compile_seconds), "gather": float(gather_seconds)}
+        rows.append({
+            "devices": d, "runs_per_device": per_device, "ideal_seconds": ideal, "wall_seconds": wall,
+            "padding_seconds": padded - ideal, "largest_run_excess_seconds": compute - padded,
+            "compile_seconds": float(compile_seconds), "gather_seconds": float(gather_seconds),
+            "speedup": one / wall if wall > 0 else math.inf,
+            "efficiency": (one / wall) / d if wall > 0 else math.nan,
+            "limited_by": max(terms, key=terms.get),
+        })
+    return rows

@@ -361,6 +361,21 @@ def open_record(folder) -> Record:
                   folder, flat, paths, info, loaded=True)
 
 
+def open_records(name) -> list:
+    """Every finished run kept under ``name`` (a recorded run's folder, or a folder of such
+    folders, e.g. one per seed), each through :func:`open_record`, in folder order."""
+    folder = Path(name)
+    if not folder.is_absolute() and not folder.exists() and _source_checkout() is not None:
+        folder = recorded_dir() / folder
+    if (folder / RECORD_FILE).is_file():
+        return [open_record(folder)]
+    subs = sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file()) if folder.is_dir() else []
+    if not subs:
+        raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}, "
+                                "in it or in its sub-folders).")
+    return [open_record(p) for p in subs]
+
+
 # ---------------------------------------------------------------------------------- locking
 class RunLockedError(RuntimeError):
     """Another process holds the lock of this run."""
@@ -815,6 +830,7 @@ __all__ = [
     "RunLockedError",
     "load",
     "open_record",
+    "open_records",
     "params_from",
     "recorded_dir",
     "plan",
