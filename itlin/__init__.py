@@ -11,7 +11,8 @@ network linearised at initialisation, anything between relinearises every ``K`` 
 Also: :func:`linearise` (``f_lin`` with ``f``'s signature), :func:`linearise_at` (stored ``J v``
 and ``J^T r``), :func:`ntk`, :func:`gauss_newton_step` / :func:`gauss_newton_fit` (damped
 Gauss-Newton in kernel form), :func:`gradient_flow` (the closed-form flow of a linearised
-model, Appendix B). Every loss is a mean over examples unless ``reduction="sum"`` is passed, and
+model, Appendix B), :func:`sweep` (a grid of runs as one vmapped program sharded over every
+device, across hosts after :func:`init_distributed`). Every loss is a mean over examples unless ``reduction="sum"`` is passed, and
 time in the flow is ``learning_rate * steps`` on that loss.
 
 Layers: this package's flat namespace is the core (jax, optax and numpy only). Research support
@@ -33,6 +34,7 @@ from .core.model import Model
 from .core.parallel import data_mesh, replicate, shard_batch
 from .core.schedules import (AtSteps, Every, Schedule, StepInfo, as_schedule, kernel_drift, loss_drift,
                              parse_period)
+from .core.sweep import grid_product, init_distributed, is_main_process, sweep, sweep_mesh
 from .core.train import StepLog, Trainer, TrainState, iterative_linearisation
 
 __version__ = "0.2.0"
@@ -54,5 +56,5 @@ __all__ = [
     "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
     "gradient_flow", "iterative_linearisation", "jacobian", "kernel_distance", "kernel_drift", "linearise",
     "linearise_at", "linearised_apply", "loss_drift", "ntk", "num_params", "parse_period", "replicate", "rmse",
-    "run", "shard_batch",
+    "run", "shard_batch", "grid_product", "init_distributed", "is_main_process", "sweep", "sweep_mesh",
 ]

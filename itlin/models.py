@@ -212,13 +212,22 @@ class MLP(nn.Module):
     """Fully connected network: ``len(widths)`` hidden layers, then a linear output layer.
 
     Inputs are flattened beyond the batch axis. Sown activations: ``hidden1`` ... ``hiddenK``.
-    Flax default initialisation (LeCun-normal weights, zero biases).
+    ``init_scheme="flax"``: Flax's default (LeCun-normal weights, zero biases); ``"torch"``: PyTorch's
+    ``nn.Linear`` default (weights and biases uniform on ``[-1/sqrt(fan_in), 1/sqrt(fan_in)]``).
     """
 
     widths: Sequence[int] = (50, 50, 50, 50, 50)
     num_outputs: int = 1
     activation: str = "relu"
     beta: float = 1.0
+    init_scheme: str = "flax"
+
+    def _dense(self, features, fan_in):
+        if self.init_scheme == "flax":
+            return nn.Dense(features)
+        bound = 1.0 / math.sqrt(fan_in)
+        uniform = lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+        return nn.Dense(features, kernel_init=uniform, bias_init=uniform)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -228,19 +237,23 @@ class MLP(nn.Module):
         act, _ = get_activation(self.activation, self.beta)
         x = x.reshape(x.shape[0], -1)
         for i, w in enumerate(self.widths):
-            x = act(nn.Dense(w)(x))
+            x = act(self._dense(w, x.shape[-1])(x))
             self.sow("intermediates", f"hidden{i + 1}", x)
-        return nn.Dense(self.num_outputs)(x)
+        return self._dense(self.num_outputs, x.shape[-1])(x)
 
 
 def mlp(num_outputs: int = 1, width: int = 50, depth: int = 5, widths=None, activation: str = "relu",
-        beta: float = 1.0) -> FlaxModel:
+        beta: float = 1.0, init: str = "flax") -> FlaxModel:
     """MLP with ``depth`` hidden layers of ``width`` units (or explicit ``widths``).
 
     The default is the quintic network of the main paper (Appendix C: "a 5 layer MLP with 50
     neurons per layer with ReLU activations"): we read "5 layers with 50 neurons" as five hidden
     layers of 50 (the single-output layer cannot have 50 neurons), i.e. six weight matrices.
+    ``init``: ``"flax"`` (LeCun-normal weights, zero biases) or ``"torch"`` (PyTorch's default,
+    uniform weights and biases); the paper states no initialisation.
     """
+    if init not in ("flax", "torch"):
+        raise ValueError(f"init must be 'flax' or 'torch', got {init!r}.")
     if widths is None:
         _positive_int("width", width)
         _positive_int("depth", depth)
@@ -248,8 +261,9 @@ def mlp(num_outputs: int = 1, width: int = 50, depth: int = 5, widths=None, acti
     widths = tuple(int(w) for w in widths)
     _positive_int("num_outputs", num_outputs)
     get_activation(activation, beta)  # validate the name
-    module = MLP(widths=widths, num_outputs=num_outputs, activation=activation, beta=float(beta))
-    meta = {"arch": "mlp", "widths": widths, "num_outputs": num_outputs, "activation": activation, "beta": beta}
+    module = MLP(widths=widths, num_outputs=num_outputs, activation=activation, beta=float(beta), init_scheme=init)
+    meta = {"arch": "mlp", "widths": widths, "num_outputs": num_outputs, "activation": activation, "beta": beta,
+            "init": init}
     ntk = partial(mlp_ntk, activation=activation, beta=float(beta))
     return _flax_model(module, "mlp", tuple(f"hidden{i + 1}" for i in range(len(widths))), meta=meta, ntk_fn=ntk)
 

@@ -187,7 +187,7 @@ def test_an_interrupted_sweep_resumes_at_the_damping_it_had_reached(tiny, tmp_pa
 
 
 def _row(lam, mean, std, kept=30):
-    return {"damping": lam, "kept": kept, "mean": mean, "median": mean, "std": std, "iqr": std,
+    return {"damping": lam, "kept": kept, "mean": mean, "median": mean, "trimmed": mean, "std": std, "iqr": std,
             "sem": std / math.sqrt(kept), "min": mean - std, "max": mean + 3 * std}
 
 
@@ -208,3 +208,38 @@ def test_claim_check_on_made_up_statistics():
     # runs with fewer than two kept runs do not count; fewer than three dampings: nothing to test
     assert f9.claim_check([_row(1.0, 1.0, 0.1), _row(2.0, 0.5, 0.1), _row(3.0, 0.1, 0.1, kept=1)]) == \
         {"dampings": [1.0, 2.0], "enough": False}
+
+
+def _srow(lam, mean, std, mn, *, median=None, trimmed=None, runs=20, descending=0, stalled=0, train=1e-6, mx=None):
+    return {"damping": lam, "mean": mean, "median": mean if median is None else median,
+            "trimmed": mean if trimmed is None else trimmed, "std": std, "iqr": std, "min": mn,
+            "max": mean * 3 if mx is None else mx, "kept": runs, "runs": runs, "sem": std / 4,
+            "still_descending": descending, "stalled": stalled, "train_median": train}
+
+
+def test_fig9_verdicts_hold_fail_or_cannot_resolve_on_synthetic_sweeps():
+    lams = [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]
+    falling = [_srow(l, 1.0 / (i + 1), 0.5 / (i + 1), 0.05) for i, l in enumerate(lams)]
+    v = {r["claim"]: r["verdict"] for r in f9.verdicts(falling)}
+    assert v["the mean test RMSE falls as damping grows"] == "holds"
+    assert v["the spread narrows as damping grows"] == "holds"
+    assert v["the best runs are similar at low and high damping"] == "holds"
+    rising = [_srow(l, 0.1 * (i + 1), 0.1, 0.05 * (i + 1)) for i, l in enumerate(lams)]
+    v = {r["claim"]: r["verdict"] for r in f9.verdicts(rising)}
+    assert v["the mean test RMSE falls as damping grows"] == "does not hold"
+    assert v["the best runs are similar at low and high damping"] == "does not hold"
+    wobbly = [_srow(l, m, 0.1, 0.05) for l, m in zip(lams[:4], [0.5, 0.3, 0.45, 0.4])]
+    assert f9.verdicts(wobbly)[0]["verdict"] == "cannot resolve"   # falls at the ends, rho not significant
+    # a mean driven by one outlier falls while the median does not
+    outlier = [_srow(l, m, 0.1, 0.05, median=0.3) for l, m in zip(lams, [5.0, 4.0, 3.0, 2.0, 1.0, 0.5])]
+    v = {r["claim"]: r["verdict"] for r in f9.verdicts(outlier)}
+    assert v["the mean test RMSE falls as damping grows"] == "holds"
+    assert v["the median test RMSE falls as damping grows"] == "does not hold"
+
+
+def test_fig9_exceptions_flag_the_same_columns_for_any_record():
+    rows = [_srow(1e-4, 2.0, 1.0, 0.1, mx=40.0), _srow(1.0, 0.4, 0.05, 0.3, stalled=18, train=0.45),
+            _srow(1e3, 0.07, 0.01, 0.06, descending=9)]
+    ex = f9.exceptions(rows)
+    assert ex == {"undertrained": [1e3], "stalled": [1.0], "outliers": [1e-4]}
+    assert [r["damping"] for r in f9.trained(rows)] == [1e-4]

@@ -268,3 +268,25 @@ def test_mlp_closed_form_ntk_equals_empirical_ntk(activation, outputs):
             np.testing.assert_allclose(model.ntk_fn(params, x1, xb), ref, rtol=1e-11, atol=1e-12)
             np.testing.assert_allclose(models.mlp_ntk(params, x1, xb, activation=activation, trace=True),
                                        empirical_ntk(f, params, x1, xb, trace=True), rtol=1e-11, atol=1e-12)
+
+
+def test_mlp_torch_initialisation_has_uniform_biases_and_a_full_rank_kernel():
+    # the quintic network with PyTorch's default init: biases are not zero, so the kinks of the
+    # ReLUs are spread over the inputs and the NTK on the 20 training points has full rank
+    # (Flax's zero biases give rank 4); the closed-form NTK still matches the Jacobian one
+    from itlin import data
+
+    with jax.enable_x64(True):
+        x = jnp.asarray(data.quintic().x_train, jnp.float64)
+        for init, rank in (("flax", 4), ("torch", 20)):
+            m = models.mlp(init=init)
+            p, _ = m.init(jax.random.PRNGKey(0), x)
+            p = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), p)
+            k = empirical_ntk(m.bind(), p, x)
+            np.testing.assert_allclose(m.ntk_fn(p, x), k, rtol=1e-10, atol=1e-12)
+            ev = np.linalg.eigvalsh(np.asarray(k))
+            assert int((ev > 1e-9 * ev[-1]).sum()) == rank, init
+        b = p["Dense_0"]["bias"]
+        assert float(jnp.abs(b).max()) <= 1.0 and float(jnp.abs(b).min()) > 0  # fan-in 1: U(-1, 1)
+    with pytest.raises(ValueError, match="init must be"):
+        models.mlp(init="he")

@@ -104,7 +104,7 @@ def times_table(results: list) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["METRICS", "TARGETS", "load_results", "machine_label", "summary_table", "target_met", "times_table"]
+__all__ = ["METRICS", "TARGETS", "load_results", "machine_label", "summary_table", "target_met", "times_table", "project_wall_time"]
 
 
 def project_wall_time(per_run_seconds: float, runs: int, *, devices=(1, 8, 64), compile_seconds: float = 0.0,

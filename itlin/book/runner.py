@@ -690,7 +690,7 @@ def _overall_status(runs: Mapping[str, dict]) -> str:
 # ---------------------------------------------------------------------------------- run
 def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *, results_dir=None,
         force: bool = False, checkpoint_every_steps=_DEFAULT, checkpoint_every_seconds=_DEFAULT,
-        progress: bool = True, verbose: bool = True) -> Record:
+        progress: bool = True, verbose: bool = True, _worker: bool = False) -> Record:
     """Run ``experiment`` with ``params``, or load its stored result.
 
     Args:
@@ -706,6 +706,10 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
       progress: progress bars (always off when ``CI`` or ``ITLIN_QUIET`` is set).
       verbose: print one line when loading, resuming or finishing.
 
+    With several processes (:func:`itlin.init_distributed`), every process runs the experiment
+    (a sweep inside it gathers every result to every process) and process 0 alone writes the
+    record; the others compute in a scratch folder and return their record from memory.
+
     Returns:
       :class:`Record` with the arrays, status and provenance.
 
@@ -715,6 +719,19 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
     """
     p = plan(experiment, params, results_dir=results_dir)
     exp = p.experiment
+    from ..core.sweep import is_main_process
+
+    if not _worker and not is_main_process():
+        # Several processes (jax.distributed): all compute, process 0 alone writes the record.
+        # The others run in a scratch folder of their own, without checkpoints, and keep nothing.
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="itlin-worker-"))
+        try:
+            return run(experiment, params, results_dir=scratch, force=True, checkpoint_every_steps=None,
+                       checkpoint_every_seconds=None, progress=False, verbose=False, _worker=True)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     every_steps = DEFAULT_CHECKPOINT_EVERY_STEPS if checkpoint_every_steps is _DEFAULT else checkpoint_every_steps
     every_secs = DEFAULT_CHECKPOINT_EVERY_SECONDS if checkpoint_every_seconds is _DEFAULT else checkpoint_every_seconds
     if every_steps is not None and (isinstance(every_steps, bool) or int(every_steps) < 1):

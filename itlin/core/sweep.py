@@ -30,7 +30,6 @@ On CPUs, processes exchange data through JAX's CPU collectives (``jax_cpu_collec
 
 from __future__ import annotations
 
-import math
 import os
 import zlib
 from functools import partial
