@@ -70,6 +70,21 @@ def write_json(path, obj, *, fsync: bool = True):
     atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), fsync=fsync)
 
 
+def ensure_writable(path, what: str) -> Path:
+    """Create ``path`` if needed and check that a file can be written in it; otherwise raise an
+    ``OSError`` whose one-line message names ``what`` (e.g. the environment variable to change)."""
+    p = Path(path).expanduser()
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=p)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise OSError(f"{p} is not a writable folder ({reason}); {what}.") from None
+    return p
+
+
 def read_json(path):
     """The JSON object in ``path``, or ``None`` if it is missing or unreadable."""
     try:
@@ -244,6 +259,7 @@ def load_tree(path) -> tuple[dict, list, dict]:
 __all__ = [
     "atomic_write",
     "content_digest",
+    "ensure_writable",
     "file_digest",
     "flatten_tree",
     "jsonable",

@@ -220,7 +220,8 @@ def cache_dir(path=None) -> Path:
     """The cache directory: ``path`` if given, else ``$ITLIN_CACHE``, else the user cache.
 
     The user cache follows platform conventions (``pooch.os_cache("itlin")``: ``~/.cache/itlin``
-    on Linux, ``~/Library/Caches/itlin`` on macOS). The directory is created if needed.
+    on Linux, ``~/Library/Caches/itlin`` on macOS). The directory is created if needed; one that
+    cannot be written raises an ``OSError`` naming ``ITLIN_CACHE``.
     """
     if path is None:
         env = os.environ.get("ITLIN_CACHE")
@@ -230,13 +231,8 @@ def cache_dir(path=None) -> Path:
             import pooch
 
             path = pooch.os_cache("itlin")
-    p = Path(path).expanduser()
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise OSError(f"cannot create the itlin cache directory {p} ({err}); pass cache_dir=... or set "
-                      "ITLIN_CACHE to a writable folder.") from err
-    return p
+    return _io.ensure_writable(path, "pass cache_dir=... or set ITLIN_CACHE to a writable folder "
+                                     "(itlin caches generated and parsed datasets there)")
 
 
 # the public function is named cache_dir; loaders take an argument of the same name
@@ -1270,3 +1266,74 @@ def arbel_teacher_student(*, n_train: Optional[int] = None, n_test: Optional[int
 
 
 __all__ += ["arbel_teacher_outputs", "arbel_teacher_student"]
+
+
+# --------------------------------------------------------------------------------------------
+# binary tasks from groups of classes (appended for book/ntk_eigenfunctions.md and
+# book/energy_concentration.md, Ortiz-Jimenez et al.)
+# --------------------------------------------------------------------------------------------
+
+def class_groups(ds: Dataset, groups=((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), *, target: str = "pm1",
+                 name: Optional[str] = None) -> Dataset:
+    """Binary version of a classification dataset: the classes of ``groups[0]`` against those of ``groups[1]``.
+
+    Ortiz-Jimenez et al.'s "CIFAR-2" is built so in their code: CIFAR-10 classes 0-4 against
+    5-9 (the default ``groups``), not two single classes (that is :func:`two_class`).
+    Examples of classes in neither group are dropped. ``target="pm1"`` (default): float32
+    targets ``(N, 1)``, -1 for ``groups[0]`` and +1 for ``groups[1]``, task ``"regression"``,
+    one output (train with the sigmoid cross-entropy ``loss="bce"``; :func:`itlin.accuracy`
+    scores a single output by its sign). ``target="label"``: int32 labels 0/1, two outputs.
+    The original class labels are kept in ``meta['labels_train'/'labels_test']``, so
+    :meth:`Dataset.subset` stays balanced over the original classes (hence over the groups
+    when they hold equally many classes); inputs keep the parent's normalisation.
+
+    >>> import numpy as np
+    >>> ds = Dataset("toy", np.zeros((4, 2), np.float32), np.array([0, 1, 2, 3]), np.zeros((2, 2), np.float32),
+    ...              np.array([3, 0]), "classification", 4)
+    >>> b = class_groups(ds, ((0, 1), (2, 3)))
+    >>> b.y_train[:, 0].tolist(), b.y_test[:, 0].tolist(), b.meta["labels_train"].tolist()
+    ([-1.0, -1.0, 1.0, 1.0], [1.0, -1.0], [0, 1, 2, 3])
+    """
+    if ds.task != "classification":
+        raise ValueError(f"class_groups needs a classification dataset, {ds.name!r} is {ds.task}.")
+    if target not in ("label", "pm1"):
+        raise ValueError(f"target must be 'label' (0/1 labels) or 'pm1' (+-1 single-output targets), got {target!r}.")
+    if len(groups) != 2 or not all(len(g) for g in groups):
+        raise ValueError(f"groups must be two non-empty collections of classes, got {groups!r}.")
+    names = list(ds.meta.get("classes", range(ds.num_outputs)))
+    index = []
+    for g in groups:
+        members = []
+        for c in g:
+            if isinstance(c, str):
+                if c not in names:
+                    raise ValueError(f"unknown class {c!r}; {ds.name} has classes {names}.")
+                c = names.index(c)
+            if isinstance(c, bool) or not 0 <= int(c) < ds.num_outputs:
+                raise ValueError(f"class index {c!r} out of range for {ds.num_outputs} classes.")
+            members.append(int(c))
+        index.append(sorted(set(members)))
+    both = set(index[0]) & set(index[1])
+    if both:
+        raise ValueError(f"classes {sorted(both)} are in both groups; the groups must not overlap.")
+    out = {}
+    for split in ("train", "test"):
+        y = np.asarray(getattr(ds, f"y_{split}"))
+        keep = np.flatnonzero(np.isin(y, index[0] + index[1]))
+        positive = np.isin(y[keep], index[1]).astype(np.int32)
+        out[f"x_{split}"] = getattr(ds, f"x_{split}")[keep]
+        out[f"labels_{split}"] = y[keep].astype(np.int32)
+        out[f"y_{split}"] = positive if target == "label" else (2.0 * positive - 1.0).astype(np.float32)[:, None]
+    meta = {**ds.meta, "parent": ds.name, "groups": [list(g) for g in index], "target": target,
+            "group_names": [[names[i] if i < len(names) else i for i in g] for g in index],
+            "labels_train": out["labels_train"], "labels_test": out["labels_test"],
+            "n_train": len(out["labels_train"]), "n_test": len(out["labels_test"])}
+    for k in ("train_index", "test_index"):
+        meta.pop(k, None)
+    return Dataset(name=name or f"{ds.name}_groups", x_train=out["x_train"], y_train=out["y_train"],
+                   x_test=out["x_test"], y_test=out["y_test"],
+                   task="classification" if target == "label" else "regression",
+                   num_outputs=2 if target == "label" else 1, meta=meta)
+
+
+__all__ += ["class_groups"]

@@ -114,6 +114,47 @@ def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tm
         print(json.dumps(TIMES, indent=1))
 
 
+def test_papermill_parses_every_parameters_cell_without_warnings(caplog):
+    """papermill's own parser (used for ``-p`` and the injected cell) must see exactly the names
+    the chapter assigns, with no 'Unable to parse line' warnings (e.g. from quotes in comments)."""
+    from papermill.translators import PythonTranslator
+
+    for chapter in CHAPTERS:
+        src = ROOT / (chapter + ".md")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            names = [p.name for p in PythonTranslator.inspect(parameters_cell(_read(src)))]
+        assert not caplog.records, (chapter, [r.getMessage() for r in caplog.records])
+        assert names == list(chapter_parameters(src)), chapter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", ["damping", "performance"])
+def test_plain_papermill_runs_a_chapter_from_the_repository_root(chapter, book_dirs, tmp_path):
+    """What a user does without itlin's wrapper: jupytext to .ipynb, then papermill, from the
+    repository root. Chapters that open recorded runs or benchmark files must find them."""
+    nb_in, nb_out = tmp_path / f"{chapter}.ipynb", tmp_path / f"{chapter}-out.ipynb"
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "notebook", "-o", str(nb_in),
+                    f"book/{chapter}.md"], cwd=ROOT, check=True, capture_output=True)
+    params = ["-p", "scale", "tiny"] if "scale" in chapter_parameters(ROOT / "book" / f"{chapter}.md") else []
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(nb_in), str(nb_out), *params],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Passed unknown parameter" not in proc.stderr and "Unable to parse" not in proc.stderr
+
+
+def test_rerun_cli_turns_a_rejected_value_into_one_line_and_no_notebook(tmp_path):
+    out = tmp_path / "out.ipynb"
+    cmd = [sys.executable, "-m", "itlin.book.run", "book/k_sweeps.md", str(out), "-p", "scale", "tiny",
+           "-p", "seeds", "0"]
+    env = dict(os.environ, ITLIN_RESULTS=str(tmp_path / "results"))
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert lines == ["error: seeds must be >= 1, got 0."], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
 def test_rerun_cli_rejects_unknown_parameters_and_lists_known_ones(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     rc = run_main(["book/intro.md", str(tmp_path / "out.ipynb"), "-p", "sead", "1"])

@@ -152,6 +152,20 @@ def test_a_diverged_run_never_enters_a_verdict():
     assert c["verdict"] == "holds" and "1 seed(s) left out" in c["detail"] and "(4 seeds)" in c["measured"]
 
 
+@pytest.mark.slow
+def test_blown_up_runs_are_diverged_not_completed_and_judge_nothing(tmp_path):
+    """Issue 15's repro: at learning rate 1e3 the losses blow up without becoming NaN. Every run must
+    be marked diverged at the step it passed the blow-up multiple, and no claim may be judged."""
+    rec = runner.run("fig2_k_sweep", {"scale": "tiny", "learning_rate": 1e3}, results_dir=tmp_path,
+                     progress=False, verbose=False)
+    assert not rec.completed and "diverged" in rec.status
+    assert rec.runs and all(r["status"].startswith("diverged") for r in rec.runs.values())
+    assert all(r["diverged_at"] >= 1 for r in rec.runs.values())
+    claims = fig2.claims_of(rec)
+    assert claims and all(c["verdict"] == "cannot resolve" for c in claims)
+    assert all("left out" in c["detail"] for c in claims)
+
+
 def test_fig2_claims_on_synthetic_rows():
     f = {"full K=1": {"sweep": "full", "K": 1.0, "control": False}, "full K=100": {"sweep": "full", "K": 100.0,
          "control": False}, "full K=inf": {"sweep": "full", "K": math.inf, "control": False},

@@ -331,18 +331,25 @@ def test_record_contents_and_layout(tmp_path):
     assert rec.keys() == ["init_note", "K=1", "K=3"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "record"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "record", "edit-status", "edit-metric"])
 def test_damaged_results_are_detected_and_recomputed(tmp_path, damage):
     params = {"dampings": [0.5, 2.0]}
     first = runner.run("test_stage", params, results_dir=tmp_path)
-    f = first.path / ("record.json" if damage == "record" else "results.npz")
+    f = first.path / ("results.npz" if damage in ("truncate", "flip") else "record.json")
     data = bytearray(f.read_bytes())
     if damage == "truncate":
         data = data[: len(data) // 2]
     elif damage == "flip":
         data[len(data) // 2] ^= 0xFF
-    else:
+    elif damage == "record":
         data = data[:10]
+    else:  # a well-formed record.json whose status or a metric was edited by hand
+        info = json.loads(bytes(data))
+        if damage == "edit-status":
+            info["status"] = "completed (edited)"
+        else:
+            info["wall_seconds"] = info["wall_seconds"] + 1.0
+        data = json.dumps(info, indent=1).encode()
     f.write_bytes(bytes(data))
     with pytest.warns(RuntimeWarning, match="damaged"):
         again = runner.run("test_stage", params, results_dir=tmp_path)
@@ -587,3 +594,34 @@ def test_open_record_reads_a_finished_run_and_checks_it(tmp_path):
     res.write_bytes(res.read_bytes()[:-10])
     with pytest.raises(ValueError, match="does not match the checksum"):
         runner.open_record(rec.path)
+
+
+def test_a_record_is_covered_by_its_own_checksum(tmp_path):
+    rec = runner.run("test_stage", results_dir=tmp_path)
+    info = json.loads((rec.path / "record.json").read_text())
+    assert info["record_sha256"] == runner.record_digest(info)
+    info["status"] = "completed"
+    info["runs"] = {}
+    (rec.path / "record.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="does not match its own checksum"):
+        runner.open_record(rec.path)
+
+
+def test_every_recorded_run_kept_with_the_book_passes_its_checksums():
+    folders = sorted(p.parent for p in runner.recorded_dir().rglob("record.json"))
+    assert folders
+    for folder in folders:
+        runner.open_record(folder)  # raises on a missing or wrong record or array checksum
+
+
+@pytest.mark.parametrize("variable", ["ITLIN_RESULTS", "ITLIN_CACHE"])
+def test_unwritable_results_or_cache_folder_fails_before_any_work(tmp_path, monkeypatch, variable):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv(variable, str(blocker / "inside"))
+    CALLS.clear()
+    with pytest.raises(OSError, match=f"not a writable folder.*{variable}") as err:
+        runner.run("test_stage", {"dampings": [0.5, 2.0]})
+    assert "\n" not in str(err.value)
+    assert CALLS.get("test_stage", 0) == 0  # the experiment never started

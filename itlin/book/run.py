@@ -7,6 +7,9 @@ Papermill cannot read ``.md`` files, so this reads the chapter with jupytext, ch
 ``-p NAME VALUE`` names a variable of that cell (a typo would otherwise be injected and silently
 ignored), and executes it with papermill into ``out.ipynb``. Values are Python literals
 (``100``, ``1e-3``, ``"inf"``, ``[1, 10, 100]``, ``True``); anything else is taken as a string.
+A value the experiment rejects (its validation runs before any compute) ends the run with a
+one-line error, exit status 2 and no output notebook; a cell that fails for another reason
+leaves the executed notebook, traceback included, and exits with status 1.
 The notebook runs with the chapter's folder as working directory; experiment results are cached
 under ``$ITLIN_RESULTS`` (see :mod:`itlin.book.runner`), so a re-run with the same parameters loads
 them instead of recomputing.
@@ -88,6 +91,10 @@ def execute_chapter(source, output, parameters: Optional[dict] = None, *, kernel
     return output
 
 
+# Exceptions that mean "a parameter value is wrong" when a chapter's first experiment call raises them.
+_PARAMETER_ERRORS = ("ParameterError", "UnknownExperimentError")
+
+
 def main(argv=None):
     """Command-line entry point (``python -m itlin.book.run``); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m itlin.run", description=__doc__,
@@ -115,6 +122,19 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:  # papermill.PapermillExecutionError: a cell raised
+        ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
+        if ename is None:
+            raise
+        if ename in _PARAMETER_ERRORS:
+            # A bad value is caught by the experiment's validation before any compute: say so in
+            # one line and leave no half-executed notebook behind.
+            Path(args.output).unlink(missing_ok=True)
+            print(f"error: {evalue}", file=sys.stderr)
+            return 2
+        print(f"error: {args.chapter} failed in cell {getattr(err, 'exec_count', '?')} with {ename}: {evalue} "
+              f"(the executed notebook, with the traceback, is in {args.output})", file=sys.stderr)
+        return 1
     print(f"wrote {out}")
     return 0
 

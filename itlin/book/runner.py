@@ -301,6 +301,9 @@ def _read_record(plan_: Plan) -> tuple:
     if info.get("experiment") != plan_.experiment.name or info.get("params") != _io.jsonable(plan_.params) \
             or str(info.get("version")) != plan_.experiment.version:
         return None, f"{rec_path} belongs to other parameters or another version"
+    problem = _record_problem(info, rec_path)
+    if problem is not None:
+        return None, problem
     if not res_path.is_file():
         return None, f"{res_path} is missing"
     try:
@@ -316,6 +319,22 @@ def _read_record(plan_: Plan) -> tuple:
     rec = Record(plan_.experiment.name, dict(plan_.params), info.get("status", "unknown"), plan_.path,
                  flat, paths, info, loaded=True)
     return rec, None
+
+
+def record_digest(info: Mapping) -> str:
+    """sha256 over a record's own content (every field but ``record_sha256``), so that an edited
+    status, metric or parameter in ``record.json`` is detected like a modified array file."""
+    body = {k: v for k, v in _io.jsonable(dict(info)).items() if k != "record_sha256"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _record_problem(info: Mapping, rec_path) -> Optional[str]:
+    if "record_sha256" not in info:
+        return f"{rec_path} has no checksum of its own (made by an older itlin, or edited)"
+    if record_digest(info) != info["record_sha256"]:
+        return f"{rec_path} does not match its own checksum (edited after the run)"
+    return None
 
 
 def load(experiment, params=None, *, results_dir=None) -> Optional[Record]:
@@ -354,6 +373,9 @@ def open_record(folder) -> Record:
     info = _io.read_json(rec_path)
     if info is None or not res_path.is_file():
         raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}).")
+    problem = _record_problem(info, rec_path)
+    if problem is not None:
+        raise ValueError(problem + ".")
     if _io.sha256_file(res_path) != info.get("arrays_sha256"):
         raise ValueError(f"{res_path} does not match the checksum in {rec_path} (truncated or modified).")
     flat, paths, _ = _io.load_tree(res_path)
@@ -748,14 +770,20 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
     if not force:
         rec = _load_or_warn(p)
         if rec is not None:
-            say(f"loaded stored result ({rec.status}) from {p.path}")
+            say(f"loaded stored result ({rec.status}) {exp.name}/{p.hash} from the results folder")
             return rec
 
+    # Everything the run will write, checked before any work (a dataset generated and then lost
+    # to an unwritable cache, or a run that cannot be saved, costs the whole run).
+    _io.ensure_writable(p.path.parent.parent, "set ITLIN_RESULTS (or pass results_dir=...) to a writable folder")
+    from .. import data as _data
+
+    _data.cache_dir()
     with _locked(p.path, say):
         if not force:  # another process may have finished it while we waited for the lock
             rec = _load_or_warn(p, quiet=True)
             if rec is not None:
-                say(f"loaded stored result ({rec.status}) from {p.path}")
+                say(f"loaded stored result ({rec.status}) {exp.name}/{p.hash} from the results folder")
                 return rec
         for name in (RECORD_FILE, RESULTS_FILE):
             with contextlib.suppress(FileNotFoundError):
@@ -770,13 +798,13 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
         ctx = RunContext(p, checkpoint_every_steps=every_steps, checkpoint_every_seconds=every_secs,
                          progress=progress, verbose=verbose)
         if (p.path / WORK_DIR).is_dir() and any((p.path / WORK_DIR).iterdir()):
-            say(f"found checkpoints in {p.path / WORK_DIR}; resuming")
+            say(f"found checkpoints of {exp.name}/{p.hash}; resuming")
         t0 = time.perf_counter()
         out = exp.run(dict(p.params), ctx)
         wall = time.perf_counter() - t0
         rec = _finish(p, ctx, out, wall=wall, started=started, first_started=first_started or started)
         shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
-    say(f"{rec.status} in {wall:.1f} s; saved to {p.path}")
+    say(f"{rec.status} in {wall:.1f} s; saved as {exp.name}/{p.hash} in the results folder")
     return rec
 
 
@@ -833,6 +861,7 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
         "arrays_sha256": sha,
         "arrays_bytes": (p.path / RESULTS_FILE).stat().st_size,
     }
+    info["record_sha256"] = record_digest(info)
     _io.write_json(p.path / RECORD_FILE, info)
     info = _io.read_json(p.path / RECORD_FILE)  # exactly what a later load sees
     return Record(p.experiment.name, dict(p.params), status, p.path, flat, paths, info, loaded=False)
@@ -850,6 +879,7 @@ __all__ = [
     "open_records",
     "params_from",
     "recorded_dir",
+    "record_digest",
     "plan",
     "results_dir",
     "run",

@@ -49,7 +49,7 @@ class SparseParams(Params):
     channels: Optional[int] = param(None, "LeNet convolution channels; None: from scale (paper: 50)", min=1)
     eval_every: Optional[int] = param(None, "steps between evaluations; None: from scale", min=1)
     seeds: Optional[int] = param(None, "seeds per setting (initialisation and batch order); seed, seed+1, ...; "
-                                       "None: from scale", min=1)
+                                       "None: from scale", min=1, max=100_000)
     close_margin: float = param(0.02, "two accuracies count as close when the interval of their gap lies within "
                                       "this (0.02: 2 points, about twice the paper's Fig. 3 gap)", gt=0, lt=1)
     blowup: float = param(100.0, "a run has diverged once its training loss exceeds this multiple of its first "

@@ -118,7 +118,7 @@ def resolve_sizes(p: dict) -> dict:
 
 @dataclass(frozen=True)
 class Fig9Params(Params):
-    seeds: Optional[int] = param(None, "initialisations per damping value (None: from scale)", min=1)
+    seeds: Optional[int] = param(None, "initialisations per damping value (None: from scale)", min=1, max=100_000)
     dampings: Optional[tuple[float, ...]] = param(None, "damping values lambda > 0, distinct (None: from scale); "
                                                         "the plots use a log axis", gt=0)
     gn_steps: Optional[int] = param(None, "most Gauss-Newton steps per run (None: from scale)", min=1)
