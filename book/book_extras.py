@@ -1,7 +1,7 @@
 """A small Sphinx extension for the book, loaded through ``sphinx.local_extensions`` in _config.yml.
 
 It lives beside the chapters (a plain file in book/) so that any copy of the book that carries
-book/'s files builds with it. It does two things Jupyter Book 1 has no setting for:
+book/'s files builds with it. It does three things Jupyter Book 1 has no setting for:
 
 * **Author-year bibliography.** The chapters cite author-year (``bibtex_reference_style:
   author_year``: "Goldwaser and Ge [2023]", "[Jacot et al., 2018]"), but pybtex only ships alpha
@@ -14,10 +14,16 @@ book/'s files builds with it. It does two things Jupyter Book 1 has no setting f
   book's repository URL, which this book has none of. This hook puts the executed notebook next to
   the page sources and adds the ``.ipynb`` entry to the theme's download menu, beside ``.md`` and
   ``.pdf``.
+* **No ipywidgets state in the pages.** Executing a chapter stores the state of every widget it
+  created in the notebook (the live demo's sliders and its last PNG, tens of KB). The built book
+  shows no ipywidgets (its demos are static HTML; the live demo's output is removed), so that
+  state, and the widget-manager scripts MyST-NB would load from a CDN to read it, are dropped
+  from the pages and from the offered ``.ipynb``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -98,10 +104,22 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree):
     target = Path(app.outdir, "_sources", *f"{pagename}.ipynb".split("/"))
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(executed, target)
+    nb = json.loads(target.read_text(encoding="utf-8"))
+    if nb.get("metadata", {}).pop("widgets", None) is not None:
+        target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+def _drop_widget_state(app, env):
+    """Forget the ipywidgets state and scripts MyST-NB registered for each page (see above)."""
+    for data in getattr(env, "nb_metadata", {}).values():
+        files = data.get("js_files", {})
+        for key in [k for k in files if k.startswith("ipywidgets")]:
+            del files[key]
+
+
 def setup(app):
+    app.connect("env-updated", _drop_widget_state)
     register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)
     app.connect("html-page-context", _offer_executed_notebook, priority=500)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -9,6 +9,7 @@ is reused.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,17 @@ def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tm
     html = site / "_build" / "html"
     for chapter in CHAPTERS:
         assert (html / (chapter + ".html")).exists(), chapter
+    # clean outputs: no local paths, no ipywidgets state, no scripts from the network
+    local = [str(ROOT), os.environ["ITLIN_RESULTS"], str(book_dirs), str(Path.home())]
+    for page in html.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "widget-state+json" not in text, f"{page.name} embeds ipywidgets state"
+        remote = re.findall(r"<script\b[^>]*\bsrc=[\"'](https?:[^\"']+)", text)
+        assert not remote, f"{page.name} loads scripts from the network: {remote}"
+        leaked = [p for p in local if p in text]
+        assert not leaked, f"{page.name} shows local paths: {leaked}"
+    for nb_file in (html / "_sources").rglob("*.ipynb"):
+        assert "widgets" not in json.loads(nb_file.read_text())["metadata"], nb_file.name
     demo = (html / "book" / "iterative_linearisation.html").read_text()
     assert 'class="itlin-static-demo"' in demo and "<input type=\"range\"" in demo
     if os.environ.get("ITLIN_REPORT_TIMES"):
