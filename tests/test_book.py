@@ -20,6 +20,7 @@ import nbformat
 import pytest
 import yaml
 
+from itlin.book.plotting import MIN_TEXT_PX
 from itlin.book.run import chapter_parameters, execute_chapter, main as run_main, parameters_cell, _read
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,13 +72,19 @@ def test_every_chapter_is_a_paired_myst_notebook_with_one_parameters_cell():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_executes_under_papermill_at_tiny_scale(chapter, book_dirs):
+def test_chapter_executes_under_papermill_at_tiny_scale(chapter, book_dirs, monkeypatch, tmp_path):
     src = ROOT / (chapter + ".md")
     params = {k: v for k, v in TINY.items() if k in chapter_parameters(src)}
     out = book_dirs / (chapter + ".ipynb")
+    sizes = tmp_path / "figure-text.jsonl"
+    monkeypatch.setenv("ITLIN_FIGURE_CHECK", str(sizes))  # itlin.book.setup() notes each figure's text
     t = time.perf_counter()
     execute_chapter(src, out, params, timeout=900)
     TIMES[chapter] = time.perf_counter() - t
+    # legibility: no figure text under MIN_TEXT_PX at the book's column width
+    figures = [json.loads(line) for line in sizes.read_text().splitlines()] if sizes.exists() else []
+    small = [f for f in figures if f["px"] is not None and f["px"] < MIN_TEXT_PX - 1e-9]
+    assert not small, f"{chapter}: figure text below {MIN_TEXT_PX} px at the column width: {small}"
     nb = nbformat.read(out, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

@@ -1,6 +1,7 @@
 """The book's demo machinery (itlin.widgets, the quintic_demo experiment), the derivation checks
 (itlin.derivations) and the K-spectrum schematic (itlin.diagrams)."""
 
+import base64
 import io
 import json
 import math
@@ -80,6 +81,22 @@ def test_static_demo_has_the_wrapper_sliders_and_one_frame_per_setting():
     shown = [i["data-key"] for i in imgs if "block" in i["style"]]
     assert shown == ["1-0"]  # without JavaScript the initial frame is visible
     assert "setting 10 / 0.001" in text and "∞" in text
+
+
+def test_static_demo_shows_hidpi_frames_at_their_css_width():
+    png = _png()  # a figure drawn at some dpi: its pixel width is in the PNG header
+    width = int.from_bytes(png[16:20], "big")
+    for ratio, shown in ((None, width), (2, width / 2)):
+        text = widgets.static_demo({1: png}, {"K": [1]}, html_only=True, pixel_ratio=ratio)
+        (img,) = [a for t, a in _parse(text).tags if t == "img"]
+        assert f"width:{shown:.0f}px" in img["style"]
+    fig, ax = plt.subplots(figsize=(2, 1))  # a figure frame: drawn at dpi 200, shown at 100 px per inch
+    text = widgets.static_demo({1: fig}, {"K": [1]}, html_only=True)
+    (img,) = [a for t, a in _parse(text).tags if t == "img"]
+    css = float(re.search(r"width:(\d+)px", img["style"]).group(1))
+    drawn = base64.b64decode(img["src"].split(",", 1)[1])
+    assert abs(css - int.from_bytes(drawn[16:20], "big") / 2) <= 0.5  # dpi 200 shown at 100 px per inch
+    assert 150 <= css <= 260  # about 2 inches, give or take what bbox_inches="tight" trims or adds
 
 
 def test_static_demo_ids_are_unique_when_shown_twice():
@@ -257,6 +274,10 @@ def test_quintic_demo_live_version_trains_through_itlin():
     assert isinstance(run, quintic_demo.DemoRun) and run.steps == 10 and run.feature_updates == 10
     fig = quintic_demo.plot_setting(run)
     assert len(fig.axes) == 2
+    # the static demo's frames are this figure: legible at the column width like every other
+    from itlin.book.plotting import MIN_TEXT_PX, smallest_text
+
+    assert smallest_text(fig)[0] >= MIN_TEXT_PX, smallest_text(fig)
     plt.close(fig)
 
 

@@ -10,15 +10,22 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Mapping
 
 #: (key, what it measures, comparison, target) in the order the book shows them.
 METRICS = [
     ("fullbatch_lin_over_gd",
      "full-batch linearised step reusing the phase's linearisation / GD step (LeNet-1D, MNIST-1D, 4000 examples)",
      "<=", 0.8),
+    ("fullbatch_flop_floor",
+     "XLA's flop count of that linearised step (tangent + transpose passes) / of the GD step: the arithmetic "
+     "floor", None, None),
     ("fullbatch_naive_over_gd",
      "naive linearised step (a JVP through the network every step) / GD step, same setting", None, None),
     ("minibatch_lin_over_sgd", "mini-batch (256) linearised step / SGD step, same model", "<=", 1.4),
+    ("minibatch_flop_floor",
+     "XLA's flop count of one linearised mini-batch gradient (JVP, then transpose) / of one SGD gradient",
+     None, None),
     ("gn_speedup_over_naive",
      "naive damped Gauss-Newton step (jacrev, J J^T, eigh) / kernel-form step with the closed-form NTK "
      "(N=500, d=10, M=5000, float64)", ">=", 5.0),
@@ -104,7 +111,9 @@ def times_table(results: list) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["METRICS", "TARGETS", "load_results", "machine_label", "summary_table", "target_met", "times_table", "project_wall_time"]
+__all__ = ["CIFAR_OVER_FASHION", "METRICS", "PAPER_GPU_HOURS", "TARGETS", "full_batch_step_ms", "load_results",
+           "machine_label", "project_wall_time", "projected_device_hours", "run_inventory", "summary_table",
+           "target_met", "times_table"]
 
 
 def project_wall_time(per_run_seconds: float, runs: int, *, devices=(1, 8, 64), compile_seconds: float = 0.0,
@@ -157,3 +166,43 @@ def project_wall_time(per_run_seconds: float, runs: int, *, devices=(1, 8, 64), 
             "limited_by": max(terms, key=terms.get),
         })
     return rows
+
+
+# ------------------------------------------------------------------------------ device-hours
+#: the papers' own compute budgets (GPU-hours), as they state them
+PAPER_GPU_HOURS = {"Goldwaser and Ge (all experiments)": 1500, "Arbel et al. (all experiments)": 3600}
+
+#: how a CIFAR-10 step is priced from the measured Fashion-MNIST steps of the same 2-D LeNet: the
+#: convolutions scale with the image area, (32 / 28)^2 (the first layer's 3 input channels ignored)
+CIFAR_OVER_FASHION = (32 / 28) ** 2
+
+
+def run_inventory(name: str, r: Mapping) -> list:
+    """``[(kind, runs, steps_per_run)]`` of a headline experiment at resolved settings ``r``: the
+    training runs it makes, grouped by the kind of step (``"full"`` batch or ``"mini"``-batch).
+    Mirrors the ``run`` of fig2_k_sweep / fig3_augmentation / fig8_adam.
+
+    >>> run_inventory("fig3_augmentation", {"Ks": [1, 1000], "steps": 4000, "seeds": 5})
+    [('mini', 10, 4000)]
+    """
+    seeds = int(r["seeds"])
+    if name == "fig2_k_sweep":
+        full = (len(r["Ks"]) + (1 if r.get("inf_lr_multiplier") else 0)) * seeds
+        return [("full", full, int(r["steps"])), ("mini", len(r["mini_Ks"]) * seeds, int(r["steps"]) * int(r["rescale"]))]
+    if name == "fig3_augmentation":
+        return [("mini", len(r["Ks"]) * seeds, int(r["steps"]))]
+    if name == "fig8_adam":
+        return [("mini", 3 * seeds, int(r["steps"]))]  # SGD, Adam, and Adam on solved linearisations
+    raise KeyError(f"no run inventory for {name!r}")
+
+
+def projected_device_hours(name: str, r: Mapping, step_ms: Mapping[str, float]) -> float:
+    """Device-hours of experiment ``name`` at settings ``r`` with ``step_ms[kind]`` milliseconds per
+    step of each kind (evaluations and compilation not counted)."""
+    return sum(runs * steps * step_ms[kind] for kind, runs, steps in run_inventory(name, r)) / 3.6e6
+
+
+def full_batch_step_ms(minibatch_ms: float, n_train: int, batch_size: int = 256) -> float:
+    """A full-batch step priced as ``n_train / batch_size`` mini-batch steps (the GPU is compute
+    bound at these sizes, so time grows with the examples a step touches)."""
+    return minibatch_ms * n_train / batch_size

@@ -17,7 +17,7 @@ __all__ = ["k_spectrum"]
 _GD, _IL, _GN, _LIN = "#1f5fa8", "#6a9f3a", "#c9731b", "#8c2d4f"
 
 
-def k_spectrum(*, steps: int = 100_000, k_converge: float = 3e3, figsize=(11.0, 5.0)):
+def k_spectrum(*, steps: int = 100_000, k_converge: float = 3e3, figsize=(9.0, 5.8)):
     """The K spectrum as a figure.
 
     Args:
@@ -62,16 +62,16 @@ def k_spectrum(*, steps: int = 100_000, k_converge: float = 3e3, figsize=(11.0, 
                 linespacing=1.35,
                 bbox=dict(boxstyle="round,pad=0.45", facecolor="white", edgecolor=color, lw=1.6))
 
-    box(0.0, 0.86, r"K=1:\ gradient\ descent",
-        "features $\\phi_t$ updated\nafter every step\n(Eq. 3 = plain GD)", _GD)
-    box((0.45 + x_conv) / 2, 0.86, r"iterative\ linearisation",
-        "train the linearised network\nfor K steps (Eq. 3), then update\nthe features (Eq. 4): T/K updates", _IL)
-    box((x_conv + kmax_exp) / 2 + 0.15, 0.86, r"each\ linearisation\ solved:\ Gauss{-}Newton",
-        "every phase converges, so each one\nis a Gauss-Newton step (Eq. 5);\nall larger K train alike.\n"
-        "Damping $\\lambda$ (Eq. 6) $\\approx$ stopping\na phase early: $\\lambda \\sim 1/(\\eta K)$", _GN)
+    box(0.0, 0.86, r"K=1:\ GD",
+        "features $\\phi_t$\nupdated after\nevery step\n(Eq. 3 = GD)", _GD)
+    box((0.45 + x_conv) / 2 + 0.05, 0.86, r"iterative\ linearisation",
+        "train the linearised\nnetwork for K steps\n(Eq. 3), then update\nthe features (Eq. 4):\nT/K updates", _IL)
+    box((x_conv + kmax_exp) / 2 + 0.1, 0.86, r"Gauss{-}Newton",
+        "each linearisation solved:\na Gauss-Newton step (Eq. 5);\nall larger K train alike.\n"
+        "Damping $\\lambda$ (Eq. 6) $\\approx$\nstopping a phase early,\n$\\lambda \\sim 1/(\\eta K)$", _GN)
     box(x_inf, 0.86, r"K=\infty",
-        "only the initial\nlinearisation is\ntrained: no feature\nlearning. Solved, it\n"
-        "is one Gauss-Newton\nstep (Eq. 19)", _LIN)
+        "only the initial\nlinearisation\nis trained: no\nfeature learning.\nSolved, it is one\n"
+        "Gauss-Newton\nstep (Eq. 19)", _LIN)
     ax.annotate("", xy=(kmax_exp + 0.3, 0.26), xytext=(0.1, 0.26),
                 arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.3))
     ax.text((kmax_exp + 0.3) / 2, 0.285, "fewer feature updates, each linearisation trained further",
@@ -81,20 +81,20 @@ def k_spectrum(*, steps: int = 100_000, k_converge: float = 3e3, figsize=(11.0, 
     ks = np.logspace(0, math.log10(steps), 200)
     updates = np.floor(steps / ks)
     ax2.step(np.log10(ks), updates, where="post", color="0.25", lw=1.6)
-    ax2.text(math.log10(steps) + 0.1, 0.6, "K > T: none", fontsize=8, color="0.4", va="center")
-    ax2.text(x_conv + 0.1, 30, "each phase is one\nGauss-Newton step:\nT/K of them", fontsize=8, color=_GN,
+    ax2.text(math.log10(steps) + 0.1, 0.6, "K > T: none", fontsize=8.5, color="0.4", va="center")
+    ax2.text(x_conv + 0.1, 30, "each phase is one\nGauss-Newton step:\nT/K of them", fontsize=8.5, color=_GN,
              va="bottom")
     ax2.set_yscale("log")
     ax2.set_ylim(0.3, steps * 4)
     ax2.plot([x_inf], [0.5], "o", color=_LIN, ms=7)
     ax2.text(x_inf, 1.2, "0", ha="center", color=_LIN, fontsize=9)
     ax2.axvline(math.log10(steps), color="0.6", lw=0.8, ls=":")
-    ax2.text(math.log10(steps) + 0.05, steps, "K = T: one update", fontsize=8, color="0.4", va="top")
+    ax2.text(math.log10(steps) + 0.05, steps, "K = T: one update", fontsize=8.5, color="0.4", va="top")
     ax2.set_ylabel(f"feature updates\nin T = {steps:,} steps", fontsize=9)
     ax2.axvline(x_conv, color=_GN, ls="--", lw=1.2)
     yt = [1, 10, 100, 1000, 10_000, 100_000]
     ax2.set_yticks([v for v in yt if v <= steps * 4])
-    ax2.set_yticklabels([f"{v:,}" for v in yt if v <= steps * 4], fontsize=8)
+    ax2.set_yticklabels([f"{v:,}" for v in yt if v <= steps * 4], fontsize=8.5)
 
     ticks = list(range(0, kmax_exp + 1)) + [x_inf]
     labels = ["1" if e == 0 else f"$10^{{{e}}}$" for e in range(0, kmax_exp + 1)] + [r"$\infty$"]

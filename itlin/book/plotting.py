@@ -44,9 +44,75 @@ HOUSE_STYLE = {
 }
 
 
+#: the page column in CSS px that :data:`COLUMN_WIDTH` stands for, and the smallest text size on
+#: it that counts as legible (:func:`smallest_text`)
+COLUMN_PX = 750
+MIN_TEXT_PX = 9.0
+
+
+def smallest_text(fig, *, column_px: float = COLUMN_PX) -> tuple:
+    """``(px, text)``: the smallest visible text of ``fig`` in CSS px as the book shows it.
+
+    Inline figures are shown at their own size (``figure.dpi`` = 100, so one inch is 100 CSS px)
+    and scaled down to ``column_px`` when wider; a ``fontsize`` of ``s`` points is then
+    ``s / 72 * 100 * scale`` px tall. Returns ``(inf, "")`` for a figure without text.
+
+    >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    >>> fig, ax = plt.subplots(figsize=(15, 3)); _ = ax.set_title("t", fontsize=10)
+    >>> round(smallest_text(fig)[0], 1)  # 15 in shown in 750 px: half size
+    6.9
+    >>> smallest_text(fig)[1]  # the tick labels (10 pt in the house style, 6.9 pt here by default)
+    '0.0'
+
+    >>> plt.close(fig)
+    """
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()  # fills in tick labels, legends and layout
+    width_in = float(fig.get_figwidth())
+    scale = min(1.0, column_px / (width_in * 100.0))
+    best = (math.inf, "")
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip() or t.get_alpha() == 0:
+            continue
+        if t.axes is not None and not t.axes.get_visible():
+            continue
+        px = float(t.get_fontsize()) / 72.0 * 100.0 * scale
+        if px < best[0]:
+            best = (px, t.get_text().strip()[:40])
+    return best
+
+
+def _record_legibility(path):
+    """Inside IPython, note the smallest text of every figure shown inline (as a JSON line in
+    ``path``): the book's test fails a chapter whose figures have text under MIN_TEXT_PX."""
+    import json
+
+    from IPython import get_ipython
+    from matplotlib.figure import Figure
+
+    formatter = get_ipython().display_formatter.formatters["image/png"]
+    previous = formatter.lookup_by_type(Figure)
+
+    def png(fig, **kwargs):
+        px, text = smallest_text(fig)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"px": px if math.isfinite(px) else None, "text": text,
+                                 "figsize": [fig.get_figwidth(), fig.get_figheight()]}) + "\n")
+        return previous(fig, **kwargs)
+
+    formatter.for_type(Figure, png)
+
+
 def use_house_style() -> None:
     """Apply :data:`HOUSE_STYLE` to matplotlib and, inside IPython, render inline figures at
-    twice the pixel density (sharp on HiDPI screens, same size on the page)."""
+    twice the pixel density (sharp on HiDPI screens, same size on the page).
+
+    With ``$ITLIN_FIGURE_CHECK`` set to a file, every inline figure's smallest text size
+    (:func:`smallest_text`) is appended to it, for the book's legibility test.
+    """
+    import os
+
     import matplotlib as mpl
 
     mpl.rcParams.update(HOUSE_STYLE)
@@ -57,7 +123,9 @@ def use_house_style() -> None:
             from matplotlib_inline.backend_inline import set_matplotlib_formats
 
             set_matplotlib_formats("retina")
-    except Exception:  # not in IPython, or no inline backend: nothing to do
+            if os.environ.get("ITLIN_FIGURE_CHECK"):
+                _record_legibility(os.environ["ITLIN_FIGURE_CHECK"])
+    except ImportError:  # not in IPython, or no inline backend: nothing to do
         pass
 
 

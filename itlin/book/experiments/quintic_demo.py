@@ -238,11 +238,11 @@ _NET, _LIN, _TRUTH, _RELIN = "#1f5fa8", "#e07b00", "0.15", "#7a3fa0"
 
 
 def plot_setting(run: DemoRun, fig=None, *, loss_ylim=None, title: bool = True):
-    """Draw one setting: left the functions, right the training losses over steps.
+    """Draw one setting: on top the functions, below the training losses over steps.
 
-    Left: the true quintic, the 20 training points, the network at initialisation, the trained
+    Top: the true quintic, the 20 training points, the network at initialisation, the trained
     network and the linearised model it was training at the end (they coincide right after a
-    relinearisation). Right: the training loss (``0.5 * mean squared error``) of the true
+    relinearisation). Bottom: the training loss (``0.5 * mean squared error``) of the true
     network and of the linearised model over steps (log scale), with the relinearisations
     marked along the top (as ticks when there are at most 60, as a note otherwise). A diverged
     run is cut at its last finite evaluation and marked with a cross.
@@ -251,9 +251,11 @@ def plot_setting(run: DemoRun, fig=None, *, loss_ylim=None, title: bool = True):
 
     from ..plotting import plot_history
 
-    if fig is None:
-        fig = plt.figure(figsize=(10.5, 3.9), layout="constrained")
-    ax_f, ax_l = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.0, 1.15]})
+    from ..plotting import COLUMN_WIDTH
+
+    if fig is None:  # the column's width, panels stacked: legible on the page and on a phone
+        fig = plt.figure(figsize=(COLUMN_WIDTH, 7.2), layout="constrained")
+    ax_f, ax_l = fig.subplots(2, 1)
 
     ax_f.plot(run.x_grid, run.y_grid, color=_TRUTH, lw=1.2, label="true quintic")
     ax_f.plot(run.x_grid, run.f_init, color="0.6", lw=1.0, ls=":", label="network at initialisation")
@@ -264,12 +266,12 @@ def plot_setting(run: DemoRun, fig=None, *, loss_ylim=None, title: bool = True):
     lost = ~np.isfinite(run.f_net) | (np.abs(run.f_net) > 1e3)
     if run.diverged and lost.any():
         ax_f.text(0.03, 0.97, f"{run.status}:\nthe network's outputs\nare no longer finite", transform=ax_f.transAxes,
-                  ha="left", va="top", fontsize=8.5, color="#b00020")
+                  ha="left", va="top", fontsize=10, color="#b00020")
     ax_f.set_xlim(run.x_grid[0], run.x_grid[-1])
     ax_f.set_xlabel("input $x$")
     ax_f.set_ylabel("output")
-    ax_f.legend(loc="lower right", fontsize=7.5, frameon=False)
-    ax_f.set_title("fitted function after training", fontsize=10)
+    ax_f.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9.5, frameon=False)
+    ax_f.set_title("fitted function after training", fontsize=11)
 
     h = run.history
     plot_history(ax_l, h, "train/loss", label="network $f_{\\theta_t}$", color=_NET, lw=1.8)
@@ -288,23 +290,24 @@ def plot_setting(run: DemoRun, fig=None, *, loss_ylim=None, title: bool = True):
     elif relin.size > 60:
         every = "after every step" if run.K == 1 else f"every {k_label(run.K)} steps"
         ax_l.text(0.99, 0.97, f"features updated {every} ({relin.size:,} times)",
-                  transform=ax_l.transAxes, ha="right", va="top", fontsize=8, color=_RELIN)
+                  transform=ax_l.transAxes, ha="right", va="top", fontsize=10, color=_RELIN)
     else:
         ax_l.text(0.99, 0.97, "no feature update (K = ∞)" if math.isinf(run.K) else "no feature update yet",
-                  transform=ax_l.transAxes, ha="right", va="top", fontsize=8, color=_RELIN)
-    ax_l.legend(loc="lower left", fontsize=7.5, frameon=False)
-    ax_l.set_title("training loss: network vs its linearisation", fontsize=10)
+                  transform=ax_l.transAxes, ha="right", va="top", fontsize=10, color=_RELIN)
+    ax_l.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9.5, frameon=False)
+    ax_l.set_title("training loss: network vs its linearisation", fontsize=11)
     if title:
         fig.suptitle(f"K = {k_label(run.K)},  learning rate {run.lr:g}:  {run.feature_updates:,} feature updates"
                      + (f"  ({run.status})" if run.diverged else ""), fontsize=11)
     return fig
 
 
-def frames(record, *, dpi: float = 80) -> tuple:
+def frames(record, *, dpi: float = 200) -> tuple:
     """Render every setting of a ``quintic_demo`` record for :func:`itlin.book.widgets.static_demo`.
 
     Returns ``(frames, captions, runs)``: ``{(K, lr): png bytes}``, ``{(K, lr): caption}`` and
-    ``{(K, lr): DemoRun}``. All frames share the loss axis limits.
+    ``{(K, lr): DemoRun}``. All frames share the loss axis limits. The figures are as wide as
+    the book's column, so ``dpi=200`` frames go with ``static_demo(..., pixel_ratio=2)``.
     """
     from ..widgets import figure_to_png
 
