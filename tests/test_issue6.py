@@ -323,6 +323,8 @@ def test_paper_scale_trainers_take_their_first_steps():
     ("fig8_adam", {"solved_accuracy": 1.5}, "solved_accuracy"),
     ("fig2_k_sweep", {"mini_Ks": [1, 40]}, "mini_Ks must be among Ks"),
     ("fig3_augmentation", {"seeds": 0}, "seeds must be >= 1"),
+    ("fig2_k_sweep", {"seeds": 2 ** 64}, "seeds must be <= 100000"),
+    ("fig8_adam", {"K": 1.5}, "K"),
     ("fig3_augmentation", {"blowup": 1.0}, "blowup must be > 1"),
 ])
 def test_bad_parameters_fail_before_any_compute(name, params, message, tmp_path):

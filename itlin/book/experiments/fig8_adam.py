@@ -64,7 +64,7 @@ def solved_tag(K) -> str:
 class Fig8Params(S.SparseParams):
     SCALES = SCALES
 
-    K: Optional[Period] = param(None, "period of the Adam-solved run (>= 2); None: from scale (default 1000, "
+    K: Optional[Period] = param(None, "period of the Adam-solved run (>= 2); None: from scale (default 600, "
                                       "paper 2e5)")
     steps: Optional[int] = param(None, "training steps of every run; None: from scale", min=1)
     learning_rate: Optional[float] = param(None, "SGD learning rate; None: from scale", gt=0)
