@@ -104,10 +104,24 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree):
     target = Path(app.outdir, "_sources", *f"{pagename}.ipynb".split("/"))
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(executed, target)
-    nb = json.loads(target.read_text(encoding="utf-8"))
-    if nb.get("metadata", {}).pop("widgets", None) is not None:
-        target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _strip_widget_metadata(target)
     context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def _strip_widget_metadata(path: Path) -> None:
+    """Drop the ipywidgets state from a downloadable notebook's metadata (see above)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    if nb.get("metadata", {}).pop("widgets", None) is not None:
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _clean_downloads(app, exception):
+    """Strip widget state from every ``.ipynb`` offered under ``_sources``: the executed copies
+    added above, and the sources Sphinx copies itself when chapters are given as ``.ipynb``
+    (a book built from notebooks executed elsewhere, e.g. by papermill)."""
+    if exception is None and app.builder.format == "html":
+        for nb_file in Path(app.outdir, "_sources").rglob("*.ipynb"):
+            _strip_widget_metadata(nb_file)
 
 
 def _drop_widget_state(app, env):
@@ -122,4 +136,5 @@ def setup(app):
     app.connect("env-updated", _drop_widget_state)
     register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)
     app.connect("html-page-context", _offer_executed_notebook, priority=500)
+    app.connect("build-finished", _clean_downloads)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
