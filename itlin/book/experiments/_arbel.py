@@ -246,7 +246,13 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
         (p, _, k, conv, div), trace = jax.lax.scan(segment, init, ends)
         return {"steps": k, "converged": conv, "diverged": div, **trace}
 
-    return jax.jit(jax.vmap(one))
+    def mapped(*args):
+        # lax.map, not vmap: a vmapped (batched) LAPACK eigh inside this loop deadlocks the XLA CPU
+        # thread pool on small machines (jaxlib 0.10.2: its ParallelBatchMap waits for tasks on the pool
+        # it runs on). One configuration at a time keeps every eigh unbatched.
+        return jax.lax.map(lambda a: one(*a), args)
+
+    return jax.jit(mapped)
 
 
 @lru_cache(maxsize=16)
