@@ -579,3 +579,98 @@ __all__ = [
     "mlp",
     "resnet18",
 ]
+
+
+# ------------------------------------------------------------------------- ResNet-18, 1-D
+# (appended for book/energy_concentration.md: Ortiz-Jimenez et al.'s third model on 1-D signals)
+
+class BasicBlock1D(nn.Module):
+    """:class:`BasicBlock` for signals ``(N, length, channels)``: two convolutions of kernel 3 with
+    an identity (or kernel-1 projection) shortcut."""
+
+    features: int
+    strides: int = 1
+    batch_norm: bool = True
+    bn_momentum: float = 0.9
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        conv = partial(nn.Conv, use_bias=not self.batch_norm, kernel_init=_HE)
+
+        def norm(name):
+            if not self.batch_norm:
+                return lambda y: y
+            return nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5, name=name)
+
+        s = (self.strides,)
+        y = conv(self.features, (3,), strides=s, padding=((1, 1),), name="conv1")(x)
+        y = nn.relu(norm("bn1")(y))
+        y = conv(self.features, (3,), padding=((1, 1),), name="conv2")(y)
+        y = norm("bn2")(y)
+        shortcut = x
+        if self.strides != 1 or x.shape[-1] != self.features:
+            shortcut = conv(self.features, (1,), strides=s, padding="VALID", name="proj")(x)
+            shortcut = norm("proj_bn")(shortcut)
+        return nn.relu(y + shortcut)
+
+
+class ResNet18_1D(nn.Module):
+    """:class:`ResNet18` for 1-D signals (MNIST-1D): the same stages, blocks, widths, strides and
+    batch norm, with kernels of 3 (stem and blocks) and 1 (projections) instead of 3x3 and 1x1,
+    and global average pooling over the length. Length 40: 40 -> 40 -> 20 -> 10 -> 5.
+    Sown activations: ``stem``, ``stage1`` ... ``stage4``, ``pool``."""
+
+    num_outputs: int = 10
+    width: int = 64
+    batch_norm: bool = True
+    bn_momentum: float = 0.9
+    stage_sizes: Sequence[int] = (2, 2, 2, 2)
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        if x.ndim != 3:
+            raise ValueError(f"ResNet-18 (1-D) expects signals (N, length, channels), got shape {x.shape}"
+                             + ("; use resnet18 for images." if x.ndim == 4 else "."))
+        x = nn.Conv(self.width, (3,), padding=((1, 1),), use_bias=not self.batch_norm, kernel_init=_HE,
+                    name="stem_conv")(x)
+        if self.batch_norm:
+            x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5,
+                             name="stem_bn")(x)
+        x = nn.relu(x)
+        self.sow("intermediates", "stem", x)
+        for i, blocks in enumerate(self.stage_sizes):
+            for j in range(blocks):
+                strides = 2 if (i > 0 and j == 0) else 1
+                x = BasicBlock1D(self.width * 2 ** i, strides, self.batch_norm, self.bn_momentum,
+                                 name=f"stage{i + 1}_block{j + 1}")(x, train=train)
+            self.sow("intermediates", f"stage{i + 1}", x)
+        x = jnp.mean(x, axis=1)
+        self.sow("intermediates", "pool", x)
+        return nn.Dense(self.num_outputs, name="out")(x)
+
+
+def resnet18_1d(num_outputs: int = 10, width: int = 64, batch_norm: bool = True,
+                bn_momentum: float = 0.9) -> FlaxModel:
+    """ResNet-18 for signals ``(N, length, channels)`` (:class:`ResNet18_1D`), with or without batch norm.
+
+    The 1-D counterpart of :func:`resnet18`, as :func:`lenet1d` is of :func:`lenet`: it lets
+    Ortiz-Jimenez et al.'s three architectures (MLP, LeNet, ResNet-18) run on MNIST-1D. Batch
+    norm, ``calibrate`` and ``train_apply`` behave as in :func:`resnet18`; ``width`` is the first
+    stage's width (64 standard; small values give the narrow networks of a CPU budget).
+    """
+    _positive_int("num_outputs", num_outputs)
+    _positive_int("width", width)
+    if not 0.0 <= bn_momentum < 1.0:
+        raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}.")
+    module = ResNet18_1D(num_outputs=num_outputs, width=width, batch_norm=bool(batch_norm),
+                         bn_momentum=float(bn_momentum))
+    calib = module.clone(bn_momentum=0.0) if batch_norm else None
+    meta = {"arch": "resnet18_1d", "width": width, "widths": tuple(width * 2 ** i for i in range(4)),
+            "batch_norm": bool(batch_norm), "bn_momentum": float(bn_momentum), "num_outputs": num_outputs,
+            "kernel": 3, "stem": "kernel-3 conv stride 1, no max-pool"}
+    name = "resnet18_1d" if batch_norm else "resnet18_1d_nobn"
+    return _flax_model(module, name, ("stem", "stage1", "stage2", "stage3", "stage4", "pool"),
+                       calibration_module=calib, meta=meta)
+
+
+__all__ += ["BasicBlock1D", "ResNet18_1D", "resnet18_1d"]
