@@ -35,6 +35,9 @@ ALLOWED = {
     "k_sweeps.md": {
         "95%": "definition: the verdict rule uses 95% intervals",
     },
+    "adaptive_schedules.md": {
+        "95%": "definition: the verdict rule uses 95% intervals",
+    },
     "damping.md": {
         "2.5": "the paper's dropping rule (train RMSE over 2.5), quoted from Fig. 9's caption",
         "1%": "definition: 'stalled' / 'still descending' by the loss change over the last tenth",
