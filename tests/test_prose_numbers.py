@@ -38,6 +38,10 @@ ALLOWED = {
     "adaptive_schedules.md": {
         "95%": "definition: the verdict rule uses 95% intervals",
     },
+    "feature_learning.md": {
+        "10%": "the paper's Fig. 7 number (K=5e6's final filters like K=1's at about 10% of training), quoted",
+        "95%": "definition: the verdict rule uses 95% intervals",
+    },
     "damping.md": {
         "2.5": "the paper's dropping rule (train RMSE over 2.5), quoted from Fig. 9's caption",
         "1%": "definition: 'stalled' / 'still descending' by the loss change over the last tenth",

@@ -1,0 +1,187 @@
+"""Issue 12, items 3-5 (itlin.book.experiments.feature_learning): linear probes (Fig. 6), first-layer
+filters (Fig. 7) and kernel movement against feature updates."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from itlin import models
+from itlin.book import runner
+from itlin.book import verdicts as V
+from itlin.book.experiments import ParameterError
+from itlin.book.experiments import feature_learning as fl
+
+
+# ------------------------------------------------------------------------------ measurements
+def test_first_layer_kernel_puts_filters_first_for_1d_2d_and_resnet():
+    x1 = np.zeros((2, 40, 1), np.float32)
+    p1, _ = models.lenet1d(channels=6).init(jax.random.PRNGKey(0), x1)
+    assert fl.first_layer_kernel(p1).shape == (6, 5, 1)
+    assert np.array_equal(fl.first_layer_kernel(p1)[2], np.asarray(p1["Conv_0"]["kernel"])[..., 2])
+    x2 = np.zeros((2, 28, 28, 3), np.float32)
+    p2, _ = models.lenet(channels=4).init(jax.random.PRNGKey(0), x2)
+    assert fl.first_layer_kernel(p2).shape == (4, 5, 5, 3)
+    p3, _ = models.resnet18(width=2, batch_norm=False).init(jax.random.PRNGKey(0), x2)
+    assert fl.first_layer_kernel(p3).shape == (2, 3, 3, 3)
+    with pytest.raises(ValueError, match="no first convolution"):
+        fl.first_layer_kernel({"Dense_0": {"kernel": np.zeros((2, 2))}})
+
+
+def test_closest_fraction_finds_the_nearest_snapshot():
+    traj = np.stack([np.full((3, 5, 1), t, float) for t in range(11)])  # filters move linearly in time
+    steps = np.arange(11) * 100
+    assert fl.closest_fraction(traj, steps, np.full((3, 5, 1), 2.2)) == pytest.approx(0.2)
+    assert fl.closest_fraction(traj, steps, np.full((3, 5, 1), 50.0)) == pytest.approx(1.0)
+    assert fl.closest_fraction(traj, steps, traj[0]) == 0.0
+
+
+def test_kernel_stats_alignment_matches_the_metric_on_the_traced_kernel():
+    import itlin
+    from itlin import metrics
+
+    m = models.lenet1d(num_outputs=3, channels=2, dense=(4, 4))
+    x = jax.random.normal(jax.random.PRNGKey(1), (6, 40, 1))
+    p, s = m.init(jax.random.PRNGKey(0), x)
+    labels = np.array([0, 1, 2, 0, 1, 2])
+    out = fl.kernel_stats(m, p, s, x, labels, 3)
+    k = np.asarray(itlin.ntk(m.bind(s), p, x), np.float64)
+    assert out["kernel"].shape == (18, 18)
+    np.testing.assert_allclose(out["kernel"], k, rtol=1e-6)
+    traced = np.asarray(itlin.ntk(m.bind(s), p, x, trace=True), np.float64)
+    assert out["alignment"] == pytest.approx(metrics.kernel_target_alignment(traced, np.eye(3)[labels]), rel=1e-6)
+
+
+# ------------------------------------------------------------------------------ claims on synthetic rows
+def _rows(*, probe_gap=0.05, gain=0.1, move={1: 1.0, 100: 0.6, math.inf: 0.0}, big_filters_at=0.2, seeds=5,
+          noise=0.005, status="completed"):
+    """Rows as ``rows_of`` makes them: K=1 and K=100 (and K=inf), ``seeds`` seeds, 11 snapshots."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(11) * 100
+    rows = []
+    updates = {1: 1000, 100: 9, math.inf: 0}
+    for s in range(seeds):
+        w0 = rng.normal(size=(4, 5, 1))
+        direction = rng.normal(size=(4, 5, 1))
+        k1 = w0[None] + (steps / 1000)[:, None, None, None] * direction[None]
+        for K in move:
+            base = 0.6 + gain * np.linspace(0, 1, 11) + rng.normal(0, noise, 11)
+            if K == 1:
+                probe, filters = base, k1
+            else:
+                probe = base - probe_gap * np.linspace(0, 1, 11)
+                probe[0] = base[0]
+                filters = w0[None] + (steps / 1000 * big_filters_at)[:, None, None, None] * direction[None]
+            rows.append({"K": float(K), "seed": s, "status": status if K != 1 else "completed",
+                         "updates": updates[K], "test": 0.7, "tag": f"K={K} seed={s}", "snap_step": steps,
+                         "filters": filters, "probe_conv1": probe.copy(), "probe_conv2": probe.copy(),
+                         "movement_anchor": move[K] * (1 + rng.normal(0, 0.02)), "movement_net": move[K] + 0.1,
+                         "rotation_anchor": move[K] / 10, "rotation_net": move[K] / 10 + 0.01,
+                         "alignment_anchor": 0.5, "alignment_net": 0.5, "alignment_init": 0.4})
+    return rows
+
+
+def test_probe_claims_hold_fail_and_cannot_resolve():
+    held = fl.probe_claims(_rows(), n_test=100_000)
+    assert [c["verdict"] for c in held] == [V.HOLDS] * 6
+    failed = fl.probe_claims(_rows(probe_gap=-0.08, gain=-0.1), n_test=100_000)
+    assert [c["verdict"] for c in failed] == [V.FAILS] * 6
+    small = fl.probe_claims(_rows(probe_gap=0.01, gain=0.01), n_test=300)  # a small test set resolves little
+    assert all(c["verdict"] == V.UNRESOLVED for c in small)
+    assert all(c["resolvable"] > 0.05 for c in small)
+
+
+def test_probe_claims_leave_diverged_runs_out_and_say_so():
+    out = fl.probe_claims(_rows(status="diverged at step 300"), n_test=100_000)
+    assert out[1]["verdict"] == V.UNRESOLVED and "left out" in out[1]["detail"]
+    assert out[0]["verdict"] == V.HOLDS  # K=1's own improvement still has its runs
+
+
+def test_filter_claims_measure_the_fraction_and_the_speed():
+    rows = _rows(big_filters_at=0.2)
+    nums = fl.filter_numbers(rows)
+    assert [n["fraction"] for n in nums] == pytest.approx([0.2] * 5)
+    assert all(n["move_k1"] / n["move_big"] == pytest.approx(5.0) for n in nums)
+    faster, early = fl.filter_claims(rows)
+    assert faster["verdict"] == V.HOLDS and early["verdict"] == V.HOLDS
+    # large-K filters that move further than K=1's: not faster, and closest at K=1's end
+    slow, late = fl.filter_claims(_rows(big_filters_at=1.3))
+    assert slow["verdict"] == V.FAILS and late["verdict"] == V.FAILS
+    # half the snapshot spacing is part of the fraction's interval
+    assert early["resolvable"] >= 0.05
+
+
+def test_kernel_claims_name_the_pair_that_is_not_monotone():
+    held = fl.kernel_claims(_rows())
+    assert [c["verdict"] for c in held] == [V.HOLDS] * 3
+    bad = fl.kernel_claims(_rows(move={1: 0.5, 100: 0.9, math.inf: 0.0}))
+    assert bad[-1]["verdict"] == V.FAILS
+    assert "K=1 (1,000 updates)" in bad[-1]["measured"] and "1 of 2" in bad[-1]["measured"]
+    # the rotation is judged by the same rule on its own measure (equal rotations: not shown)
+    flat = fl.kernel_claims(_rows(move={1: 0.5, 100: 0.5, math.inf: 0.0}), "rotation_anchor")
+    assert flat[0]["verdict"] == V.HOLDS and flat[1]["verdict"] != V.HOLDS and flat[-1]["verdict"] != V.HOLDS
+    assert flat[-1]["claim"].startswith("rotation")
+    table = fl.kernel_table(_rows())
+    assert [t["updates"] for t in table] == [0, 9, 1000]
+    assert math.isnan(table[0]["per_update"]) and table[1]["per_update"] > table[2]["per_update"]
+
+
+def test_claims_markdown_writes_each_verdict_in_its_own_unit():
+    text = fl.claims_markdown(fl.filter_claims(_rows()) + fl.kernel_claims(_rows()))
+    assert "(log ratio)" in text and "% of the run" in text and "(relative change)" in text
+    assert "claims hold" in text
+
+
+# ------------------------------------------------------------------------------ parameters
+def test_paper_scale_resolves_without_running():
+    pp = fl.paper_settings()
+    assert pp["dataset"] == "cifar10" and pp["channels"] == 50 and pp["learning_rate"] == 1e-5
+    assert 5_000_000 in pp["Ks"] and pp["steps"] % pp["snapshots"] == 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"Ks": [1, "inf"]}, "finite K > 1"),
+    ({"Ks": [10, 100]}, "K=1"),
+    ({"steps": 30, "snapshots": 4}, "multiple"),
+    ({"snapshots": 1}, "snapshots"),
+    ({"n_kernel": 1}, "n_kernel"),
+])
+def test_bad_parameters_fail_before_any_compute(bad, match, tmp_path):
+    with pytest.raises((ParameterError, ValueError), match=match):
+        runner.run("feature_learning", {"scale": "tiny", **bad}, results_dir=tmp_path)
+    assert not any(tmp_path.rglob("*.npz"))
+
+
+# ------------------------------------------------------------------------------ a tiny run, interrupted
+def test_tiny_run_keeps_every_snapshot_and_resumes_with_them(tmp_path, monkeypatch):
+    params = {"scale": "tiny", "Ks": [1, 10], "seeds": 2}
+    whole = runner.run("feature_learning", params, results_dir=tmp_path / "a")
+    rows = fl.rows_of(whole)
+    assert len(rows) == 4
+    for r in rows:
+        assert list(r["snap_step"]) == [0, 10, 20, 30, 40]
+        assert r["probe_conv1"].shape == (5,) and np.all((r["probe_conv1"] >= 0) & (r["probe_conv1"] <= 1))
+    k1 = fl.S.select(rows, K=1)[0]
+    k10 = fl.S.select(rows, K=10)[0]
+    assert np.array_equal(k1["filters"][0], k10["filters"][0])  # one initialisation per seed
+    assert k1["updates"] == 40 and k10["updates"] == 3
+
+    # a crash after seed 0's K=10 run has trained: the runs and their snapshots are kept and reloaded
+    real, calls = fl.kernel_stats, {"n": 0}
+
+    def flaky(model, params_, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:  # seed 0: at init (1), K=1's end (2, 3), K=10's end (4): after K=10 has trained
+            raise RuntimeError("simulated crash")
+        return real(model, params_, *a, **k)
+
+    monkeypatch.setattr(fl, "kernel_stats", flaky)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        runner.run("feature_learning", params, results_dir=tmp_path / "b")
+    monkeypatch.setattr(fl, "kernel_stats", real)
+    again = runner.run("feature_learning", params, results_dir=tmp_path / "b")
+    for a, b in zip(fl.rows_of(whole), fl.rows_of(again)):
+        np.testing.assert_array_equal(a["filters"], b["filters"])
+        np.testing.assert_array_equal(a["probe_conv2"], b["probe_conv2"])
+        assert a["movement_anchor"] == b["movement_anchor"]
