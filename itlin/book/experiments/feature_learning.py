@@ -142,7 +142,8 @@ def rotation(k, k0) -> float:
     (0.0, 1.0)
     """
     k, k0 = np.asarray(k, np.float64), np.asarray(k0, np.float64)
-    return float(max(0.0, 1.0 - np.sum(k * k0) / (np.linalg.norm(k) * np.linalg.norm(k0))))
+    value = 1.0 - np.sum(k * k0) / (np.linalg.norm(k) * np.linalg.norm(k0))
+    return float(value) if value > 1e-12 else 0.0  # rounding leaves ~1e-15 for an unmoved kernel
 
 
 def _kernel_set(ds, n: int, seed: int):
