@@ -244,7 +244,7 @@ def run(p, ctx):
 
 
 EXPERIMENT = register(Experiment(
-    NAME, FeatureParams, run, version="1",
+    NAME, FeatureParams, run, version="2",
     doc="Main paper Figs. 6 and 7 and kernel movement: linear probes on the first two layers, first-layer "
         "filters and the empirical NTK's change, over a sweep of K."))
 
