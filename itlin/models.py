@@ -674,3 +674,50 @@ def resnet18_1d(num_outputs: int = 10, width: int = 64, batch_norm: bool = True,
 
 
 __all__ += ["BasicBlock1D", "ResNet18_1D", "resnet18_1d"]
+
+
+# ----------------------------------------------------------- batch norm from the batch (Fig. 4)
+# (appended for book/resnet_and_data.md: the third way to treat batch norm while linearised)
+
+def batch_stats_model(model: Model) -> Model:
+    """``model`` applied in training mode everywhere: batch norm normalises with the statistics
+    of the batch it is applied to, and the running averages are never used or updated.
+
+    Linearising this model linearises batch norm itself: its batch statistics depend on the
+    weights, so they are part of the function whose Jacobian the linearised model uses (what the
+    main paper's Section 4 calls "linearising the BatchNorm layer"). The other two treatments
+    need no helper: :func:`resnet18` as it is freezes the statistics at the anchor and
+    recalibrates them at each relinearisation, and ``dataclasses.replace(model,
+    calibrate_fn=None)`` freezes them for good.
+
+    ``apply`` is ``model.train_apply`` with the state update discarded, so an example's output
+    depends on the rest of its batch, at evaluation too (each evaluation batch is normalised by
+    its own statistics); ``train_apply`` is the same function with the state unchanged, so
+    ``K = 1`` trains exactly as the network's training mode does; there is nothing to calibrate.
+    ``init`` is ``model``'s (the unused statistics stay in the state, so the same
+    ``(params, state)`` serve both models). :meth:`FlaxModel.features` is not carried over (it
+    would read inference-mode activations). A model without a training mode (no state) is
+    returned unchanged.
+
+    >>> import jax, jax.numpy as jnp
+    >>> net = resnet18_1d(num_outputs=2, width=2)
+    >>> x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 1))
+    >>> params, state = net.init(jax.random.PRNGKey(1), x)
+    >>> bm = batch_stats_model(net)
+    >>> bool(jnp.allclose(bm.apply(params, x, state), net.train_apply(params, state, x)[0]))
+    True
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"batch_stats_model needs an itlin Model, got {type(model).__name__}.")
+    train = model.train_apply_fn
+    if train is None:
+        return model
+
+    def apply_fn(params, state, x):
+        return train(params, state, x)[0]
+
+    return Model(name=f"{model.name}_batchstats", init_fn=model.init_fn, apply_fn=apply_fn, train_apply_fn=None,
+                 calibrate_fn=None, ntk_fn=None, meta={**model.meta, "batch_norm_mode": "batch statistics"})
+
+
+__all__ += ["batch_stats_model"]

@@ -122,6 +122,44 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     return Gap(mean, half, int(a.size), seed_half, test_half)
 
 
+def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple:
+    """Wilson score interval ``(lo, hi)`` of a proportion ``k / n`` (sensible at 0 and ``n``).
+
+    >>> [round(v, 3) for v in wilson_interval(1, 6)]
+    [0.03, 0.564]
+    """
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"a proportion needs 0 <= k <= n and n >= 1, got k={k}, n={n}.")
+    z = _z(0.5 + level / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion_gap(k_a: int, n_a: int, k_b: int, n_b: int, level: float = LEVEL) -> Gap:
+    """The gap ``k_a / n_a - k_b / n_b`` between two proportions of independent runs (e.g. the
+    share of runs that diverged), with Newcombe's hybrid score interval (from the two Wilson
+    intervals). That interval is asymmetric; the :class:`Gap` keeps its wider side as ``half``
+    (conservative). Unlike a t-interval over seeds it does not collapse to zero width when a few
+    seeds happen to agree.
+
+    >>> g = proportion_gap(10, 10, 5, 10)
+    >>> round(g.mean, 2), round(g.lo, 3) > 0
+    (0.5, True)
+    >>> exceeds(proportion_gap(2, 10, 5, 10))
+    'cannot resolve'
+    """
+    pa, pb = k_a / n_a, k_b / n_b
+    la, ua = wilson_interval(k_a, n_a, level)
+    lb, ub = wilson_interval(k_b, n_b, level)
+    d = pa - pb
+    below = math.sqrt((pa - la) ** 2 + (ub - pb) ** 2)
+    above = math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
+    half = max(below, above)
+    return Gap(d, half, int(min(n_a, n_b)), half, 0.0)
+
+
 def exceeds(gap: Gap, margin: float = 0.0) -> str:
     """Verdict on "a exceeds b by more than ``margin``".
 
@@ -219,4 +257,5 @@ def bottom_line(rows: Sequence[dict]) -> str:
 
 
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "UNRESOLVED", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean",
-           "paired_gap", "seed_interval", "accuracy_noise", "verdict", "verdicts_markdown"]
+           "paired_gap", "proportion_gap", "seed_interval", "accuracy_noise", "verdict", "verdicts_markdown",
+           "wilson_interval"]

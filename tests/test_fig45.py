@@ -1,0 +1,362 @@
+"""Main paper Figs. 4 and 5 (issue 12, items 1-2): ResNet-18 with three treatments of batch norm
+while linearised, and data scaling; the batch-statistics model, the shared period-in-state
+schedule, parameter checks, claims on synthetic results, and both experiments at tiny scale."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import itlin
+from itlin import models
+from itlin.book import runner
+from itlin.book import verdicts as V
+from itlin.book.experiments import ParameterError
+from itlin.book.experiments import _sparse as S
+from itlin.book.experiments import fig4_resnet as f4
+from itlin.book.experiments import fig5_data_scaling as f5
+from itlin.core.linearise import linearised_apply
+from itlin.models import Model
+
+
+# ------------------------------------------------------------------------------ a small batch-norm network
+class _BNNet(nn.Module):
+    momentum: float = 0.9
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        h = nn.Dense(6)(x)
+        h = nn.BatchNorm(use_running_average=not train, momentum=self.momentum)(h)
+        return nn.Dense(3)(nn.relu(h))
+
+
+def _bn_model():
+    module = _BNNet()
+    return Model.from_flax(module, "bn_net", calibration_module=module.clone(momentum=0.0))
+
+
+def _bn_setup(n=16):
+    model = _bn_model()
+    x = jax.random.normal(jax.random.PRNGKey(0), (n, 4))
+    params, state = model.init(jax.random.PRNGKey(1), x)
+    return model, x, params, state
+
+
+def test_batch_stats_model_applies_training_mode_and_linearises_the_statistics():
+    model, x, params, state = _bn_setup()
+    bm = models.batch_stats_model(model)
+    assert bm.calibrate_fn is None and bm.train_apply_fn is None and bm.meta["batch_norm_mode"] == "batch statistics"
+    out = bm.apply(params, x, state)
+    np.testing.assert_allclose(out, model.train_apply(params, state, x)[0], rtol=1e-6)
+    # an example's output depends on its batch; the state is never touched
+    assert not np.allclose(bm.apply(params, x[:4], state), out[:4], atol=1e-4)
+    assert bm.train_apply(params, state, x)[1] is state
+    # at the anchor it equals the network with statistics measured on the same batch ...
+    calibrated = model.calibrate(params, state, x)
+    np.testing.assert_allclose(model.apply(params, x, calibrated), out, rtol=1e-4, atol=1e-5)
+    # ... but its Jacobian also moves the statistics, so the two linearisations part
+    step = jax.tree_util.tree_map(lambda a: 0.3 * jnp.ones_like(a), params)
+    moved = jax.tree_util.tree_map(jnp.add, params, step)
+    lin_batch = linearised_apply(bm.bind(state), params, moved, x)
+    lin_frozen = linearised_apply(model.bind(calibrated), params, moved, x)
+    assert float(jnp.max(jnp.abs(lin_batch - lin_frozen))) > 1e-2
+
+
+def test_batch_stats_model_leaves_stateless_models_alone_and_rejects_non_models():
+    plain = Model.from_apply(lambda p, x: x @ p, init=lambda key, x: jnp.zeros(x.shape[1]))
+    assert models.batch_stats_model(plain) is plain
+    with pytest.raises(TypeError, match="itlin Model"):
+        models.batch_stats_model(lambda p, x: x)
+
+
+def test_resnet18_1d_in_batch_mode_matches_its_training_mode():
+    net = models.resnet18_1d(num_outputs=2, width=2)
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 1))
+    shapes = jax.eval_shape(net.init, jax.random.PRNGKey(1), x)
+    rng = np.random.default_rng(0)
+    params, state = jax.tree_util.tree_map(lambda s: (0.3 * rng.normal(size=s.shape)).astype(s.dtype), shapes)
+    state = jax.tree_util.tree_map(jnp.abs, state)  # variances must be positive
+    bm = models.batch_stats_model(net)
+    np.testing.assert_allclose(bm.apply(params, x, state), net.train_apply(params, state, x)[0], rtol=1e-5)
+    assert bm.name == "resnet18_1d_batchstats"
+
+
+@pytest.mark.parametrize("mode", ["recalibrate", "frozen", "batch"])
+def test_bn_modes_keep_or_refresh_the_statistics_at_relinearisations(mode):
+    model, x, params, state = _bn_setup(32)
+    y = jnp.arange(32) % 3
+    state = model.calibrate(params, state, x[:8])
+    m = f4.model_for(model, mode)
+    tr = itlin.iterative_linearisation(m, f4.optimizer(0.0), f4.period_schedule())
+    st, log = itlin.run(tr, f4.start(tr, params, state, 4, 100, 0.5), x, y, 8, batch_size=8, seed=0)
+    assert int(st.updates) == 2
+    same = all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(st.model_state),
+                                                    jax.tree_util.tree_leaves(state)))
+    assert same == (mode != "recalibrate")
+    assert np.all(np.isfinite(log.loss))
+
+
+# ------------------------------------------------------------------------------ the shared schedule
+def _toy():
+    f = lambda p, x: jnp.tanh(x @ p["w"]) @ p["v"]
+    x = jax.random.normal(jax.random.PRNGKey(0), (24, 3))
+    y = jnp.sin(2 * x[:, 0]) + x[:, 1]
+    p0 = {"w": jax.random.normal(jax.random.PRNGKey(1), (3, 12)),
+          "v": 0.3 * jax.random.normal(jax.random.PRNGKey(2), (12,))}
+    return f, x, y, p0
+
+
+def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_the_same_numbers():
+    f, x, y, p0 = _toy()
+    steps = 30
+    ours = itlin.iterative_linearisation(f, f4.optimizer(0.9), f4.period_schedule(), loss="squared")
+    for K in (3, 7, math.inf):
+        ref = itlin.iterative_linearisation(f, optax.sgd(0.05, momentum=0.9), S.schedule(K, steps), loss="squared")
+        st_ref, log_ref = itlin.run(ref, ref.init(p0), x, y, steps)
+        st, log = itlin.run(ours, f4.start(ours, p0, None, K, steps, 0.05), x, y, steps)
+        assert np.flatnonzero(log.relinearised).tolist() == np.flatnonzero(log_ref.relinearised).tolist()
+        assert int(st.updates) == f4.updates_of(K, steps) == int(st_ref.updates)
+        np.testing.assert_allclose(log.loss, log_ref.loss, rtol=1e-5)
+    assert f4.updates_of(1, 30) == 29 and f4.updates_of(10, 30) == 2 and f4.updates_of(math.inf, 30) == 0
+
+
+# ------------------------------------------------------------------------------ parameters
+@pytest.mark.parametrize("name,bad,match", [
+    (f4.NAME, {"bn_mode": "batch", "bn_modes": ["frozen"]}, "bn_mode"),
+    (f4.NAME, {"bn_mode": "frozn"}, "did you mean 'frozen'"),
+    (f4.NAME, {"Ks": [10, 100]}, "K=1"),
+    (f4.NAME, {"n_test": 700}, "n_test=700"),
+    (f4.NAME, {"batch_size": 1000}, "batch_size"),
+    (f4.NAME, {"bn_modes": ["batch", "batch"]}, "repeated"),
+    (f5.NAME, {"sizes": [100, 200]}, "at least 3"),
+    (f5.NAME, {"sizes": [400, 200, 800]}, "increasing"),
+    (f5.NAME, {"lr": 0.1, "lr_inf": 0.1}, "lr_inf must differ"),
+    (f5.NAME, {"K": 1}, "finite period above 1"),
+    (f5.NAME, {"K": "inf"}, "finite period above 1"),
+    (f5.NAME, {"batch_size": 100}, "smallest size"),
+    (f5.NAME, {"metric": "last"}, "metric"),
+])
+def test_bad_parameters_fail_before_any_compute(name, bad, match, tmp_path):
+    with pytest.raises(ParameterError, match=match) as err:
+        runner.run(name, {"scale": "tiny", **bad}, results_dir=tmp_path, progress=False, verbose=False)
+    assert "\n" not in str(err.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_batch_mode_accepts_evaluation_sizes_that_are_whole_batches():
+    for n in (200, 500, 1000, 10 ** 9):
+        f4.EXPERIMENT.resolve({"scale": "tiny", "n_test": n})
+    f4.EXPERIMENT.resolve({"scale": "tiny", "n_test": 700, "bn_modes": ["recalibrate", "frozen"]})
+
+
+def test_paper_scale_resolves_to_the_papers_settings_without_running():
+    pp = f4.paper_settings()
+    assert (pp["lr_no_bn"], pp["lr_bn"]) == (f4.PAPER["lr_no_bn"], f4.PAPER["lr_bn"]) == (7e-7, 1e-5)
+    assert {f4.PAPER["K_bn"], f4.PAPER["K_no_bn"]} <= set(pp["Ks"]) and pp["width"] == 64
+    assert pp["dataset"] == "cifar10" and pp["batch_size"] == 256 and pp["momentum"] == 0
+    assert runner.plan(f4.NAME, {"scale": "paper"}).params["scale"] == "paper"
+    qq = f5.paper_settings()
+    assert (qq["lr"], qq["lr_inf"]) == (f5.PAPER["lr"], f5.PAPER["lr_inf"]) == (1e-5, 1e-3)
+    assert qq["channels"] == 50 and qq["metric"] == "best" and qq["sizes"][-1] / qq["sizes"][0] >= 10
+    assert runner.plan(f5.NAME, {"scale": "paper"}).params["scale"] == "paper"
+    d = f5.SCALES["default"]
+    assert len(d["sizes"]) >= 4 and d["sizes"][-1] / d["sizes"][0] >= 10
+
+
+# ------------------------------------------------------------------------------ Fig. 4 claims on synthetic rows
+def _row4(config, K, seed, test, status="completed"):
+    return {"tag": f"{config} K={K} seed={seed}", "config": config, "K": float(K), "seed": seed, "test": test,
+            "status": status, "updates": 3, "diverged_at": None if status == "completed" else 50,
+            "test_net": test, "train": test, "setting": f"{config} K={K}"}
+
+
+def _fig4_rows(gap, spread=0.002, seeds=5, diverge=None):
+    """K=1 at 0.8 for both networks; K=100 at 0.8 + gap; ``diverge(config, seed) -> bool`` for
+    the large-K runs."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for s in range(seeds):
+        rows += [_row4(f4.NO_BN, 1, s, 0.8), _row4("BN", 1, s, 0.8)]
+        for c in (f4.NO_BN, *f4.BN_MODES):
+            for K in (25, 100):
+                bad = diverge is not None and diverge(c, s, K)
+                rows.append(_row4(c, K, s, 0.8 + gap + spread * rng.standard_normal(),
+                                  "diverged at step 50" if bad else "completed"))
+    return rows
+
+
+@pytest.mark.parametrize("gap,expected", [(0.0, V.HOLDS), (-0.2, V.FAILS), (-0.05, V.UNRESOLVED)])
+def test_fig4_close_claims_hold_fail_and_cannot_resolve(gap, expected):
+    c = f4.claims(_fig4_rows(gap), n_test=100_000, margin=0.05, bn_mode="recalibrate")
+    assert [x["verdict"] for x in c[:2]] == [expected, expected]
+    assert "K=100" in c[0]["measured"] and "recalibrated" in c[1]["claim"]
+
+
+def test_fig4_divergence_claims_hold_fail_and_cannot_resolve():
+    # frozen: every large-K run diverges; batch: none; no BN: K=25 always; recalibrate: K=25 in odd seeds
+    rule = lambda c, s, K: (c == "frozen") or (c == f4.NO_BN and K == 25) or \
+        (c == "recalibrate" and K == 25 and s % 2 == 1)
+    c = f4.claims(_fig4_rows(0.0, diverge=rule), n_test=100_000, margin=0.05, bn_mode="recalibrate")
+    by = {x["claim"]: x for x in c}
+    assert by["with batch norm (BN, frozen), large-K runs diverge more often"]["verdict"] == V.HOLDS
+    assert "10 of 10 diverged" in by["with batch norm (BN, frozen), large-K runs diverge more often"]["measured"]
+    assert by["with batch norm (BN, batch statistics), large-K runs diverge more often"]["verdict"] == V.FAILS
+    assert by["with batch norm (BN, recalibrated), large-K runs diverge more often"]["verdict"] == V.UNRESOLVED
+    # diverged runs leave the accuracy comparison, and the detail says so
+    close = by["with batch norm (BN, recalibrated), a large K ends close to K=1"]
+    assert "left out" not in close["detail"]  # K=100 never diverges here
+    counts = f4.divergence_counts(_fig4_rows(0.0, diverge=rule))
+    assert counts[("frozen", 25.0)][:2] == (5, 5) and counts[("batch", 100.0)][:2] == (0, 5)
+    assert counts[(f4.NO_BN, 25.0)][:2] == (5, 5) and counts[("recalibrate", 25.0)][:2] == (2, 5)
+    md = f4.divergence_markdown(_fig4_rows(0.0, diverge=rule))
+    assert "| BN, frozen | as BN, K=1 | 5 of 5 (median step 50) | 5 of 5 (median step 50) |" in md
+
+
+def test_fig4_close_claim_leaves_out_diverged_seeds():
+    rule = lambda c, s, K: c == "recalibrate" and K == 100 and s == 0
+    c = f4.claims(_fig4_rows(0.0, diverge=rule), n_test=100_000, margin=0.05, bn_mode="recalibrate")
+    assert c[1]["detail"] == "1 seed(s) left out: a run diverged" and "(4 seeds)" in c[1]["measured"]
+
+
+# ------------------------------------------------------------------------------ Fig. 5 claims on synthetic rows
+SIZES = (400, 800, 1600, 4000)
+
+
+def _fig5_rows(slopes, seeds=5, noise=0.002, status=lambda label, n, s: "completed"):
+    """Accuracies 0.5 + slope * log10(n / 400) per setting (in the experiment's order)."""
+    rng = np.random.default_rng(2)
+    labels = ["K=1, lr 0.03", "K=200, lr 0.03", "K=1, lr 0.1", "K=∞, lr 0.1"]
+    rows = []
+    for label, b in zip(labels, slopes):
+        for n in SIZES:
+            for s in range(seeds):
+                acc = 0.5 + b * math.log10(n / 400) + noise * rng.standard_normal()
+                rows.append({"tag": f"{label} n={n} seed={s}", "setting": label, "n": n, "seed": s, "best": acc,
+                             "final": acc, "test": acc, "train": 1.0, "updates": 1, "status": status(label, n, s),
+                             "K": 1.0})
+    return rows
+
+
+def test_slope_and_its_test_noise():
+    assert f5.slope([100, 1000, 10000], [0.5, 0.6, 0.7]) == pytest.approx(0.1)
+    assert math.isnan(f5.slope([100, 1000], [0.5, float("nan")]))
+    # the test-set term falls as 1/sqrt(n_test) and grows as the sizes bunch together
+    h = f5.slope_test_half(SIZES, [0.6] * 4, [0.6] * 4, 1000)
+    assert f5.slope_test_half(SIZES, [0.6] * 4, [0.6] * 4, 4000) == pytest.approx(h / 2)
+    assert f5.slope_test_half([400, 500, 600, 700], [0.6] * 4, [0.6] * 4, 1000) > h
+    assert f5.slope_test_half(SIZES, [1.0] * 4, [0.0] * 4, 1000) == 0.0
+
+
+@pytest.mark.parametrize("finite,inf,expected_close,expected_worse", [
+    (0.30, 0.10, V.HOLDS, V.HOLDS),      # the paper's picture
+    (0.10, 0.45, V.FAILS, V.FAILS),      # the large K scales far worse; K=inf better than K=1
+    (0.33, 0.30, V.UNRESOLVED, V.UNRESOLVED),
+])
+def test_fig5_claims_hold_fail_and_cannot_resolve(finite, inf, expected_close, expected_worse):
+    noise = 0.03 if expected_close == V.UNRESOLVED else 0.002
+    rows = _fig5_rows([0.30, finite, 0.30, inf], noise=noise, seeds=5 if noise < 0.01 else 3)
+    c = f5.claims(rows, n_test=10 ** 6, margin=0.05)
+    assert [x["verdict"] for x in c[:2]] == [expected_close, expected_worse]
+    assert c[3]["verdict"] == (V.HOLDS if noise < 0.01 else V.UNRESOLVED)  # the control: same slope at both rates
+    assert "per tenfold data" in c[0]["measured"]
+
+
+def test_fig5_test_set_noise_widens_the_interval():
+    rows = _fig5_rows([0.3, 0.3, 0.3, 0.1])
+    big, _ = f5.slope_gap(rows, "K=200, lr 0.03", "K=1, lr 0.03", n_test=10 ** 6)
+    small, _ = f5.slope_gap(rows, "K=200, lr 0.03", "K=1, lr 0.03", n_test=200)
+    assert small.test_half > big.test_half and small.half > big.half
+    assert small.half == pytest.approx(math.hypot(small.seed_half, small.test_half))
+
+
+def test_fig5_diverged_runs_drop_their_seed_and_say_so():
+    bad = lambda label, n, s: "diverged at step 9" if (label.startswith("K=200") and n == 4000 and s == 0) else \
+        "completed"
+    rows = _fig5_rows([0.3, 0.3, 0.3, 0.1], status=bad)
+    c = f5.claims(rows, n_test=10 ** 6, margin=0.05)
+    assert "(4 seeds)" in c[0]["measured"] and c[0]["detail"] == "1 seed(s) left out: a run diverged"
+    assert "(5 seeds)" in c[1]["measured"] and c[1]["detail"] == ""
+
+
+def test_fig5_claims_need_all_four_settings():
+    rows = [r for r in _fig5_rows([0.3, 0.3, 0.3, 0.1]) if not r["setting"].startswith("K=∞")]
+    assert f5.claims(rows, n_test=1000, margin=0.05) == []
+
+
+# ------------------------------------------------------------------------------ the experiments at tiny scale
+@pytest.fixture(scope="module")
+def tiny4(tmp_path_factory):
+    return runner.run(f4.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"), progress=False,
+                      verbose=False)
+
+
+@pytest.fixture(scope="module")
+def tiny5(tmp_path_factory):
+    return runner.run(f5.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"), progress=False,
+                      verbose=False)
+
+
+def test_fig4_tiny_runs_every_configuration_and_draws(tiny4):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = f4.SCALES["tiny"]
+    rows = f4.summary(tiny4)
+    seeds = set(range(sc["seeds"]))
+    big = [K for K in sc["Ks"] if K != 1]
+    assert {(r["config"], r["K"]) for r in rows} == {(f4.NO_BN, 1.0), ("BN", 1.0)} | \
+        {(c, float(K)) for c in (f4.NO_BN, *f4.BN_MODES) for K in big}
+    for r in rows:
+        assert {x["seed"] for x in rows if x["setting"] == r["setting"]} == seeds
+        if r["status"] == "completed":
+            assert r["steps"] == sc["steps"]
+            assert r["updates"] == (sc["steps"] if r["K"] == 1 else f4.updates_of(r["K"], sc["steps"]))
+    r = f4.resolved(tiny4)
+    assert r["bn_mode"] == "recalibrate" and r["n_test"] == sc["n_test"]
+    assert tiny4.meta["model"] == "resnet18_1d" and tiny4.meta["model_meta"]["width"] == sc["width"]
+    c = f4.claims_of(tiny4)
+    assert len(c) == 2 + len(f4.BN_MODES) and all(x["verdict"] in (V.HOLDS, V.FAILS, V.UNRESOLVED) for x in c)
+    assert "| configuration |" in f4.summary_markdown(rows) and "diverged at K=" in f4.divergence_markdown(rows)
+    assert "paper-scale source" in f4.settings_markdown(tiny4) and "7e-07" in f4.settings_markdown(tiny4)
+    plt.close(f4.figure(tiny4))
+
+
+def test_fig5_tiny_runs_every_setting_and_size_and_draws(tiny5):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = f5.SCALES["tiny"]
+    rows = f5.summary(tiny5)
+    assert len(rows) == 4 * len(sc["sizes"]) * sc["seeds"]
+    labels = f5.labels_of(rows)
+    assert labels == [x[0] for x in f5.settings(f5.resolved(tiny5))]
+    steps = f5.resolved(tiny5)["steps"]
+    for r in rows:
+        assert r["steps"] == steps[str(r["n"])] == f5.steps_for(r["n"], sc)
+        want = r["steps"] if r["K"] == 1 else f4.updates_of(r["K"], r["steps"])
+        assert r["updates"] == want
+        assert r["best"] >= r["final"] - 1e-12 and 0 <= r["train"] <= 1
+    lrs = {r["setting"]: r["learning_rate"] for r in rows}
+    assert lrs[labels[0]] == lrs[labels[1]] == sc["lr"] and lrs[labels[2]] == lrs[labels[3]] == sc["lr_inf"]
+    sl = f5.slopes(rows)
+    assert set(sl) == set(labels) and all(len(v) == sc["seeds"] for v in sl.values())
+    c = f5.claims_of(tiny5)
+    assert len(c) == 4 and all(x["verdict"] in (V.HOLDS, V.FAILS, V.UNRESOLVED) for x in c)
+    assert "final train acc." in f5.summary_markdown(rows) and "paper-scale source" in f5.settings_markdown(tiny5)
+    plt.close(f5.figure(tiny5))
+
+
+def test_near_relinearisation_counts_divergences_just_after_a_relinearisation():
+    rows = [_row4("frozen", 25, 0, 0.1, "diverged at step 52"), _row4("frozen", 25, 1, 0.1, "diverged at step 40"),
+            _row4("batch", 100, 0, 0.1, "diverged at step 203"), _row4("batch", 100, 1, 0.8)]
+    rows[0]["diverged_at"], rows[1]["diverged_at"], rows[2]["diverged_at"] = 52, 40, 203
+    assert f4.near_relinearisation(rows) == (2, 3)
+    assert f4.near_relinearisation(rows, within=20) == (3, 3)
