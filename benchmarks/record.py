@@ -21,7 +21,7 @@ def main(argv=None):
     ap.add_argument("params", help="the parameters as a JSON object")
     ap.add_argument("--results", required=True, help="results folder")
     args = ap.parse_args(argv)
-    from itlin import runner
+    from itlin.book import runner
 
     rec = runner.run(args.experiment, json.loads(args.params), results_dir=args.results, progress=False)
     print(json.dumps({"path": str(rec.path), "status": rec.status, "wall_seconds": rec.info.get("wall_seconds"),
