@@ -588,6 +588,33 @@ def test_flow_predicts_test_points_and_many_times_from_one_eigendecomposition():
         np.testing.assert_allclose(test_many[i], linearised_apply(f, p0, p_t, xt), rtol=1e-9, atol=1e-10)
 
 
+def test_flow_params_takes_an_array_of_times_like_predict():
+    # issue 11: flow_params, predict and dual all take a scalar or an array of times (leading axes)
+    x = jax.random.normal(jax.random.PRNGKey(0), (5, 3))
+    y = jax.random.normal(jax.random.PRNGKey(1), (5, 2))
+    model, p0, _ = make(TinyMLP(width=8, out=2), x)
+    f = model.bind()
+    flow = gradient_flow(ntk(f, p0, x), f(p0, x), y)
+    lin = linearise_at(f, p0, x)
+    ts = jnp.asarray([[0.0, 0.5, 4.0], [2.0, 30.0, jnp.inf]])
+    many = flow_params(lin, flow, ts)
+    outputs = flow.predict(ts)
+    for leaf, ref in zip(jax.tree_util.tree_leaves(many), jax.tree_util.tree_leaves(p0)):
+        assert leaf.shape == ts.shape + ref.shape
+    for i in range(ts.shape[0]):
+        for j in range(ts.shape[1]):
+            one = flow_params(lin, flow, ts[i, j])
+            got = jax.tree_util.tree_map(lambda a: a[i, j], many)
+            np.testing.assert_allclose(_flat(got), _flat(one), **EXACT)
+            np.testing.assert_allclose(linearised_apply(f, p0, got, x), outputs[i, j], rtol=1e-9, atol=1e-10)
+    # a list of Python floats works too, and a scalar keeps the parameters' own shapes
+    listed = flow_params(lin, flow, [0.5, 4.0])
+    np.testing.assert_allclose(_flat(jax.tree_util.tree_map(lambda a: a[1], listed)),
+                               _flat(flow_params(lin, flow, 4.0)), **EXACT)
+    one = flow_params(lin, flow, 1.0)
+    assert jax.tree_util.tree_map(jnp.shape, one) == jax.tree_util.tree_map(jnp.shape, p0)
+
+
 def test_trainer_is_pure_and_hashable():
     x, y = _data(8, (6,))
     model, p0, _ = make(TinyMLP(), x)

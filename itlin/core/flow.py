@@ -51,6 +51,13 @@ class GradientFlow:
     ``eigenvalues``/``eigenvectors``: of the training kernel (clipped at 0); ``residual``:
     ``f(0) - Y`` flattened; ``targets``: ``Y`` flattened; ``rate``: the reduction's factor
     ``r``; ``shape``: the outputs' shape.
+
+    >>> import jax.numpy as jnp
+    >>> flow = gradient_flow(jnp.eye(2), jnp.zeros(2), jnp.ones(2), reduction="sum")
+    >>> flow.eigenvalues.tolist(), flow.rate, flow.shape
+    ([1.0, 1.0], 1.0, (2,))
+    >>> [round(v, 6) for v in flow.predict(1.0).tolist()]     # 1 - exp(-1)
+    [0.632121, 0.632121]
     """
 
     eigenvalues: jax.Array
@@ -131,19 +138,30 @@ def gradient_flow(kernel, f0, y, *, reduction: str = "mean") -> GradientFlow:
 
 
 def flow_params(lin: Linearisation, flow: GradientFlow, t):
-    """Parameters at time ``t`` (a scalar) of the flow of ``lin``'s model: ``theta_s - J^T z(t)``
-    (Eq. 18; Eq. 19 at ``t = inf``). ``lin`` is :func:`itlin.linearise_at` on the training inputs.
+    """Parameters at time(s) ``t`` of the flow of ``lin``'s model: ``theta_s - J^T z(t)`` (Eq. 18;
+    Eq. 19 at ``t = inf``). ``lin`` is :func:`itlin.linearise_at` on the training inputs. ``t``
+    may be a scalar or an array, as in :meth:`GradientFlow.predict`: each leaf then gets the
+    times' shape as leading axes.
 
     >>> import jax.numpy as jnp
     >>> from itlin.core.linearise import linearise_at
     >>> f = lambda p, x: x @ p
     >>> x, y = jnp.eye(2), jnp.asarray([1.0, 2.0])
     >>> lin = linearise_at(f, jnp.zeros(2), x)
-    >>> flow_params(lin, gradient_flow(x @ x.T, lin.outputs, y), jnp.inf).tolist()
+    >>> flow = gradient_flow(x @ x.T, lin.outputs, y)
+    >>> flow_params(lin, flow, jnp.inf).tolist()
     [1.0, 2.0]
+    >>> flow_params(lin, flow, jnp.asarray([0.0, jnp.inf])).tolist()     # one row per time
+    [[0.0, 0.0], [1.0, 2.0]]
     """
-    z = flow.dual(t).reshape(flow.shape).astype(lin.outputs.dtype)
-    return jax.tree_util.tree_map(lambda a, g: a - g, lin.anchor, lin.vjp(z))
+    t = flow._t(t)
+    z = flow.dual(t).reshape(t.shape + tuple(flow.shape)).astype(lin.outputs.dtype)
+    if t.ndim == 0:
+        step = lin.vjp(z)
+    else:
+        step = jax.vmap(lin.vjp)(z.reshape((-1,) + tuple(flow.shape)))
+        step = jax.tree_util.tree_map(lambda g: g.reshape(t.shape + g.shape[1:]), step)
+    return jax.tree_util.tree_map(lambda a, g: a - g, lin.anchor, step)
 
 
 __all__ = ["GradientFlow", "flow_params", "gradient_flow"]
