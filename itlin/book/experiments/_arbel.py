@@ -374,10 +374,3 @@ def settings_rows(p: dict, paper: dict) -> str:
     for name, (theirs, ours) in paper.items():
         lines.append(f"| {name} | {theirs} | {ours} |")
     return "\n".join(lines)
-
-
-def configs_lr_major(n_lr: int, n_tau: int, n_seeds: int):
-    """Indices ``(lr, tau0, seed)`` of every configuration, step size slowest: ``run(chunk)``
-    over consecutive blocks of ``n_tau * n_seeds`` then runs one step size per call."""
-    li, ti, si = grid(n_lr, n_tau, n_seeds)
-    return li, ti, si
