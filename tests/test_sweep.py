@@ -236,6 +236,11 @@ TWO = textwrap.dedent(r'''
         rec = runner.run("fig9_damping", {"scale": "tiny", "seeds": 3, "dampings": [1.0, 100.0], "gn_steps": 4,
                                           "samples": 2}, results_dir=path, progress=False, verbose=False)
         print("RESULT", jax.process_index(), digest({"t": rec["test_rmse"]}), flush=True)
+        # the same call again: process 0 finds the record and sends it; no process recomputes
+        # (a process that did would wait forever in the sweep's collectives)
+        again = runner.run("fig9_damping", {"scale": "tiny", "seeds": 3, "dampings": [1.0, 100.0], "gn_steps": 4,
+                                            "samples": 2}, results_dir=path, progress=False, verbose=False)
+        print("AGAIN", jax.process_index(), digest({"t": again["test_rmse"]}), again.loaded, flush=True)
         print("DONE", jax.process_index(), flush=True)
         sys.exit(0)
     fn, grid, shape = problem()
@@ -334,5 +339,7 @@ def test_an_experiment_on_two_processes_is_recorded_once_by_process_0(tmp_path):
         assert p.returncode == 0 and "DONE" in so, so[-3000:] + se[-3000:]
     digests = [next(line.split()[2] for line in so.splitlines() if line.startswith("RESULT")) for so, _ in outs]
     assert digests[0] == digests[1]
+    again = [next(line.split()[2:] for line in so.splitlines() if line.startswith("AGAIN")) for so, _ in outs]
+    assert again == [[digests[0], "True"], [digests[0], "True"]], again  # loaded everywhere, same arrays
     folders = list((results / "fig9_damping").iterdir())
     assert len(folders) == 1 and (folders[0] / "record.json").is_file()

@@ -728,9 +728,12 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
       progress: progress bars (always off when ``CI`` or ``ITLIN_QUIET`` is set).
       verbose: print one line when loading, resuming or finishing.
 
-    With several processes (:func:`itlin.init_distributed`), every process runs the experiment
-    (a sweep inside it gathers every result to every process) and process 0 alone writes the
-    record; the others compute in a scratch folder and return their record from memory.
+    With several processes (:func:`itlin.init_distributed`), process 0 decides for all of them,
+    so that their collectives stay in step: a stored record that process 0 finds is loaded there
+    and sent to the others; otherwise every process runs the experiment from the start (a sweep
+    inside it gathers every result to every process) and process 0 alone writes the record. Such a
+    run is not resumed from checkpoints and writes none (the other processes could not resume
+    with it); the others compute in a scratch folder and return their record from memory.
 
     Returns:
       :class:`Record` with the arrays, status and provenance.
@@ -741,23 +744,17 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
     """
     p = plan(experiment, params, results_dir=results_dir)
     exp = p.experiment
-    from ..core.sweep import is_main_process
+    if not _worker:
+        import jax
 
-    if not _worker and not is_main_process():
-        # Several processes (jax.distributed): all compute, process 0 alone writes the record.
-        # The others run in a scratch folder of their own, without checkpoints, and keep nothing.
-        import tempfile
-
-        scratch = Path(tempfile.mkdtemp(prefix="itlin-worker-"))
-        try:
-            return run(experiment, params, results_dir=scratch, force=True, checkpoint_every_steps=None,
-                       checkpoint_every_seconds=None, progress=False, verbose=False, _worker=True)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if jax.process_count() > 1:
+            return _run_on_processes(p, params, results_dir=results_dir, force=force, progress=progress,
+                                     verbose=verbose)
     every_steps = DEFAULT_CHECKPOINT_EVERY_STEPS if checkpoint_every_steps is _DEFAULT else checkpoint_every_steps
     every_secs = DEFAULT_CHECKPOINT_EVERY_SECONDS if checkpoint_every_seconds is _DEFAULT else checkpoint_every_seconds
-    if every_steps is not None and (isinstance(every_steps, bool) or int(every_steps) < 1):
-        raise ValueError(f"checkpoint_every_steps must be an integer >= 1 or None, got {every_steps!r}.")
+    if every_steps is not None:
+        from ..core._checks import check_positive_int
+        check_positive_int("checkpoint_every_steps", every_steps, none_means="no checkpoints by steps")
     if every_secs is not None and not float(every_secs) >= 0:
         raise ValueError(f"checkpoint_every_seconds must be >= 0 or None, got {every_secs!r}.")
     every_steps = None if every_steps is None else int(every_steps)
@@ -806,6 +803,47 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
         shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
     say(f"{rec.status} in {wall:.1f} s; saved as {exp.name}/{p.hash} in the results folder")
     return rec
+
+
+def _run_on_processes(p: Plan, params, *, results_dir, force, progress, verbose) -> Record:
+    """:func:`run` on several processes: one decision, process 0's, for all of them."""
+    import tempfile
+
+    from jax.experimental import multihost_utils
+
+    from ..core.sweep import is_main_process
+
+    main = is_main_process()
+    stored = _load_or_warn(p) if main and not force else None
+    files = (RECORD_FILE, RESULTS_FILE)
+    sizes = np.array([(stored.path / f).stat().st_size for f in files] if stored is not None else [0, 0], np.int64)
+    sizes = np.asarray(multihost_utils.broadcast_one_to_all(sizes))
+    scratch = Path(tempfile.mkdtemp(prefix="itlin-worker-"))
+    try:
+        if sizes.sum() > 0:  # process 0 holds the record: send its two files to every process
+            blob = (np.frombuffer(b"".join((stored.path / f).read_bytes() for f in files), np.uint8) if main
+                    else np.zeros(int(sizes.sum()), np.uint8))
+            blob = np.asarray(multihost_utils.broadcast_one_to_all(blob)).tobytes()
+            if main:
+                if verbose:
+                    print(f"[itlin] {p.experiment.name}: loaded stored result ({stored.status}) "
+                          f"{p.experiment.name}/{p.hash} from the results folder; sent to every process", flush=True)
+                return stored
+            q = plan(p.experiment, params, results_dir=scratch)
+            q.path.mkdir(parents=True)
+            (q.path / RECORD_FILE).write_bytes(blob[:int(sizes[0])])
+            (q.path / RESULTS_FILE).write_bytes(blob[int(sizes[0]):])
+            rec, reason = _read_record(q)
+            if rec is None:
+                raise RuntimeError(f"the record process 0 sent for {p.experiment.name} is unreadable here: {reason}")
+            return rec
+        # Nothing stored: every process computes from the start, without checkpoints; process 0
+        # writes the record, the others work in a scratch folder and keep nothing.
+        return run(p.experiment, params, results_dir=results_dir if main else scratch, force=True,
+                   checkpoint_every_steps=None, checkpoint_every_seconds=None,
+                   progress=progress and main, verbose=verbose and main, _worker=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _load_or_warn(p: Plan, quiet: bool = False) -> Optional[Record]:
