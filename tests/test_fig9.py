@@ -210,11 +210,15 @@ def test_claim_check_on_made_up_statistics():
         {"dampings": [1.0, 2.0], "enough": False}
 
 
-def _srow(lam, mean, std, mn, *, median=None, trimmed=None, runs=20, descending=0, stalled=0, train=1e-6, mx=None):
-    return {"damping": lam, "mean": mean, "median": mean if median is None else median,
-            "trimmed": mean if trimmed is None else trimmed, "std": std, "iqr": std, "min": mn,
-            "max": mean * 3 if mx is None else mx, "kept": runs, "runs": runs, "sem": std / 4,
-            "still_descending": descending, "stalled": stalled, "train_median": train}
+def _srow(lam, mean, std, mn, *, median=None, trimmed=None, runs=20, descending=0, stalled=0, train=1e-6, mx=None,
+          half=0.02):
+    r = {"damping": lam, "mean": mean, "median": mean if median is None else median,
+         "trimmed": mean if trimmed is None else trimmed, "std": std, "iqr": std, "min": mn,
+         "max": mean * 3 if mx is None else mx, "kept": runs, "runs": runs, "sem": std / 4,
+         "still_descending": descending, "stalled": stalled, "train_median": train}
+    for key in ("mean", "median", "trimmed", "std"):
+        r[f"{key}_lo"], r[f"{key}_hi"] = r[key] - half, r[key] + half
+    return r
 
 
 def test_fig9_verdicts_hold_fail_or_cannot_resolve_on_synthetic_sweeps():
@@ -230,11 +234,69 @@ def test_fig9_verdicts_hold_fail_or_cannot_resolve_on_synthetic_sweeps():
     assert v["the best runs are similar at low and high damping"] == "does not hold"
     wobbly = [_srow(l, m, 0.1, 0.05) for l, m in zip(lams[:4], [0.5, 0.3, 0.45, 0.4])]
     assert f9.verdicts(wobbly)[0]["verdict"] == "cannot resolve"   # falls at the ends, rho not significant
-    # a mean driven by one outlier falls while the median does not
-    outlier = [_srow(l, m, 0.1, 0.05, median=0.3) for l, m in zip(lams, [5.0, 4.0, 3.0, 2.0, 1.0, 0.5])]
+    # a mean driven by one outlier falls while the median rises
+    outlier = [_srow(l, m, 0.1, 0.05, median=0.3 + 0.05 * i) for i, (l, m) in
+               enumerate(zip(lams, [5.0, 4.0, 3.0, 2.0, 1.0, 0.5]))]
     v = {r["claim"]: r["verdict"] for r in f9.verdicts(outlier)}
     assert v["the mean test RMSE falls as damping grows"] == "holds"
     assert v["the median test RMSE falls as damping grows"] == "does not hold"
+    # a significant rank trend whose end-to-end fall the seed spread cannot resolve: cannot resolve
+    noisy = [_srow(l, 1.0 - 0.01 * i, 0.5, 0.05, half=0.5) for i, l in enumerate(lams)]
+    v = {r["claim"]: r for r in f9.verdicts(noisy)}
+    assert v["the mean test RMSE falls as damping grows"]["verdict"] == "cannot resolve"
+    # every trend states its resolution: the adjacent-damping change the seed spread resolves
+    row = v["the mean test RMSE falls as damping grows"]
+    assert row["resolvable"] == pytest.approx(math.hypot(0.5, 0.5))
+    assert "0 of 5 resolved" in row["detail"] and "[" in row["measured"]
+    table = f9.verdicts_markdown(noisy)
+    assert "0.707 RMSE" in table
+
+
+def test_per_damping_intervals_and_resolution():
+    v = np.array([0.1, 0.2, 0.4, 0.3, 0.25, 0.35, 0.15, 0.5])
+    iv = f9.intervals(v)
+    from scipy.stats import t
+    h = t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
+    assert iv["mean_lo"] == pytest.approx(v.mean() - h) and iv["mean_hi"] == pytest.approx(v.mean() + h)
+    for key, stat in (("median", np.median(v)), ("std", v.std(ddof=1))):
+        assert iv[f"{key}_lo"] <= stat <= iv[f"{key}_hi"] and iv[f"{key}_lo"] < iv[f"{key}_hi"]
+    assert f9.intervals(v) == iv                                   # reproducible
+    assert all(math.isnan(x) for x in f9.intervals([0.3]).values())  # one run: no interval
+    rows = [_srow(l, m, 0.1, 0.05, half=h) for l, m, h in ((1.0, 1.0, 0.1), (10.0, 0.5, 0.1), (100.0, 0.45, 0.1))]
+    res = f9.resolution(rows, "mean")
+    assert res["resolved"] == 1 and res["pairs"] == 2 and res["typical"] == pytest.approx(math.hypot(0.1, 0.1))
+    assert f9.fmt_lam(10 ** -0.5) == "0.316" and f9.fmt_lam(1e-6) == "1e-06" and f9.fmt_lam(100.0) == "100"
+
+
+def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
+    f = lambda p, x: x @ p
+    x, y = jnp.eye(2), jnp.asarray([1.0, -1.0])
+    _, plain = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, lr=30.0, damping=1.0)
+    assert not bool(plain.diverged) and int(plain.steps) == 20 and float(plain.loss[-1]) > 1e10  # non-finite only
+    _, tr = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, lr=30.0, damping=1.0, blowup=100.0)
+    # loss 0.5 -> 40.5 -> 3280.5: the third exceeds 100 x 0.5, so the run stops there, diverged
+    assert bool(tr.diverged) and int(tr.steps) == 2
+    _, ok = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, lr=1.0, damping=1e-3, blowup=100.0)
+    assert not bool(ok.diverged)
+    with pytest.raises(ValueError, match="blowup"):
+        gauss_newton_fit(f, jnp.zeros(2), x, y, 5, blowup=1.0)
+    # the same rule on logged train RMSE traces (loss ~ RMSE^2): 10x the RMSE is 100x the loss
+    traces = np.array([[1.0, 9.9, 0.5, np.nan], [1.0, 10.1, 0.5, np.nan], [2.0, np.inf, np.nan, np.nan]])
+    assert f9.blown_up(traces).tolist() == [False, True, True]
+    assert f9.blown_up(traces, blowup=1000.0).tolist() == [False, False, True]
+
+
+    class Rec(dict):
+        params = {"blowup": None, "rmse_threshold": 2.5}
+
+    rec = Rec(diverged=np.array([[False, False, True]]), train_rmse_trace=traces[None],
+              train_rmse=np.array([[0.5, 3.0, np.nan]]))
+    assert f9.diverged(rec).tolist() == [[False, False, True]]                   # the record's rule: non-finite
+    assert f9.diverged(rec, blowup=100.0).tolist() == [[False, True, True]]      # the same rule as fit's
+    Rec.params = {"blowup": 100.0, "rmse_threshold": 2.5}
+    assert f9.diverged(rec).tolist() == [[False, True, True]]
+    ev = f9.blowup_evidence(rec, multiples=(50.0, 1000.0))
+    assert [(e["rose"], e["recovered"]) for e in ev] == [(2, 1), (0, 0)]
 
 
 def test_fig9_exceptions_flag_the_same_columns_for_any_record():

@@ -65,3 +65,10 @@ def test_tables_and_bottom_line():
     assert line.startswith("At these settings 1 of 3 claims hold") and "*b*" in line and "*c*" in line
     with pytest.raises(ValueError, match="one of"):
         V.verdict("x", "p", "m", "maybe")
+
+
+def test_verdicts_markdown_formats_the_resolvable_gap_in_any_unit():
+    rows = [V.verdict("a falls", "", "x", V.HOLDS, 0.0123), V.verdict("b", "", "y", V.FAILS, None)]
+    assert "1.2 points" in V.verdicts_markdown(rows)
+    table = V.verdicts_markdown(rows, resolvable_unit="RMSE", scale=1.0, digits=3)
+    assert "0.012 RMSE" in table and "| — |" in table

@@ -230,13 +230,15 @@ def verdict(claim: str, paper: str, measured: str, result: str, resolvable: Opti
             "detail": detail}
 
 
-def verdicts_markdown(rows: Sequence[dict], resolvable_unit: str = "points", scale: float = 100.0) -> str:
-    """A Markdown table: claim, the paper, ours, the smallest gap resolvable, verdict."""
+def verdicts_markdown(rows: Sequence[dict], resolvable_unit: str = "points", scale: float = 100.0,
+                      digits: int = 1) -> str:
+    """A Markdown table: claim, the paper, ours, the smallest gap resolvable (``scale`` times the
+    verdict's ``resolvable``, ``digits`` significant digits past the point), verdict."""
     lines = ["| claim | paper | ours | resolves gaps of | verdict |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
         res = r.get("resolvable")
         res_s = "—" if res is None or (isinstance(res, float) and math.isnan(res)) else \
-            ("∞ (one seed)" if math.isinf(res) else f"{scale * res:.1f} {resolvable_unit}")
+            ("∞ (one seed)" if math.isinf(res) else f"{scale * res:.{digits}f} {resolvable_unit}")
         word = {HOLDS: "holds", FAILS: "**does not hold**", UNRESOLVED: "*cannot resolve*"}[r["verdict"]]
         measured = r["measured"] + (f" ({r['detail']})" if r.get("detail") else "")
         lines.append(f"| {r['claim']} | {r['paper']} | {measured} | {res_s} | {word} |")

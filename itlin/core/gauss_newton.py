@@ -269,11 +269,13 @@ class GNTrace(NamedTuple):
     diverged: jax.Array
 
 
-def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, tol: float = 0.0, **kwargs):
+def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, tol: float = 0.0,
+                     blowup: Optional[float] = None, **kwargs):
     """Full-batch damped Gauss-Newton for at most ``steps`` iterations.
 
-    Stops early when the training loss falls below ``tol`` or becomes non-finite (diverged: the
-    parameters before the bad step are kept). Pure and jittable; ``jax.vmap`` over initial
+    Stops early when the training loss falls below ``tol`` or diverges: becomes non-finite or,
+    with ``blowup`` set, exceeds ``blowup`` times the initial loss (the parameters before the
+    bad step are kept; ``trace.diverged`` is set). Pure and jittable; ``jax.vmap`` over initial
     parameters and damping values runs a whole sweep as one program. Keyword arguments are
     those of :func:`gauss_newton_direction`.
 
@@ -289,6 +291,8 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, 
         check_positive("lr (eta)", lr)
     if isinstance(tol, numbers.Real):
         check_positive("tol", tol, allow_zero=True)
+    if isinstance(blowup, numbers.Real) and not blowup > 1:
+        raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
     steps = int(steps)
     losses0 = jnp.full((steps,), jnp.nan, dtype=jnp.result_type(*jax.tree_util.tree_leaves(params)))
 
@@ -301,6 +305,9 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, 
         direction, info = gauss_newton_direction(f, p, x, y, **kwargs)
         new_p = tree_axpy(-lr, direction, p)
         bad = jnp.logical_or(~jnp.isfinite(info.loss), ~tree_all_finite(new_p))
+        if blowup is not None:
+            first = jnp.where(i == 0, info.loss, losses[0])
+            bad = jnp.logical_or(bad, jnp.abs(info.loss) > blowup * jnp.maximum(jnp.abs(first), 1e-30))
         keep = jnp.logical_or(bad, info.loss < tol)
         new_p = tree_select(keep, p, new_p)
         losses = losses.at[i].set(info.loss.astype(losses.dtype))

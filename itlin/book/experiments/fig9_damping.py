@@ -74,6 +74,15 @@ TRACE_POINTS = 150
 #: a run "still descends" if its training loss fell by more than this fraction over the last
 #: tenth of its step budget
 DESCENT_RTOL = 0.01
+#: the blow-up multiple of the headline experiments (:class:`itlin.book.experiments._sparse.SparseParams`),
+#: the one :func:`blowup_evidence` tests against the recorded sweep
+BLOWUP = 100.0
+BLOWUP_NOTE = """Damped Gauss-Newton with a small damping overshoots: its first steps solve a linearisation
+that is poor far from the anchor, and the loss rises by orders of magnitude before it falls. Such
+runs recover (blowup_evidence counts them in a record), so the default rule here is the
+non-finite one; pass blowup= to stop runs at a multiple of their initial loss instead."""
+#: bootstrap resamples for the per-damping intervals of the median, trimmed mean and std
+BOOTSTRAP = 2000
 
 
 def _check_list(name, values):
@@ -133,6 +142,9 @@ class Fig9Params(Params):
     init: Literal["flax", "torch"] = param("flax", "initialisation: flax (LeCun-normal weights, zero biases) or "
                                                    "torch (PyTorch's default: uniform weights and biases); the paper "
                                                    "states none")
+    blowup: Optional[float] = param(None, "a run has diverged once its training loss exceeds this multiple of its "
+                                          "initial loss; None (default): only a non-finite loss, since damped GN's "
+                                          "transient rises recover (see BLOWUP_NOTE)", gt=1)
 
     def check(self):
         p = self.as_dict()
@@ -159,7 +171,8 @@ def init_params(model, x, seeds: int, seed: int):
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), params)
 
 
-def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_tol: float, samples: int):
+def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_tol: float, samples: int,
+               blowup: Optional[float] = None):
     """``sweep(params, damping) -> dict`` of numpy arrays: every initialisation in ``params``
     (leading axis) trained by damped Gauss-Newton with one damping, as one jitted program.
 
@@ -182,7 +195,7 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_t
 
     def one(p0, lam):
         p, trace = gauss_newton_fit(apply, p0, x, y, gn_steps, damping=lam, lr=lr, tol=tol, ntk_fn=model.ntk_fn,
-                                    reduction="sum", solve="cholesky")
+                                    reduction="sum", solve="cholesky", blowup=blowup)
         final_loss = 0.5 * jnp.sum((apply(p, x) - y) ** 2)
         reached = ~trace.diverged & (final_loss < tol)
         full = trace.steps >= gn_steps
@@ -231,7 +244,7 @@ def run(p: dict, ctx) -> dict:
         params = init_params(model, x, seeds, p["seed"])
         ntk_eigs = np.asarray(jax.jit(jax.vmap(lambda q: jnp.linalg.eigvalsh(model.ntk_fn(q, x))))(params))
         sweep = make_sweep(model, x, y, xt, yt, gn_steps=gn_steps, lr=p["lr"], train_tol=p["train_tol"],
-                           samples=samples)
+                           samples=samples, blowup=None if p.get("blowup") is None else float(p["blowup"]))
         per = []
         ctx.say(f"{len(lams)} dampings x {seeds} seeds, at most {gn_steps} GN steps each (float64)")
         for lam in ctx.progress(lams, desc="dampings"):
@@ -263,7 +276,8 @@ def run(p: dict, ctx) -> dict:
                   "torch": "PyTorch default (weights and biases uniform on +-1/sqrt(fan_in))"}[p.get("init", "flax")]
                  + "; seed s: fold_in(PRNGKey(seed), s)"),
         "data": {k: v for k, v in ds.meta.items()},
-        "stop": "after gn_steps, at train RMSE < train_tol, or at a non-finite step",
+        "stop": "after gn_steps, at train RMSE < train_tol, or on divergence (a non-finite loss"
+                + ("" if p.get("blowup") is None else f", or one above {float(p['blowup']):g} x the initial loss") + ")",
         "still_descending": f"ran all gn_steps and the loss fell by more than {DESCENT_RTOL:.0%} over the last tenth",
         "runs": n_runs,
         "diverged_runs": int(out["diverged"].sum()),
@@ -272,7 +286,7 @@ def run(p: dict, ctx) -> dict:
 
 
 register(Experiment(
-    NAME, Fig9Params, run, version="1",
+    NAME, Fig9Params, run, version="2",
     doc="Damped Gauss-Newton on the quintic, many seeds per damping value (main paper Fig. 9)."))
 
 
@@ -282,15 +296,60 @@ def run_table(rec) -> dict:
     :func:`itlin.book.plotting.filter_runs` reads: ``status`` (``"completed"`` or ``"diverged at step
     s"``), ``train/rmse``, ``test/rmse``, ``seed``, ``steps``."""
     lams = np.asarray(rec["dampings"])
+    div = diverged(rec)
     out = {}
     for d, lam in enumerate(lams):
         runs = {}
         for s in range(rec["train_rmse"].shape[1]):
             steps = int(rec["steps"][d, s])
-            status = f"diverged at step {steps}" if bool(rec["diverged"][d, s]) else "completed"
+            status = f"diverged at step {steps}" if bool(div[d, s]) else "completed"
             runs[f"seed={s}"] = {"status": status, "train/rmse": float(rec["train_rmse"][d, s]),
                                  "test/rmse": float(rec["test_rmse"][d, s]), "seed": s, "steps": steps}
         out[float(lam)] = runs
+    return out
+
+
+def blown_up(trace, blowup: float = BLOWUP) -> np.ndarray:
+    """Over the last axis of train RMSE traces (first entry: the initial RMSE), whether the
+    training loss (proportional to RMSE squared) ever exceeded ``blowup`` times its initial value
+    or was not finite at a logged step.
+
+    >>> blown_up(np.array([[1.0, 5.0, 0.1], [1.0, 11.0, 0.1], [1.0, np.inf, np.nan]]))
+    array([False,  True,  True])
+    """
+    t = np.asarray(trace, float)
+    first = t[..., :1] ** 2
+    seen = ~np.isnan(t)  # NaN: after the run stopped
+    bad = seen & (~np.isfinite(t) | (t ** 2 > float(blowup) * np.maximum(first, np.finfo(float).tiny)))
+    return bad.any(axis=-1)
+
+
+_RECORD = object()
+
+
+def diverged(rec, blowup=_RECORD) -> np.ndarray:
+    """(D, S) boolean: the runs that diverged, one rule for live and recorded runs alike: the run
+    stopped on a non-finite (or blown-up) loss, or, with a ``blowup`` multiple (default: the
+    record's parameter; ``None``: non-finite only), its logged train RMSE trace shows the loss
+    above ``blowup`` times its initial value (a record logs ~150 steps of each run, so a blow-up
+    between two logged steps goes unseen in the trace)."""
+    b = rec.params.get("blowup") if blowup is _RECORD else blowup
+    out = np.asarray(rec["diverged"], bool)
+    return out if b is None else out | blown_up(rec["train_rmse_trace"], float(b))
+
+
+def blowup_evidence(rec, multiples=(BLOWUP,), threshold: Optional[float] = None) -> list:
+    """For each multiple ``m``: how many runs that did not diverge (non-finite) had their logged
+    loss rise above ``m`` times its initial value (``rose``), and how many of those ended with a
+    train RMSE under the dropping ``threshold`` (``recovered``; default the record's)."""
+    thr = rec.params["rmse_threshold"] if threshold is None else threshold
+    base = np.asarray(rec["diverged"], bool)
+    tr = np.asarray(rec["train_rmse"], float)
+    out = []
+    for m in multiples:
+        rose = blown_up(rec["train_rmse_trace"], float(m)) & ~base
+        out.append({"multiple": float(m), "rose": int(rose.sum()), "recovered": int((rose & (tr < thr)).sum()),
+                    "runs": int(base.size)})
     return out
 
 
@@ -337,6 +396,41 @@ def _trimmed_mean(values, cut: float = TRIM) -> float:
     return float(v.mean()) if v.size else math.nan
 
 
+def intervals(values, *, level: float = 0.95, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """Intervals over the runs (seeds) of one damping: ``mean_lo``/``mean_hi`` (Student's t),
+    and percentile-bootstrap intervals ``median_lo``/``_hi``, ``trimmed_lo``/``_hi``,
+    ``std_lo``/``_hi`` (``resamples`` resamples, a fixed ``seed``: reproducible). NaN where fewer
+    than two values.
+
+    >>> iv = intervals([1.0, 2.0, 3.0, 4.0])
+    >>> round(iv["mean_lo"], 3), round(iv["mean_hi"], 3)
+    (0.446, 4.554)
+    """
+    from .. import verdicts as V
+
+    v = np.asarray(values, float)
+    keys = ("mean", "median", "trimmed", "std")
+    if v.size < 2:
+        return {f"{k}_{e}": math.nan for k in keys for e in ("lo", "hi")}
+    m, h = V.seed_interval(v, level)
+    out = {"mean_lo": m - h, "mean_hi": m + h}
+    rng = np.random.default_rng([int(seed), v.size])
+    res = v[rng.integers(0, v.size, (int(resamples), v.size))]
+    srt = np.sort(res, axis=1)
+    k = int(math.floor(TRIM * v.size))
+    trimmed = srt[:, k:v.size - k].mean(axis=1) if v.size > 2 * k else srt.mean(axis=1)
+    q = [(1 - level) / 2, (1 + level) / 2]
+    for key, stat in (("median", np.median(res, axis=1)), ("trimmed", trimmed), ("std", res.std(axis=1, ddof=1))):
+        lo, hi = np.quantile(stat, q)
+        out[f"{key}_lo"], out[f"{key}_hi"] = float(lo), float(hi)
+    return out
+
+
+def fmt_lam(lam) -> str:
+    """A damping value to three significant digits: ``0.316``, ``1e-06``, ``100``."""
+    return f"{float(lam):.3g}"
+
+
 def summarize(rec, threshold: Optional[float] = None) -> list:
     """One dict per damping value: run counts (``runs``, ``kept``, ``dropped_threshold``,
     ``diverged``), statistics of the test RMSE over the kept runs (``mean``, ``median``, ``std``
@@ -344,7 +438,8 @@ def summarize(rec, threshold: Optional[float] = None) -> list:
     over kept runs (``train_median_kept``), ``reached_tol`` / ``still_descending`` / ``stalled``
     counts (stalled: ran the budget without reaching train_tol and without descending), the
     median number of GN steps of all runs (``steps_median``) and of the runs that reached
-    train_tol (``steps_to_tol_median``, NaN if none did)."""
+    train_tol (``steps_to_tol_median``, NaN if none did); the intervals of :func:`intervals` over
+    the kept runs. Divergence is :func:`diverged`'s rule."""
     kept = kept_mask(rec, threshold)
     filt = filter_by_damping(rec, threshold)
     rows = []
@@ -352,8 +447,9 @@ def summarize(rec, threshold: Optional[float] = None) -> list:
         te = rec["test_rmse"][d][kept[d]]
         tr = rec["train_rmse"][d]
         q = np.quantile(te, [0.25, 0.5, 0.75]) if te.size else np.full(3, np.nan)
-        div = rec["diverged"][d]
-        reached, desc = rec["reached_tol"][d], rec["still_descending"][d]
+        div = diverged(rec)[d]
+        reached, desc = rec["reached_tol"][d] & ~div, rec["still_descending"][d] & ~div
+        iv = intervals(te, seed=d)
         rows.append({
             "damping": lam,
             "trimmed": float(_trimmed_mean(te)),
@@ -375,6 +471,7 @@ def summarize(rec, threshold: Optional[float] = None) -> list:
             "stalled": int((~reached & ~desc & ~div).sum()),
             "steps_median": float(np.median(rec["steps"][d])),
             "steps_to_tol_median": float(np.median(rec["steps"][d][reached])) if reached.any() else math.nan,
+            **iv,
         })
     return rows
 
@@ -452,16 +549,63 @@ def trained(rows: list) -> list:
     return [r for r in rows if r["damping"] not in out]
 
 
-def _falls(c: dict, key: str, alpha: float) -> str:
+def _half(r: dict, key: str) -> float:
+    """Half the width of a damping's interval of statistic ``key``."""
+    return 0.5 * (r[f"{key}_hi"] - r[f"{key}_lo"])
+
+
+def resolution(rows: list, key: str) -> dict:
+    """How finely the seed spread resolves changes of statistic ``key`` (``mean``, ``median``,
+    ``trimmed``, ``std``) between adjacent dampings of ``rows`` (two or more kept runs each): for
+    each adjacent pair the smallest change it resolves, ``hypot`` of the two interval
+    half-widths; ``typical`` (their median), ``smallest``; ``resolved``/``pairs``: how many
+    adjacent changes exceed it; ``ends``: the smallest change resolvable between the smallest and
+    the largest damping, and ``ends_change`` (largest minus smallest damping's value).
+
+    >>> rows = [{"damping": d, "kept": 5, "mean": m, "mean_lo": m - 0.1, "mean_hi": m + 0.1}
+    ...         for d, m in ((1, 1.0), (10, 0.5), (100, 0.45))]
+    >>> r = resolution(rows, "mean")
+    >>> round(r["typical"], 3), r["resolved"], r["pairs"], round(r["ends_change"], 2)
+    (0.141, 1, 2, -0.55)
+    """
+    rows = sorted((r for r in rows if r["kept"] >= 2), key=lambda r: r["damping"])
+    if len(rows) < 2:
+        return {"typical": math.nan, "smallest": math.nan, "resolved": 0, "pairs": 0, "ends": math.nan,
+                "ends_change": math.nan}
+    halves = [math.hypot(_half(a, key), _half(b, key)) for a, b in zip(rows, rows[1:])]
+    changes = [b[key] - a[key] for a, b in zip(rows, rows[1:])]
+    return {"typical": float(np.median(halves)), "smallest": float(np.min(halves)),
+            "resolved": int(sum(abs(c) > h for c, h in zip(changes, halves))), "pairs": len(halves),
+            "ends": math.hypot(_half(rows[0], key), _half(rows[-1], key)),
+            "ends_change": rows[-1][key] - rows[0][key]}
+
+
+def _falls(c: dict, key: str, alpha: float, res: dict) -> str:
+    """Holds: a negative rank correlation with p < alpha and a fall from the smallest to the largest
+    damping larger than the seed spread resolves there; does not hold: no negative correlation,
+    or the largest damping's value is above the smallest's by more than the resolvable change;
+    otherwise cannot resolve."""
     from .. import verdicts as V
 
     rho, p = c[f"rho_{key}"], c[f"p_{key}"]
-    drop = c[f"last_{key}"] < c[f"first_{key}"]
-    if rho < 0 and drop and p < alpha:
+    change, ends = res["ends_change"], res["ends"]
+    if not (math.isfinite(change) and math.isfinite(ends)):
+        return V.UNRESOLVED
+    if rho < 0 and p < alpha and change < -ends:
         return V.HOLDS
-    if rho >= 0 or not drop:
+    if rho >= 0 or change > ends:
         return V.FAILS
     return V.UNRESOLVED
+
+
+def _resolution_text(res: dict) -> str:
+    return (f"seed spread resolves adjacent-damping changes of {res['typical']:.3g} (median over {res['pairs']} "
+            f"pairs; smallest {res['smallest']:.3g}), {res['resolved']} of {res['pairs']} resolved; ends: "
+            f"change {res['ends_change']:+.3g} against {res['ends']:.3g} resolvable")
+
+
+def _with_interval(r: dict, key: str) -> str:
+    return f"{r[key]:.3g} [{r[f'{key}_lo']:.3g}, {r[f'{key}_hi']:.3g}]"
 
 
 def verdicts(rows: list, *, alpha: float = 0.05, min_ratio: float = 1.5) -> list:
@@ -471,35 +615,50 @@ def verdicts(rows: list, *, alpha: float = 0.05, min_ratio: float = 1.5) -> list
     the smallest and the largest damping are similar (within a factor ``min_ratio``).
 
     A trend **holds** when Spearman's rank correlation with the damping is negative with a
-    p-value below ``alpha`` and the largest damping's value is below the smallest's; it **does
-    not hold** when the correlation is not negative or the ends do not fall; otherwise it
-    **cannot** be resolved by this many dampings (the p-value is a rough guide: every damping
-    starts from the same initialisations)."""
+    p-value below ``alpha`` and the largest damping's value is below the smallest's by more than
+    the seed spread resolves (the two 95% intervals' half-widths in quadrature: t over seeds for
+    the mean, bootstrap for the others); it **does not hold** when the correlation is not
+    negative or the largest damping's value is above the smallest's by more than that; otherwise
+    it **cannot** be resolved (the p-value is a rough guide: every damping starts from the same
+    initialisations). Each trend's row states the interval at both ends and the smallest change
+    between adjacent dampings the seed spread resolves (:func:`resolution`), which is also its
+    ``resolvable``."""
     from .. import verdicts as V
 
     c = claim_check(rows)
     if not c.get("enough"):
         return [V.verdict("the sweep has enough dampings", "", "fewer than three dampings with two kept runs",
                           V.UNRESOLVED)]
-    ends = f"λ = {c['first_damping']:g} to {c['last_damping']:g}"
+    srt = sorted((r for r in rows if r["kept"] >= 2), key=lambda r: r["damping"])
+    first, last = srt[0], srt[-1]
+    ends = f"λ = {fmt_lam(c['first_damping'])} to {fmt_lam(c['last_damping'])}"
     out = []
-    for key, name in (("mean", "mean"), ("median", "median"), ("trimmed", f"{TRIM:.0%}-trimmed mean")):
+    for key, name in (("mean", "mean"), ("median", "median"), ("trimmed", f"{TRIM:.0%}-trimmed mean"),
+                      ("std", "spread (std)")):
+        res = resolution(rows, key)
+        claim = "the spread narrows as damping grows" if key == "std" else f"the {name} test RMSE falls as damping grows"
+        paper = "the runs become more consistent (Fig. 9)" if key == "std" else "the mean test RMSE falls (Fig. 9)"
         out.append(V.verdict(
-            f"the {name} test RMSE falls as damping grows", "the mean test RMSE falls (Fig. 9)",
-            f"ρ = {c[f'rho_{key}']:+.2f} (p = {c[f'p_{key}']:.2g}); {c[f'first_{key}']:.3f} to "
-            f"{c[f'last_{key}']:.3f} over {ends}", _falls(c, key, alpha)))
-    out.append(V.verdict(
-        "the spread narrows as damping grows", "the runs become more consistent (Fig. 9)",
-        f"std: ρ = {c['rho_std']:+.2f} (p = {c['p_std']:.2g}); {c['first_std']:.3f} to {c['last_std']:.3f} over "
-        f"{ends}", _falls(c, "std", alpha)))
+            claim, paper,
+            f"{name}: ρ = {c[f'rho_{key}']:+.2f} (p = {c[f'p_{key}']:.2g}); {_with_interval(first, key)} to "
+            f"{_with_interval(last, key)} over {ends}", _falls(c, key, alpha, res), res["typical"],
+            _resolution_text(res)))
     ratio = c["first_min"] / c["last_min"] if c["last_min"] > 0 else math.inf
     out.append(V.verdict(
         "the best runs are similar at low and high damping", "low damping's best runs are as good as high damping's",
-        f"best test RMSE {c['first_min']:.3f} at λ = {c['first_damping']:g}, {c['last_min']:.3f} at "
-        f"λ = {c['last_damping']:g} (ratio {ratio:.2f}; similar within {min_ratio:g}x)",
+        f"best test RMSE {c['first_min']:.3f} at λ = {fmt_lam(c['first_damping'])}, {c['last_min']:.3f} at "
+        f"λ = {fmt_lam(c['last_damping'])} (ratio {ratio:.2f}; similar within {min_ratio:g}x)",
         V.HOLDS if 1 / min_ratio <= ratio <= min_ratio else V.FAILS))
     return out
 
 
-__all__ = ["NAME", "SCALES", "claim_check", "exceptions", "trained", "verdicts", "filter_by_damping", "init_params", "kept_mask", "make_sweep",
+def verdicts_markdown(rows: list, **kw) -> str:
+    """:func:`verdicts` as a Markdown table, resolvable changes in RMSE."""
+    from .. import verdicts as V
+
+    return V.verdicts_markdown(verdicts(rows, **kw), resolvable_unit="RMSE", scale=1.0, digits=3)
+
+
+__all__ = ["NAME", "SCALES", "BLOWUP", "blown_up", "blowup_evidence", "diverged", "fmt_lam", "intervals", "resolution", "verdicts_markdown",
+           "claim_check", "exceptions", "trained", "verdicts", "filter_by_damping", "init_params", "kept_mask", "make_sweep",
            "resolve_sizes", "run", "run_table", "summarize", "trace_steps", "train_traces"]
