@@ -9,7 +9,8 @@ The slow test builds a one-page throw-away Jupyter Book with the repository's _c
   carries the ``\\R`` and ``\\flin`` macros;
 * the bibliography is labelled author-year ("Goldwaser and Ge, 2023"), like the citations, and has
   no "n.d.";
-* the download menu offers the page's ``.ipynb`` and the file is there.
+* the download menu offers the page's ``.ipynb`` and the file is there;
+* with a headless Chromium (if installed), MathJax typesets every equation with no network.
 """
 
 import re
@@ -118,6 +119,28 @@ def test_mathjax_is_served_by_the_site_not_a_cdn(site):
     config = re.search(r"window\.MathJax\s*=\s*(\{.*?\})\s*</script>", html, re.S)
     assert config and '"flin"' in config.group(1) and '"R"' in config.group(1)
     assert r"\flin" in html and r"\R" in html
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason="needs a headless Chromium (Debian package 'chromium')")
+def test_equations_typeset_in_a_headless_browser_with_no_network(site, tmp_path):
+    """The page as a reader's browser shows it: MathJax runs from the site (file://, and the
+    browser is given no network) and typesets every equation, the book's macros included."""
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           f"--user-data-dir={tmp_path / 'profile'}", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+           "--virtual-time-budget=20000", "--dump-dom", (site / "maths.html").as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    dom = proc.stdout
+    assert proc.returncode == 0 and "<body" in dom, proc.stderr[-2000:]
+    typeset = re.findall(r"<mjx-container\b[^>]*>", dom)
+    assert len(typeset) >= 3, f"MathJax typeset {len(typeset)} equations; raw TeX left on the page"
+    assert sum('display="true"' in tag for tag in typeset) >= 2  # both displayed equations
+    # no TeX error, and no undefined macro (MathJax shows one in red): \R and \flin are known
+    assert "<mjx-merror" not in dom and 'mathcolor="red"' not in dom, "an equation did not typeset cleanly"
 
 
 @pytest.mark.slow
