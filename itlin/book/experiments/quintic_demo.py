@@ -48,6 +48,10 @@ LIVE_LEARNING_RATES = [0.0005, 0.001, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0
 
 GRID_POINTS = 400  # inputs at which the fitted functions are kept
 
+#: a run has diverged once its training loss is not finite or exceeds this multiple of its first
+#: loss (the rule of the headline experiments; ``blowup`` parameter)
+BLOWUP = 100.0
+
 
 def setting_tag(K, lr) -> str:
     """The name of one setting's training run in the record, e.g. ``"K=100,lr=0.003"``."""
@@ -116,14 +120,17 @@ def _problem(width, depth, seed):
 
 
 def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: int = 5, evals: int = 200,
-                  fit_fn: Optional[Callable] = None, tag: Optional[str] = None) -> DemoRun:
+                  fit_fn: Optional[Callable] = None, tag: Optional[str] = None,
+                  blowup: Optional[float] = BLOWUP) -> DemoRun:
     """Train one setting of the demo (full batch, SGD with learning rate ``lr``, period ``K``).
 
     ``evals`` evaluations of the true network and the linearised model on the training and
     test sets are spread over the run. The largest eigenvalue of the empirical NTK on the
     training inputs is kept at initialisation and at the end (NaN if the parameters are no
     longer finite): gradient descent on a frozen linearisation of the mean squared loss is
-    stable only while ``lr < 2 N / lambda_max``. ``fit_fn`` defaults to :func:`itlin.fit`; the
+    stable only while ``lr < 2 N / lambda_max``. A run has diverged (and stops) once its training
+    loss is not finite or exceeds ``blowup`` times its first loss (``None``: only non-finite).
+    ``fit_fn`` defaults to :func:`itlin.fit`; the
     experiment passes the runner's ``ctx.fit`` (checkpoints, stored histories) with ``tag``.
     """
     import optax
@@ -140,10 +147,10 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     sets = {"train": (ds.x_train, ds.y_train), "test": (ds.x_test, ds.y_test)}
     if fit_fn is None:
         res = fit(trainer, trainer.init(params), ds.x_train, ds.y_train, int(steps), eval_sets=sets,
-                  eval_every=eval_every)
+                  eval_every=eval_every, blowup=blowup)
     else:
         res = fit_fn(tag or setting_tag(K, lr), trainer, trainer.init(params), ds.x_train, ds.y_train, int(steps),
-                     eval_sets=sets, eval_every=eval_every)
+                     eval_sets=sets, eval_every=eval_every, blowup=blowup)
     st = res.state
     apply = net.bind(st.model_state)
     f_net = np.asarray(net.apply(st.params, x_grid))[:, 0]
@@ -170,7 +177,7 @@ def _run(p, ctx):
         for K in p["Ks"]:
             tag = setting_tag(K, lr)
             r = train_setting(K, lr, p["steps"], seed=p["seed"], width=p["width"], depth=p["depth"],
-                              evals=p["evals"], fit_fn=ctx.fit, tag=tag)
+                              evals=p["evals"], fit_fn=ctx.fit, tag=tag, blowup=float(p.get("blowup", BLOWUP)))
             out["settings"][tag] = {"f_net": r.f_net, "f_lin": r.f_lin, "feature_updates": r.feature_updates,
                                     "ntk_max_init": r.ntk_max_init, "ntk_max_end": r.ntk_max_end}
             if "x_grid" not in out:
@@ -321,6 +328,95 @@ def frames(record, *, dpi: float = 200) -> tuple:
     return out, caps, runs
 
 
+# ------------------------------------------------------------------------------ checks of the chapter's maths
+def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int = 5, rel_cut: float = 1e-5) -> dict:
+    """A numerical check of ``K_conv = N / (eta lambda_min)`` for the mean squared loss.
+
+    Gradient descent on the frozen linearisation (``K = inf``) of ``0.5 mean (f - y)^2`` moves
+    the training residual by ``r <- (I - eta Theta / N) r``, so its component along the NTK
+    eigenvector of the smallest non-zero eigenvalue ``lambda_min`` (eigenvalues above ``rel_cut``
+    times the largest) shrinks by ``(1 - eta lambda_min / N)`` per step: by about ``e^{-1}`` after
+    ``K_conv`` steps. This trains the demo's network with itlin's ``K = inf`` trainer for
+    ``round(K_conv)`` steps and measures that component: ``measured`` (its ratio to the initial
+    one), ``predicted`` (``(1 - eta lambda_min / N)^steps``) and ``predicted_sum``
+    (``(1 - eta lambda_min)^steps``: what ``1 / (eta lambda_min)``, the summed loss's ``K_conv``,
+    would imply for this loss)."""
+    import optax
+
+    from ...core.linearise import linearised_apply
+    from ...core.linearise import ntk as empirical_ntk
+    from ...core.loop import fit
+    from ...core.train import iterative_linearisation
+
+    ds, net, params, _ = _problem(width, depth, seed)
+    apply = net.bind()
+    x, y = ds.x_train, np.asarray(ds.y_train, np.float64).reshape(-1)
+    n = x.shape[0]
+    theta = np.asarray(empirical_ntk(apply, params, x), np.float64)
+    e, vecs = np.linalg.eigh(theta)
+    idx = int(np.flatnonzero(e > rel_cut * e[-1])[0])
+    lam, v = float(e[idx]), vecs[:, idx]
+    k_conv = n / (float(lr) * lam)
+    steps = int(round(k_conv))
+    trainer = iterative_linearisation(net, optax.sgd(float(lr)), "inf", loss="squared")
+    st = fit(trainer, trainer.init(params), x, ds.y_train, steps).state
+    r0 = np.asarray(apply(params, x), np.float64).reshape(-1) - y
+    rk = np.asarray(linearised_apply(apply, st.anchor, st.params, x), np.float64).reshape(-1) - y
+    return {"N": n, "lr": float(lr), "lambda_min": lam, "K_conv": k_conv, "K_conv_sum": 1.0 / (float(lr) * lam),
+            "steps": steps, "measured": float(v @ rk) / float(v @ r0),
+            "predicted": (1.0 - float(lr) * lam / n) ** steps, "predicted_sum": (1.0 - float(lr) * lam) ** steps}
+
+
+def two_line_fit(x, y) -> dict:
+    """The least-squares fit of ``y`` by a function linear on each side of 0, ``a_- x + b_-`` for
+    ``x < 0`` and ``a_+ x + b_+`` for ``x >= 0`` (the span of a zero-bias ReLU network's Jacobian
+    with a scalar input): its ``rmse``, ``a_minus``, ``b_minus``, ``a_plus``, ``b_plus``,
+    ``jump`` (``b_+ - b_-``) and ``max_residual``. For a function the linearised network at
+    initialisation computes, the residual is rounding; for data it is the lowest train RMSE any
+    ``K = inf`` model can reach.
+
+    >>> fit = two_line_fit([-2.0, -1.0, 1.0, 2.0], [-3.0, -1.0, 4.0, 5.0])
+    >>> round(fit["rmse"], 6), round(fit["jump"], 6)
+    (0.0, 2.0)
+    """
+    x, y = np.asarray(x, np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
+    out, res = {}, np.zeros_like(y)
+    for side, m in (("minus", x < 0), ("plus", x >= 0)):
+        if m.sum() < 2:
+            raise ValueError("two_line_fit needs at least two points on each side of 0.")
+        A = np.stack([x[m], np.ones(m.sum())], axis=1)
+        coef = np.linalg.lstsq(A, y[m], rcond=None)[0]
+        out[f"a_{side}"], out[f"b_{side}"] = float(coef[0]), float(coef[1])
+        res[m] = y[m] - A @ coef
+    out.update(rmse=float(np.sqrt(np.mean(res ** 2))), jump=out["b_plus"] - out["b_minus"],
+               max_residual=float(np.abs(res).max()))
+    return out
+
+
+def phase_gaps(steps, rmse_net, rmse_lin, relin_steps) -> dict:
+    """Whether the network and its linearisation part within each phase: for every phase
+    (between two relinearisations) with at least two evaluations inside it, the gap
+    ``rmse_net - rmse_lin`` at its first and last evaluation. ``grew``: phases where the gap
+    grew; ``phases``: phases counted; ``median_growth``: the median last-minus-first gap.
+
+    >>> g = phase_gaps([0, 5, 10, 15, 20], [1.0, 1.2, 1.0, 1.3, 1.1], [1.0, 0.9, 1.0, 0.8, 0.7], [10])
+    >>> g["grew"], g["phases"]
+    (2, 2)
+    """
+    steps = np.asarray(steps, float)
+    gap = np.asarray(rmse_net, float) - np.asarray(rmse_lin, float)
+    bounds = [0.0] + [float(s) for s in relin_steps] + [math.inf]
+    growth = []
+    for a, b in zip(bounds, bounds[1:]):
+        m = (steps >= a) & (steps < b)  # the evaluation at a relinearisation step opens the next phase
+        g = gap[m]
+        g = g[np.isfinite(g)]
+        if g.size >= 2:
+            growth.append(g[-1] - g[0])
+    return {"grew": int(sum(d > 0 for d in growth)), "phases": len(growth),
+            "median_growth": float(np.median(growth)) if growth else math.nan}
+
+
 def live_demo(*, steps: int = 5000, seed: int = 0, Ks=None, learning_rates=None, initial=(100, 0.003)):
     """The ipywidgets version (local Jupyter): sliders for K and the learning rate; every
     change trains the setting with :func:`train_setting` (``steps`` steps) and redraws."""
@@ -353,6 +449,8 @@ class QuinticParams(Params):
     width: int = param(50, "hidden width of the MLP", min=1)
     depth: int = param(5, "hidden layers of the MLP", min=1)
     evals: Optional[int] = param(None, "evaluations of the losses per run (None: the scale's)", min=2)
+    blowup: float = param(BLOWUP, "a run has diverged once its training loss exceeds this multiple of its first "
+                                  "loss (or is not finite)", gt=1)
 
     def check(self):
         p = self.resolved()
@@ -361,5 +459,5 @@ class QuinticParams(Params):
 
 
 register(Experiment(
-    NAME, QuinticParams, _run, version="1",
+    NAME, QuinticParams, _run, version="2",
     doc="Iterative linearisation of the quintic MLP for a grid of K and learning rates (the book's demo)."))
