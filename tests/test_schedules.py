@@ -47,6 +47,44 @@ def test_fixed_period_counts_and_parsing():
             parse_period(bad)
 
 
+def test_one_set_of_infinity_spellings_for_periods_lists_and_records():
+    # issue 11: K="+inf" parsed while Ks="[1, +inf]" was refused. Every spelling that
+    # parse_period accepts is accepted as an element of a list parameter (given as text, as
+    # papermill passes it), and every one it refuses is refused there too, with the same value.
+    import dataclasses
+    from typing import Optional
+
+    from itlin.book.experiments import ParameterError, Params, Period, param
+    from itlin.book.experiments._sparse import as_K
+    from itlin.core.schedules import INF_WORDS
+
+    @dataclasses.dataclass(frozen=True)
+    class P(Params):
+        K: Period = param(1, "a period")
+        Ks: Optional[tuple[Period, ...]] = param(None, "periods")
+
+    words = [case(w) for w in INF_WORDS for case in (str.lower, str.upper, str.title)]
+    near = ["-inf", "math.inf", "inf.0", "infinite", "nevermore", "+never", "- inf", "∞", "nan", "1e999", "10",
+            "1e3", "0", "2.5", "'inf'", "'never'", '"+Infinity"']
+    accepted = 0
+    for spelling in words + near + [f" {w} " for w in words]:
+        try:
+            direct = parse_period(spelling.strip("'\""))
+        except (TypeError, ValueError):
+            direct = None
+        try:
+            listed = P.from_dict({"Ks": f"[1, {spelling}]"}).Ks[1]
+        except ParameterError:
+            listed = None
+        assert listed == direct, (spelling, direct, listed)
+        if direct is not None:
+            accepted += 1
+            assert P.from_dict({"K": spelling.strip("'\"")}).K == direct
+            assert as_K(spelling.strip("'\"")) == float(direct)  # the records' reader agrees too
+    assert accepted == 3 * len(INF_WORDS) * 2 + 6  # the words (any case, padded), 1e999, 10, 1e3 and 3 quoted
+    assert {"inf", "+inf", "infinity", "+infinity", "never"} <= set(INF_WORDS)
+
+
 def test_a_plain_function_is_a_rule():
     model, p0, x, y = _setup()
     rule = lambda step: (step < 3) | (step % 5 == 0)

@@ -23,6 +23,7 @@ A schedule of your own in a few lines (relinearise densely early, sparsely later
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from typing import Any, Callable, NamedTuple, Optional
@@ -33,8 +34,9 @@ import numpy as np
 
 from ._checks import check_positive
 
-#: the spellings of "never relinearise" that every parser of periods accepts
-INF_WORDS = ("inf", "+inf", "infinity", "never")
+#: the spellings of "never relinearise" (any case) that every parser of periods accepts: the
+#: trainer's, the book's parameters (lists included) and the stored records'
+INF_WORDS = ("inf", "+inf", "infinity", "+infinity", "never")
 
 
 def parse_period(value, name: str = "K"):
@@ -147,6 +149,12 @@ class StepInfo(NamedTuple):
     step's batch before the update. ``true_loss``: the network's loss on the same batch at the
     same parameters (NaN unless the schedule asked for it this step). ``params``: parameters
     after the update. ``f``: the network's pure ``f(params, x)``.
+
+    >>> import jax.numpy as jnp
+    >>> info = StepInfo(step=jnp.asarray(7), since=jnp.asarray(2), lin_loss=jnp.asarray(0.5),
+    ...                 true_loss=jnp.asarray(jnp.nan), params=None, f=None)
+    >>> int(info.step - info.since)                # the step of the latest relinearisation
+    5
     """
 
     step: jax.Array
@@ -161,7 +169,25 @@ class Schedule(NamedTuple):
     """An adaptive schedule: pure ``init(f, params) -> state`` and ``update(state, info) ->
     (relinearise, state)``, plus ``wants_true_loss(step) -> bool`` (``None``: never) for
     schedules that compare with the network's own loss, a ``name`` for legends, and a ``spec``
-    (JSON-able) that tells schedules apart."""
+    (JSON-able) that tells schedules apart.
+
+    A schedule of one's own: relinearise once the linearised loss has halved since the latest
+    relinearisation (the state is that reference loss, NaN before the first step).
+
+    >>> import jax.numpy as jnp
+    >>> def update(ref, info):
+    ...     ref = jnp.where(jnp.isnan(ref), info.lin_loss, ref)
+    ...     relin = info.lin_loss < 0.5 * ref
+    ...     return relin, jnp.where(relin, info.lin_loss, ref)
+    >>> halved = Schedule(lambda f, params: jnp.asarray(jnp.nan), update, name="loss halved")
+    >>> state, decisions = halved.init(None, None), []
+    >>> for step, loss in enumerate([1.0, 0.8, 0.4, 0.3, 0.1], start=1):
+    ...     info = StepInfo(step, step, jnp.asarray(loss), jnp.asarray(jnp.nan), None, None)
+    ...     relin, state = halved.update(state, info)
+    ...     decisions.append(bool(relin))
+    >>> decisions
+    [False, False, True, False, True]
+    """
 
     init: Callable
     update: Callable
@@ -244,7 +270,7 @@ def kernel_drift(threshold: float, probe, check_every: int = 10, max_period=math
             k_now = jax.lax.cond(jnp.logical_and(relin, ~check), lambda: kernel(info.f, info.params), lambda: k_now)
         return relin, jnp.where(relin, k_now, k_anchor)
 
-    digest = __import__("hashlib").sha256(np.asarray(probe).tobytes()).hexdigest()[:16]
+    digest = hashlib.sha256(np.asarray(probe).tobytes()).hexdigest()[:16]
     return Schedule(init, update, None, f"kernel drift > {threshold:g}",
                     ("kernel_drift", threshold, check_every, max_period, tuple(probe.shape), digest))
 

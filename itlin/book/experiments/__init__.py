@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal, Mapping, NewType, Optional
 
 from ..._io import jsonable
-from ...core.schedules import parse_period
+from ...core.schedules import INF_WORDS, parse_period
 
 SCALES = ("tiny", "default", "paper")
 
@@ -170,10 +170,12 @@ def _coerce(name: str, tp, value, meta: Mapping):
 
 
 def _parse_list(name, text):
-    """A list written as text (``"[1, 100, inf]"``); bare ``inf``/``never`` words become strings."""
+    """A list written as text (``"[1, 100, +inf]"``); the bare words of infinity that
+    :func:`itlin.parse_period` accepts (:data:`itlin.core.schedules.INF_WORDS`) become strings."""
     import ast
 
-    quoted = re.sub(r"(?<![\w'\"])(inf|infinity|never)(?![\w'\"])", r"'\1'", text.strip(), flags=re.I)
+    words = "|".join(re.escape(w) for w in sorted(INF_WORDS, key=len, reverse=True))
+    quoted = re.sub(rf"(?<![\w'\"+-])({words})(?![\w'\"])", r"'\1'", text.strip(), flags=re.I)
     try:
         value = ast.literal_eval(quoted)
     except (ValueError, SyntaxError):

@@ -97,8 +97,11 @@ def K_label(K) -> str:
 
 
 def as_K(value) -> float:
-    """A period as stored in a record's meta (``"inf"`` for infinity) back to a number."""
-    return math.inf if str(value) == "inf" else float(value)
+    """A period as stored in a record's meta (``"inf"`` for infinity) back to a number, read by
+    :func:`itlin.parse_period` (the one parser of periods and their spellings of infinity)."""
+    from ...core.schedules import parse_period
+
+    return float(parse_period(value))
 
 
 # ------------------------------------------------------------------------------ data and models
