@@ -43,6 +43,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from . import _io
+from .core._checks import check_positive_int
 
 # --------------------------------------------------------------------------------------------
 # the Dataset container
@@ -162,10 +163,7 @@ def _rng(seed) -> np.random.Generator:
 
 
 def _check_count(name, n, total):
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer number of examples, got {n!r}.")
-    if n < 1:
-        raise ValueError(f"{name} must be >= 1, got {n}.")
+    n = check_positive_int(name, n)
     if n > total:
         raise ValueError(f"{name}={n} is larger than the {total} examples available; "
                          f"ask for at most {total} (or None for all of them).")

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 
+from .core._checks import check_positive_int
 from .core.model import Model  # noqa: E402  (re-exported: the trainer's model type)
 
 
@@ -77,12 +78,6 @@ def _as_matrix_init(init):
         return init(key, (rows, shape[-1]), dtype).reshape(shape)
 
     return matrix_init
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return value
 
 
 # ---------------------------------------------------------------------------------- LeNet
@@ -155,8 +150,8 @@ class LeNet(nn.Module):
 
 
 def _lenet(ndim, num_outputs, channels, kernel_size, dense, pooling):
-    _positive_int("num_outputs", num_outputs)
-    _positive_int("kernel_size", kernel_size)
+    num_outputs = check_positive_int("num_outputs", num_outputs)
+    kernel_size = check_positive_int("kernel_size", kernel_size)
     if isinstance(channels, int):
         channels = (channels, channels)
     channels, dense = tuple(int(c) for c in channels), tuple(int(d) for d in dense)
@@ -255,11 +250,11 @@ def mlp(num_outputs: int = 1, width: int = 50, depth: int = 5, widths=None, acti
     if init not in ("flax", "torch"):
         raise ValueError(f"init must be 'flax' or 'torch', got {init!r}.")
     if widths is None:
-        _positive_int("width", width)
-        _positive_int("depth", depth)
+        width = check_positive_int("width", width)
+        depth = check_positive_int("depth", depth)
         widths = (width,) * depth
     widths = tuple(int(w) for w in widths)
-    _positive_int("num_outputs", num_outputs)
+    num_outputs = check_positive_int("num_outputs", num_outputs)
     get_activation(activation, beta)  # validate the name
     module = MLP(widths=widths, num_outputs=num_outputs, activation=activation, beta=float(beta), init_scheme=init)
     meta = {"arch": "mlp", "widths": widths, "num_outputs": num_outputs, "activation": activation, "beta": beta,
@@ -365,8 +360,8 @@ def mean_field(width: int = 5000, num_outputs: int = 1, tau0: float = 1.0, activ
     ``activation`` is ``"relu"`` or ``"silu"`` (with ``beta``). Its NTK in closed form is
     :func:`mean_field_ntk`.
     """
-    _positive_int("width", width)
-    _positive_int("num_outputs", num_outputs)
+    width = check_positive_int("width", width)
+    num_outputs = check_positive_int("num_outputs", num_outputs)
     if not (isinstance(tau0, (int, float)) and tau0 > 0 and math.isfinite(tau0)):
         raise ValueError(f"tau0 (std of the hidden weights at init) must be a positive number, got {tau0!r}.")
     get_activation(activation, beta)  # validates the name (Arbel et al. use "relu" and "silu")
@@ -520,8 +515,8 @@ def resnet18(num_outputs: int = 10, width: int = 64, batch_norm: bool = True, bn
     (use it to refresh the statistics at a new linearisation point); ``train_apply`` updates them
     with momentum ``bn_momentum``; ``apply`` uses them frozen.
     """
-    _positive_int("num_outputs", num_outputs)
-    _positive_int("width", width)
+    num_outputs = check_positive_int("num_outputs", num_outputs)
+    width = check_positive_int("width", width)
     if not 0.0 <= bn_momentum < 1.0:
         raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}.")
     module = ResNet18(num_outputs=num_outputs, width=width, batch_norm=bool(batch_norm), bn_momentum=float(bn_momentum))
@@ -658,8 +653,8 @@ def resnet18_1d(num_outputs: int = 10, width: int = 64, batch_norm: bool = True,
     norm, ``calibrate`` and ``train_apply`` behave as in :func:`resnet18`; ``width`` is the first
     stage's width (64 standard; small values give the narrow networks of a CPU budget).
     """
-    _positive_int("num_outputs", num_outputs)
-    _positive_int("width", width)
+    num_outputs = check_positive_int("num_outputs", num_outputs)
+    width = check_positive_int("width", width)
     if not 0.0 <= bn_momentum < 1.0:
         raise ValueError(f"bn_momentum must be in [0, 1), got {bn_momentum!r}.")
     module = ResNet18_1D(num_outputs=num_outputs, width=width, batch_norm=bool(batch_norm),

@@ -517,6 +517,49 @@ def test_vmapped_damping_sweep_equals_one_call_per_value_zero_included():
     np.testing.assert_allclose(batched[0], params["w"] - np.linalg.pinv(np.asarray(J)) @ np.asarray(r), rtol=1e-8)
 
 
+def test_vmapped_arbel_alpha_and_eps0_equal_one_call_per_value():
+    # a traced alpha (or eps0) is taken as it is, as a traced constant lambda is: a sweep over
+    # Arbel's factor is one vmapped program with the steps of one call per value
+    apply, params, x, y = _random_J_problem(n=6, p=30)  # P > N: sigma_min > 0, so alpha matters
+    alphas = jnp.asarray([0.0, 0.5, 2.0])
+    step = lambda a, e=1e-3: gn.gauss_newton_step(apply, params, x, y, damping=gn.ArbelDamping(a, e))
+    batched, info = jax.vmap(step)(alphas)
+    for i, a in enumerate([0.0, 0.5, 2.0]):
+        one, one_info = step(a)
+        np.testing.assert_allclose(batched["w"][i], one["w"], **EXACT)
+        np.testing.assert_allclose(info.damping[i], one_info.damping, **EXACT)
+    assert float(info.damping[0]) == pytest.approx(1e-3)  # alpha = 0: the floor eps0
+    assert float(info.damping[2]) > 1e-3 and float(jnp.abs(batched["w"][2] - batched["w"][1]).max()) > 1e-3
+    eps = jnp.asarray([1e-6, 1e-2])
+    by_eps, _ = jax.vmap(lambda e: step(0.0, e))(eps)
+    np.testing.assert_allclose(by_eps["w"][1], step(0.0, 1e-2)[0]["w"], **EXACT)
+
+
+@pytest.mark.parametrize("kind", ["python", "numpy0d", "numpy_scalar", "jax0d"])
+def test_damping_values_are_checked_alike_whatever_their_type(kind):
+    # concrete values of every kind are checked (a negative 0-d array used to pass for lambda and
+    # a 0-d NumPy array used to be refused); the error is one line and names the argument
+    cast = {"python": float, "numpy0d": np.asarray, "numpy_scalar": np.float64, "jax0d": jnp.asarray}[kind]
+    apply, params, x, y = _random_J_problem(n=6, p=4)
+    ref = gn.gauss_newton_step(apply, params, x, y, damping=0.3)[0]["w"]
+    np.testing.assert_allclose(gn.gauss_newton_step(apply, params, x, y, damping=cast(0.3))[0]["w"], ref, **EXACT)
+    ok = gn.gauss_newton_step(apply, params, x, y, damping=gn.ArbelDamping(cast(0.5), cast(1e-3)))[0]["w"]
+    np.testing.assert_allclose(ok, gn.gauss_newton_step(apply, params, x, y,
+                                                        damping=gn.ArbelDamping(0.5, 1e-3))[0]["w"], **EXACT)
+    bad = [(cast(-1.0), "damping lambda must be >= 0"), (gn.ConstantDamping(cast(-1.0)), "damping lambda must be >= 0"),
+           (gn.ArbelDamping(cast(-1.0)), "damping alpha must be >= 0"),
+           (gn.ArbelDamping(1.0, cast(-1e-3)), "damping eps0 must be >= 0"),
+           (gn.ConstantDamping(cast(float("nan"))), "damping lambda must be finite")]
+    for damping, message in bad:
+        with pytest.raises(ValueError, match=message) as err:
+            gn.gauss_newton_step(apply, params, x, y, damping=damping)
+        assert "\n" not in str(err.value)
+    for damping in (gn.ConstantDamping(jnp.asarray([0.1, 0.2])), gn.ArbelDamping("1"), True):
+        with pytest.raises(TypeError, match=r"damping .*(a scalar|number)") as err:
+            gn.get_damping(damping)
+        assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("solve", ["eigh", "cholesky"])
 def test_cholesky_and_eigh_solves_agree_for_positive_damping(solve):
     x = jax.random.normal(jax.random.PRNGKey(0), (6, 4))

@@ -147,9 +147,8 @@ def project_wall_time(per_run_seconds: float, runs: int, *, devices=(1, 8, 64), 
     one = compile_seconds + max(per_run_seconds * runs, largest) + gather_seconds
     rows = []
     for d in devices:
-        d = int(d)
-        if d < 1:
-            raise ValueError(f"device counts must be >= 1, got {d}")
+        from ..core._checks import check_positive_int
+        d = check_positive_int("devices", d)
         ideal = per_run_seconds * runs / d
         per_device = -(-runs // d)
         padded = per_run_seconds * per_device

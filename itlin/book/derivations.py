@@ -275,8 +275,8 @@ def time_call(fn: Callable, *args, repeats: int = 5, min_seconds: float = 0.0, *
     """Time ``fn(*args, **kwargs)``: one call to compile and warm up, then ``repeats`` timed
     calls (more while their total is under ``min_seconds``), each waited for with
     ``jax.block_until_ready``. Pass the same ``fn`` object each time (jit caches by identity)."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}.")
+    from ..core._checks import check_positive_int
+    repeats = check_positive_int("repeats", repeats)
     t = time.perf_counter()
     jax.block_until_ready(fn(*args, **kwargs))
     first = time.perf_counter() - t

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import jax
 import numpy as np
 
 
@@ -22,11 +23,34 @@ def check_positive(name: str, value, *, allow_zero: bool = False):
     return v
 
 
+def check_scalar(name: str, value, *, allow_zero: bool = False):
+    """:func:`check_positive` for a value that may also be a NumPy or JAX scalar, or traced.
+
+    A concrete value (a Python, NumPy or JAX number, 0-d arrays included) is checked, with a
+    one-line error; a traced one (inside ``jit`` or ``vmap``) cannot be and passes unchecked.
+    Returns ``value`` unchanged, so what is computed never depends on which it was.
+    """
+    if isinstance(value, jax.core.Tracer):
+        return value
+    try:
+        arr = None if isinstance(value, (str, bytes)) else np.asarray(value)
+    except Exception:  # noqa: BLE001 - anything that is not array-like is reported below
+        arr = None
+    if arr is None or arr.ndim != 0 or arr.dtype.kind not in "iuf":
+        what = f"an array of shape {arr.shape}" if arr is not None and arr.ndim else f"{value!r}"
+        raise TypeError(f"{name} must be a real number (a scalar), got {what}.")
+    check_positive(name, arr.item(), allow_zero=allow_zero)
+    return value
+
+
 def check_positive_int(name: str, value, *, none_means: str = ""):
-    """Raise unless ``value`` is an integer >= 1 (``numpy`` integers included; not a bool)."""
+    """``value`` as an ``int``; a one-line ValueError naming ``name`` unless it is an integer
+    >= 1 (``numpy`` integers included; not a bool, not a float). The one positive-integer check
+    of the package (core, research support and book). ``none_means``: what ``None`` stands for,
+    where the caller accepts it (the caller handles ``None`` itself)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         extra = f", or None for {none_means}" if none_means else ""
-        raise ValueError(f"{name} must be a positive integer{extra}, got {value!r}.")
+        raise ValueError(f"{name} must be a positive integer (>= 1){extra}, got {value!r}.")
     return int(value)
 
 

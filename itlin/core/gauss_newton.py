@@ -41,9 +41,10 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ._checks import check_positive
+from ._checks import check_positive, check_scalar
 from ._tree import tree_all_finite, tree_axpy, tree_select
 from .linearise import jacobian, linearise_at, ntk
 from .losses import get_loss
@@ -81,19 +82,24 @@ class ArbelDamping(NamedTuple):
 
 
 def get_damping(spec):
-    """A damping rule from a number (constant ``lambda``), an array (a traced ``lambda`` in a
-    vmapped sweep), a dict ``{"kind": "constant" | "arbel", ...}`` or a damping object.
+    """A damping rule from a number (constant ``lambda``; a Python, NumPy or JAX scalar, or a
+    traced one in a vmapped sweep), a dict ``{"kind": "constant" | "arbel", ...}`` or a damping
+    object. Every value is checked the same way: concrete values must be finite and ``>= 0``;
+    traced ones (``jax.vmap`` over ``lambda``, ``alpha`` or ``eps0``) are taken as they are.
 
     >>> get_damping(0.5), get_damping({"kind": "arbel", "alpha": 2.0})
     (ConstantDamping(lam=0.5), ArbelDamping(alpha=2.0, eps0=1e-07))
+    >>> get_damping(ArbelDamping(alpha=-1.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: damping alpha must be >= 0, got -1.0; pass 0 for no damping alpha.
     """
     if isinstance(spec, ConstantDamping):
-        if isinstance(spec.lam, numbers.Real):
-            check_positive("damping lambda", spec.lam, allow_zero=True)
+        check_scalar("damping lambda", spec.lam, allow_zero=True)
         return spec
     if isinstance(spec, ArbelDamping):
-        check_positive("damping alpha", spec.alpha, allow_zero=True)
-        check_positive("damping eps0", spec.eps0, allow_zero=True)
+        check_scalar("damping alpha", spec.alpha, allow_zero=True)
+        check_scalar("damping eps0", spec.eps0, allow_zero=True)
         return spec
     if isinstance(spec, dict):
         spec = dict(spec)
@@ -103,14 +109,21 @@ def get_damping(spec):
         return get_damping(ConstantDamping(**spec) if kind == "constant" else ArbelDamping(**spec))
     if isinstance(spec, numbers.Real) and not isinstance(spec, bool):
         return get_damping(ConstantDamping(float(spec)))
-    if isinstance(spec, jax.Array):
-        return ConstantDamping(spec)
+    if isinstance(spec, (jax.Array, np.ndarray)):
+        return get_damping(ConstantDamping(spec))
     raise TypeError(f"damping must be a number >= 0, ConstantDamping or ArbelDamping, got {spec!r}.")
 
 
 class GNInfo(NamedTuple):
     """Diagnostics of one Gauss-Newton step: the loss before it, the damping used, and the
-    smallest eigenvalue of the system matrix (``c K`` or ``S K S``; NaN where not computed)."""
+    smallest eigenvalue of the system matrix (``c K`` or ``S K S``; NaN where not computed).
+
+    >>> import jax.numpy as jnp
+    >>> _, info = gauss_newton_step(lambda p, x: x @ p, jnp.zeros(2), jnp.eye(2), jnp.ones(2),
+    ...                             damping=ArbelDamping(2.0))
+    >>> float(info.loss), float(info.eigmin), float(info.damping)   # mean loss; c K = I / 2; 2 * 0.5
+    (0.5, 0.5, 1.0)
+    """
 
     loss: jax.Array
     damping: jax.Array
@@ -262,7 +275,13 @@ def gauss_newton_step(f: Callable, params, x, y, *, lr: float = 1.0, **kwargs):
 class GNTrace(NamedTuple):
     """Per-iteration record of :func:`gauss_newton_fit`: the training loss before each step
     (NaN after the run stopped), the number of steps taken, and whether the run diverged (a
-    non-finite loss or step; the parameters are those before it)."""
+    non-finite loss or step; the parameters are those before it).
+
+    >>> import jax.numpy as jnp
+    >>> _, trace = gauss_newton_fit(lambda p, x: x @ p, jnp.zeros(2), jnp.eye(2), jnp.ones(2), 4, tol=1e-12)
+    >>> int(trace.steps), bool(trace.diverged), trace.loss.tolist()     # one step interpolates
+    (1, False, [0.5, 0.0, nan, nan])
+    """
 
     loss: jax.Array
     steps: jax.Array

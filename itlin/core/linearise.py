@@ -69,6 +69,11 @@ class Linearisation(NamedTuple):
     forward pass (a ``jax.tree_util.Partial``, so a Linearisation crosses ``jit`` boundaries as
     an argument instead of being folded in as constants); ``anchor`` fixes the parameter
     structure for the transpose. Build one with :func:`linearise_at`.
+
+    >>> import jax.numpy as jnp
+    >>> lin = linearise_at(lambda p, x: jnp.sin(p * x), 0.0, jnp.asarray([1.0, 2.0]))
+    >>> lin(0.5).tolist(), float(lin.vjp(jnp.ones(2)))      # sin(0) + 0.5 x;  J^T 1 = 1 + 2
+    ([0.5, 1.0], 3.0)
     """
 
     outputs: jax.Array

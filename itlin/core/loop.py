@@ -31,7 +31,7 @@ import numpy as np
 from ._checks import check_finite_array, check_positive_int, check_same_leading
 from ._tree import tree_all_finite
 from .linearise import linearised_apply
-from .train import StepLog, Trainer, TrainState, float_dtype
+from .train import StepLog, Trainer, TrainState, _float_dtype
 
 #: steps per compiled loop (a trade between dispatch overhead and the size of the step logs)
 CHUNK = 256
@@ -86,7 +86,7 @@ _one_step = jax.jit(_batch_step, static_argnums=0)
 def _compiled_chunk(trainer: Trainer, state, X, Y, idx, n, aug_key, lin, *, size: int, stop_at_relin: bool):
     """Up to ``n`` steps in one compiled while loop; stops after a non-finite loss, and after a
     relinearisation when ``stop_at_relin`` (the next phase needs a new stored linearisation)."""
-    dtype = float_dtype(state.params)
+    dtype = _float_dtype(state.params)
 
     def cond(carry):
         i, st, losses, relins = carry
@@ -185,9 +185,7 @@ class _Runner:
     def chunk(self, state: TrainState, n: int):
         """At most ``min(n, chunk_size)`` steps; a full-batch chunk also ends right after a
         relinearisation, and any chunk at a non-finite loss. Returns ``(state, StepLog)``."""
-        n = int(min(n, self.chunk_size))
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}.")
+        n = min(check_positive_int("n", n), self.chunk_size)
         tr = self.trainer
         if self.device is None:
             self.device = device_loop(tr, state, self.x, self.loop)
@@ -218,7 +216,7 @@ class _Runner:
                 break
             logs.append(log)
             prev_state, prev_log = new_state, log
-        dtype = np.dtype(float_dtype(prev_state.params))
+        dtype = np.dtype(_float_dtype(prev_state.params))
         return prev_state, StepLog(np.asarray([float(l.loss) for l in logs], dtype),
                                    np.asarray([bool(l.relinearised) for l in logs], bool))
 
@@ -346,6 +344,14 @@ class History:
     trained model's training loss, one value per ``loss_every`` steps (the mean over those
     steps). ``relin_steps``: the steps after which it relinearised. ``status``: ``"running"``,
     ``"completed"`` or ``"diverged at step s"``.
+
+    >>> h = History(loss_every=2)
+    >>> h.add_losses([1.0, 3.0, 5.0])          # means over blocks of 2 steps; 5.0 waits for its pair
+    >>> h.loss
+    [2.0]
+    >>> h.add_eval({"step": 0, "test/accuracy": 0.5})
+    >>> h.eval_array("test/accuracy").tolist(), h.status
+    ([0.5], 'running')
     """
 
     evals: dict = field(default_factory=dict)
@@ -399,7 +405,14 @@ class History:
 
 
 class FitResult(NamedTuple):
-    """The final state and the :class:`History` of :func:`fit`."""
+    """The final state and the :class:`History` of :func:`fit`.
+
+    >>> import itlin, jax.numpy as jnp, optax
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), 1, loss="squared")
+    >>> res = fit(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2), 4)
+    >>> res.status, int(res.state.step), res.state.feature_updates, len(res.history.loss)
+    ('completed', 4, 4, 4)
+    """
 
     state: TrainState
     history: History
@@ -457,9 +470,8 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     eval_sets = eval_sets or {}
     for name, (ex, ey) in eval_sets.items():
         check_same_leading(f"{name} x", ex, f"{name} y", ey)
-    eval_every = int(eval_every or max(1, steps // 20))
-    if eval_every < 1:
-        raise ValueError(f"eval_every must be >= 1, got {eval_every}.")
+    eval_every = max(1, steps // 20) if eval_every is None else \
+        check_positive_int("eval_every", eval_every, none_means="20 evaluations per run")
     if blowup is not None and not float(blowup) > 1:
         raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
     if history is None:

@@ -4,7 +4,8 @@ The loss is never linearised: only the network is. For cross-entropy the softmax
 the loss (main paper Section 4, Appendix A), so the linearised model's logits go through an
 exact softmax.
 
-Conventions. ``per_example(f, y)`` returns one loss per example; the training loss is its mean
+Conventions. ``get_loss(name).per_example(f, y)`` returns one loss per example (the functions
+behind it are private: :class:`Loss` is the one public route); the training loss is its mean
 (``reduction="mean"``) or its sum (``reduction="sum"``). The squared loss of one example is
 ``0.5 * ||f - y||^2`` summed over outputs, so with ``reduction="sum"`` the gradient with
 respect to the outputs is the residual ``f - Y`` of the main paper's Eq. 1-6.
@@ -27,7 +28,7 @@ def _check_regression_shapes(f, y):
         )
 
 
-def squared_per_example(f, y):
+def _squared_per_example(f, y):
     """``0.5 * ||f_n - y_n||^2`` for each example n (outputs and targets of equal shape)."""
     _check_regression_shapes(f, y)
     r = (f - y).reshape(f.shape[0], -1)
@@ -46,13 +47,13 @@ def _as_target_probs(logits, y):
     )
 
 
-def cross_entropy_per_example(logits, y):
+def _cross_entropy_per_example(logits, y):
     """Softmax cross-entropy for each example; ``y`` is integer labels or probability vectors."""
     p = _as_target_probs(logits, y)
     return -jnp.sum(p * jax.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
-def binary_cross_entropy_per_example(logits, y):
+def _binary_cross_entropy_per_example(logits, y):
     """Sigmoid cross-entropy of one output per example, ``log(1 + e^f) - y f`` (stable form).
 
     ``logits`` is ``(N,)`` or ``(N, 1)``; ``y`` holds 0/1 labels or +-1 targets (positive when
@@ -60,7 +61,7 @@ def binary_cross_entropy_per_example(logits, y):
     softmax cross-entropy would be constant.
 
     >>> import jax.numpy as jnp
-    >>> round(float(binary_cross_entropy_per_example(jnp.zeros(1), jnp.ones(1))[0]), 4)  # log 2
+    >>> round(float(_binary_cross_entropy_per_example(jnp.zeros(1), jnp.ones(1))[0]), 4)  # log 2
     0.6931
     """
     f = logits.reshape(logits.shape[0], -1)
@@ -86,6 +87,10 @@ class Loss:
     2.5
     >>> sq.grad_outputs(jnp.asarray([[1.0], [3.0]]), jnp.zeros((2, 1))).tolist()  # (f - y) / N
     [[0.5], [1.5]]
+    >>> sq.per_example(jnp.asarray([[1.0], [3.0]]), jnp.zeros((2, 1))).tolist()    # one loss per example
+    [0.5, 4.5]
+    >>> [round(v, 4) for v in get_loss("cross_entropy").per_example(jnp.zeros((2, 2)), jnp.asarray([0, 1])).tolist()]
+    [0.6931, 0.6931]
     """
 
     name: str
@@ -148,11 +153,11 @@ def get_loss(name: "str | Loss", reduction: str = "mean") -> Loss:
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}.")
     key = str(name).lower().replace("-", "_")
     if key in ("squared", "mse", "squared_error"):
-        return Loss("squared", squared_per_example, reduction)
+        return Loss("squared", _squared_per_example, reduction)
     if key in ("cross_entropy", "xent", "softmax_cross_entropy", "ce"):
-        return Loss("cross_entropy", cross_entropy_per_example, reduction)
+        return Loss("cross_entropy", _cross_entropy_per_example, reduction)
     if key in ("binary_cross_entropy", "bce", "sigmoid_cross_entropy", "logistic"):
-        return Loss("binary_cross_entropy", binary_cross_entropy_per_example, reduction)
+        return Loss("binary_cross_entropy", _binary_cross_entropy_per_example, reduction)
     raise ValueError(f"unknown loss {name!r}; choose 'squared', 'cross_entropy' or 'binary_cross_entropy'.")
 
 
@@ -199,12 +204,4 @@ def rmse(f, y):
     return jnp.sqrt(jnp.mean((f - y) ** 2))
 
 
-__all__ = [
-    "Loss",
-    "accuracy",
-    "binary_cross_entropy_per_example",
-    "cross_entropy_per_example",
-    "get_loss",
-    "rmse",
-    "squared_per_example",
-]
+__all__ = ["Loss", "accuracy", "get_loss", "rmse"]

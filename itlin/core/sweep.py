@@ -39,6 +39,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ._checks import check_positive_int
+
 #: the environment variables :func:`init_distributed` reads for an explicit set of processes
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
@@ -258,9 +260,8 @@ def sweep(fn: Callable, grid, *, mesh: Optional[Mesh] = None, chunk: Optional[in
     if chunk is None:
         per_dev = -(-g // n_dev)
     else:
-        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-            raise ValueError(f"chunk must be a positive integer (points per device per program), got {chunk!r}")
-        per_dev = min(int(chunk), -(-g // n_dev))
+        chunk = check_positive_int("chunk", chunk, none_means="every point in one program per device")
+        per_dev = min(chunk, -(-g // n_dev))
     piece = per_dev * n_dev
     n_pieces = -(-g // piece)
     axis = mesh.axis_names[0] if len(mesh.axis_names) == 1 else tuple(mesh.axis_names)

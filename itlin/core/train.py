@@ -49,6 +49,11 @@ class TrainState(NamedTuple):
     (batch-norm statistics) frozen at the anchor, ``{}`` if none. ``updates``: feature updates
     so far (Definition 1). ``last``: the step of the latest relinearisation (0 at the start).
     ``schedule``: the schedule's own state (``()`` for rules).
+
+    >>> import jax.numpy as jnp, optax
+    >>> st = iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), 2, loss="squared").init(jnp.zeros(2))
+    >>> int(st.step), st.feature_updates, st.anchor.tolist(), int(st.last)
+    (0, 0, [0.0, 0.0], 0)
     """
 
     step: jax.Array
@@ -68,7 +73,17 @@ class TrainState(NamedTuple):
 
 class StepLog(NamedTuple):
     """One step's record: the trained model's loss on the step's batch (before the update) and
-    whether the step ended with a relinearisation."""
+    whether the step ended with a relinearisation.
+
+    >>> import jax.numpy as jnp, optax
+    >>> tr = iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), 2, loss="squared")
+    >>> st, log = tr.step(tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2))
+    >>> float(log.loss), bool(log.relinearised)            # mean of 0.5 ||0 - 1||^2; K=2: not yet
+    (0.5, False)
+    >>> st, log = tr.step(st, jnp.eye(2), jnp.ones(2))
+    >>> bool(log.relinearised), st.feature_updates, st.anchor.tolist()
+    (True, 1, [0.4375, 0.4375])
+    """
 
     loss: jax.Array
     relinearised: jax.Array
@@ -83,6 +98,12 @@ class Trainer(NamedTuple):
     ``linearise(state, x) -> Linearisation`` (that stored linearisation).
     ``gd_path`` is True when steps are the network's own gradient steps (``K = 1``). Hashable,
     so a trainer can be a static argument of ``jax.jit``.
+
+    >>> import jax, jax.numpy as jnp, optax
+    >>> tr = iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), 2, loss="squared")
+    >>> state, log = jax.jit(tr.step)(tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2))
+    >>> tr.name, tr.gd_path, int(state.step), state.params.tolist()
+    ('K=2', False, 1, [0.25, 0.25])
     """
 
     init: Callable
@@ -96,13 +117,13 @@ class Trainer(NamedTuple):
     name: str
 
 
-def float_dtype(tree):
+def _float_dtype(tree):
     """The floating dtype of a parameter pytree (float32 if it has none)."""
     leaves = [a for a in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)]
     return jnp.result_type(*leaves) if leaves else jnp.float32
 
 
-def as_model(model) -> Model:
+def _as_model(model) -> Model:
     """A :class:`~itlin.core.model.Model`, or a bare ``f(params, x)`` wrapped as one."""
     if isinstance(model, Model):
         return model
@@ -144,7 +165,7 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
     >>> int(state.step), state.feature_updates              # relinearised after steps 2 and 4
     (4, 2)
     """
-    model = as_model(model)
+    model = _as_model(model)
     loss = get_loss(loss, reduction)
     if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}.")
@@ -168,7 +189,7 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
     def step(state: TrainState, x, y, key=None, lin: Optional[Linearisation] = None):
         if augment is not None and key is not None:
             x = augment(key, x)
-        dtype = float_dtype(state.params)
+        dtype = _float_dtype(state.params)
         model_state = state.model_state
         if gd_path:
             def loss_fn(p):
@@ -208,4 +229,4 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
     return Trainer(init, step, linearise, model, loss, sched, gd_path, augment, sched.name)
 
 
-__all__ = ["StepLog", "TrainState", "Trainer", "as_model", "float_dtype", "iterative_linearisation"]
+__all__ = ["StepLog", "TrainState", "Trainer", "iterative_linearisation"]
