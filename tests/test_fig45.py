@@ -132,8 +132,10 @@ def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_t
     (f4.NAME, {"n_test": 700}, "n_test=700"),
     (f4.NAME, {"batch_size": 1000}, "batch_size"),
     (f4.NAME, {"bn_modes": ["batch", "batch"]}, "repeated"),
-    (f5.NAME, {"sizes": [100, 200]}, "at least 3"),
-    (f5.NAME, {"sizes": [400, 200, 800]}, "increasing"),
+    (f5.NAME, {"sizes": [100, 200]}, "at least 4"),
+    (f5.NAME, {"sizes": [100, 200, 400]}, "at least 4"),
+    (f5.NAME, {"sizes": [100, 200, 400, 800]}, "span at least 10x"),
+    (f5.NAME, {"sizes": [400, 200, 800, 4000]}, "increasing"),
     (f5.NAME, {"lr": 0.1, "lr_inf": 0.1}, "lr_inf must differ"),
     (f5.NAME, {"K": 1}, "finite period above 1"),
     (f5.NAME, {"K": "inf"}, "finite period above 1"),
@@ -153,6 +155,25 @@ def test_batch_mode_accepts_evaluation_sizes_that_are_whole_batches():
     f4.EXPERIMENT.resolve({"scale": "tiny", "n_test": 700, "bn_modes": ["recalibrate", "frozen"]})
 
 
+@pytest.mark.parametrize("mod", [f4, f5])
+def test_scale_selects_the_dataset_paper_scale_is_cifar10(mod):
+    # the experiment's own resolution, nothing added: the chapters pass dataset=None
+    resolve = lambda p: S.resolve(mod.EXPERIMENT.resolve(p), mod.SCALES)
+    assert resolve({"scale": "paper", "dataset": None})["dataset"] == "cifar10"
+    assert resolve({"scale": "paper"})["dataset"] == "cifar10"
+    assert resolve({"scale": "default"})["dataset"] == resolve({"scale": "tiny"})["dataset"] == "mnist1d"
+    assert resolve({"scale": "paper", "dataset": "fashion_mnist"})["dataset"] == "fashion_mnist"
+    assert runner.plan(mod.NAME, {"scale": "paper"}).params["dataset"] is None
+    assert mod.paper_settings()["dataset"] == "cifar10"
+
+
+def test_fig5_default_and_tiny_sizes_pass_the_size_rule():
+    for scale in ("tiny", "default", "paper"):
+        sizes = f5.SCALES[scale]["sizes"]
+        assert len(sizes) >= f5.MIN_SIZES == 4 and sizes[-1] / sizes[0] >= f5.MIN_SPAN == 10
+        f5.EXPERIMENT.resolve({"scale": scale})
+
+
 def test_paper_scale_resolves_to_the_papers_settings_without_running():
     pp = f4.paper_settings()
     assert (pp["lr_no_bn"], pp["lr_bn"]) == (f4.PAPER["lr_no_bn"], f4.PAPER["lr_bn"]) == (7e-7, 1e-5)
@@ -161,7 +182,8 @@ def test_paper_scale_resolves_to_the_papers_settings_without_running():
     assert runner.plan(f4.NAME, {"scale": "paper"}).params["scale"] == "paper"
     qq = f5.paper_settings()
     assert (qq["lr"], qq["lr_inf"]) == (f5.PAPER["lr"], f5.PAPER["lr_inf"]) == (1e-5, 1e-3)
-    assert qq["channels"] == 50 and qq["metric"] == "best" and qq["sizes"][-1] / qq["sizes"][0] >= 10
+    assert qq["dataset"] == "cifar10" and qq["channels"] == 50 and qq["metric"] == "best"
+    assert qq["sizes"][-1] / qq["sizes"][0] >= 10
     assert runner.plan(f5.NAME, {"scale": "paper"}).params["scale"] == "paper"
     d = f5.SCALES["default"]
     assert len(d["sizes"]) >= 4 and d["sizes"][-1] / d["sizes"][0] >= 10
@@ -214,6 +236,43 @@ def test_fig4_divergence_claims_hold_fail_and_cannot_resolve():
     assert counts[(f4.NO_BN, 25.0)][:2] == (5, 5) and counts[("recalibrate", 25.0)][:2] == (2, 5)
     md = f4.divergence_markdown(_fig4_rows(0.0, diverge=rule))
     assert "| BN, frozen | as BN, K=1 | 5 of 5 (median step 50) | 5 of 5 (median step 50) |" in md
+
+
+def test_fig4_modes_are_judged_against_each_other_with_intervals():
+    # frozen: every large-K run diverges; recalibrate: K=25 only; batch: none (10 runs each)
+    rule = lambda c, s, K: c == "frozen" or (c == "recalibrate" and K == 25)
+    rows = _fig4_rows(0.0, diverge=rule)
+    assert f4.mode_divergence(rows) == {"recalibrate": (5, 10), "frozen": (10, 10), "batch": (0, 10)}
+    out = f4.mode_claims(rows)
+    by = {p["claim"]: p for p in out["pairs"]}
+    assert len(out["pairs"]) == 3
+    assert by["BN, recalibrated diverges more often than BN, frozen"]["verdict"] == V.FAILS
+    assert by["BN, frozen diverges more often than BN, batch statistics"]["verdict"] == V.HOLDS
+    # 5 of 10 against 0 of 10 is resolved; the interval is Newcombe's, as for the no-BN comparison
+    gap = V.proportion_gap(5, 10, 0, 10)
+    assert by["BN, recalibrated diverges more often than BN, batch statistics"]["verdict"] == V.exceeds(gap)
+    assert by["BN, recalibrated diverges more often than BN, batch statistics"]["resolvable"] == gap.half
+    assert out["most"] == "frozen" and out["least"] == ("batch" if V.exceeds(gap) == V.HOLDS else None)
+    assert "`frozen` diverged more often than every other mode" in f4.mode_sentence(out)
+
+
+def test_fig4_modes_that_overlap_cannot_be_ranked_and_ties_are_not_broken():
+    # frozen 2 of 10, recalibrate 1 of 10, batch 1 of 10: the raw counts have a top but no interval separates it
+    rule = lambda c, s, K: (c == "frozen" and K == 25 and s < 2) or (c in ("recalibrate", "batch") and K == 25
+                                                                       and s == 0)
+    out = f4.mode_claims(_fig4_rows(0.0, diverge=rule))
+    assert all(p["verdict"] == V.UNRESOLVED for p in out["pairs"])
+    assert out["most"] is None and out["least"] is None
+    text = f4.mode_sentence(out)
+    assert "which mode diverges most *cannot be resolved*" in text and "diverges least *cannot be resolved*" in text
+    assert "0 of 3 pairs" in text
+    # all modes equal (a tie): nothing is picked
+    tie = f4.mode_claims(_fig4_rows(0.0, diverge=lambda c, s, K: c != f4.NO_BN))
+    assert tie["most"] is None and tie["least"] is None
+    # one mode only: no comparison
+    one = f4.mode_claims([r for r in _fig4_rows(0.0) if r["config"] in (f4.NO_BN, "BN", "batch")])
+    assert one == {"pairs": [], "most": None, "least": None} and "fewer than two" in f4.mode_sentence(one)
+    assert "| claim |" in f4.mode_claims_markdown(_fig4_rows(0.0, diverge=rule))
 
 
 def test_fig4_close_claim_leaves_out_diverged_seeds():

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -45,17 +45,20 @@ NAME = "feature_learning"
 
 #: size-like defaults per scale (the experiment's version includes a digest of this table)
 SCALES = {
-    "tiny": {"n_train": 256, "n_test": 200, "n_eval_train": 200, "channels": 4, "Ks": [1, 10, math.inf],
+    "tiny": {"dataset": "mnist1d", "n_train": 256, "n_test": 200, "n_eval_train": 200, "channels": 4,
+             "Ks": [1, 10, math.inf],
              "steps": 40, "snapshots": 4, "learning_rate": 1e-2, "momentum": 0.9, "seeds": 2, "n_kernel": 10},
-    # three seeds, four orders of magnitude of K (1999, 199, 19 and 1 feature updates, and none)
-    # within the CPU budget; the NTK probe set is small (50 signals x 10 outputs: 500 x 500)
-    "default": {"n_train": 4000, "n_test": 1000, "n_eval_train": 1000, "channels": 16,
-                "Ks": [1, 10, 100, 1000, math.inf], "steps": 2000, "snapshots": 20, "learning_rate": 3e-3,
-                "momentum": 0.9, "seeds": 3, "n_kernel": 50},
+    # five seeds (issue 15) within the CPU budget, bought with a shorter sweep than the three-seed
+    # version (K = 1, 10, 100, 1000, inf over 2000 steps): K = 1, 100, 500 and inf over 1000 steps
+    # (999, 9 and 1 feature updates, and none); snapshots every 5% of the run, so the Fig. 7
+    # fraction is read to 2.5 points; the NTK probe set is small (50 signals x 10 outputs: 500 x 500)
+    "default": {"dataset": "mnist1d", "n_train": 4000, "n_test": 1000, "n_eval_train": 1000, "channels": 16,
+                "Ks": [1, 100, 500, math.inf], "steps": 1000, "snapshots": 20, "learning_rate": 3e-3,
+                "momentum": 0.9, "seeds": 5, "n_kernel": 50},
     # The paper's Figs. 6-7 are its Fig. 3 runs: CIFAR-10, lr 1e-5, K=5e6, batch 256, 50 channels,
     # augmentation; no step count is stated (we take ten times K, as for Fig. 3). The K sweep for
     # the kernel movement is ours.
-    "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50,
+    "paper": {"dataset": "cifar10", "n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50,
               "Ks": [1, 10_000, 100_000, 1_000_000, 5_000_000, math.inf], "steps": 50_000_000, "snapshots": 50,
               "learning_rate": 1e-5, "momentum": 0.0, "seeds": 3, "n_kernel": 200},
 }
@@ -64,6 +67,10 @@ SCALES = {
 LAYERS = ("conv1", "conv2")
 #: the main paper's Fig. 7 number: K=5e6's final filters look like K=1's at about 10% of training
 PAPER_FRACTION = 0.10
+#: how we read "about 10%": within 5 points of it (5% to 15% of K=1's run). The verdict holds when
+#: the fraction's interval (seeds and half the snapshot spacing) lies inside that band, does not
+#: hold when it lies wholly outside, and cannot resolve otherwise.
+PAPER_FRACTION_MARGIN = 0.05
 
 
 def tag(K, seed: int) -> str:
@@ -74,6 +81,9 @@ def tag(K, seed: int) -> str:
 class FeatureParams(S.SparseParams):
     SCALES = SCALES
 
+    dataset: Optional[Literal["mnist1d", "fashion_mnist", "cifar10"]] = param(
+        None, "mnist1d (1D LeNet, shifts); fashion_mnist or cifar10 (2D LeNet, crops, flips); None: from scale "
+              "(mnist1d; paper: cifar10)")
     Ks: Optional[tuple[Period, ...]] = param(None, "periods K (K=1 and at least one larger K; 'inf' allowed); "
                                                    "None: from scale")
     steps: Optional[int] = param(None, "training steps; None: from scale", min=1)
@@ -353,11 +363,14 @@ def filter_numbers(rows) -> list:
 
 
 def filter_claims(rows) -> list:
-    """Fig. 7, over seeds: K=1's first-layer filters move further than the large K's (the log of
-    the ratio of their distances from initialisation at the end is above 0), and the large K's
-    final filters are closest to K=1's before half of K=1's run (``0.5 - fraction`` above 0; the
-    paper says about 10%). The fraction is measured at the snapshots, so it is known to within
-    their spacing."""
+    """Fig. 7, over seeds, three verdicts in this order: K=1's first-layer filters move further
+    than the large K's (the log of the ratio of their distances from initialisation at the end is
+    above 0); the large K's final filters are closest to K=1's before half of K=1's run
+    (``0.5 - fraction`` above 0); and that fraction is the paper's "about 10%"
+    (``fraction - PAPER_FRACTION`` within ``PAPER_FRACTION_MARGIN``, :func:`itlin.book.verdicts.close`),
+    which fails when the interval lies wholly outside the band. The fraction is measured at the
+    snapshots, so half their spacing is added to its interval in quadrature: the snapshot spacing
+    bounds the resolution from below."""
     from .. import verdicts as V
 
     if not S.select(rows, K=1) or not any(math.isfinite(r["K"]) and r["K"] > 1 for r in rows):
@@ -368,7 +381,13 @@ def filter_claims(rows) -> list:
     detail = f"{left} seed(s) left out: a run diverged" if left else ""
     if not nums:
         return [dict(V.verdict(f"K=1's first-layer filters move further than {S.K_label(Kb)}'s", "K=1 much faster",
-                               "no completed pair", V.UNRESOLVED, math.nan, detail), unit=("", 1.0))]
+                               "no completed pair", V.UNRESOLVED, math.nan, detail), unit=("", 1.0)),
+                dict(V.verdict(f"{S.K_label(Kb)}'s final filters are K=1's early in training (before half of it)",
+                               f"about {PAPER_FRACTION:.0%} of the way through training", "no completed pair",
+                               V.UNRESOLVED, math.nan, detail), unit=("% of the run", 100.0)),
+                dict(V.verdict(f"{S.K_label(Kb)}'s final filters are K=1's at about {PAPER_FRACTION:.0%} of its run",
+                               f"about {PAPER_FRACTION:.0%} of the way through training", "no completed pair",
+                               V.UNRESOLVED, math.nan, detail), unit=("% of the run", 100.0))]
     lr = [math.log(n["move_k1"] / n["move_big"]) for n in nums]
     g1 = V.paired_gap(lr, [0.0] * len(lr))
     ratio = [n["move_k1"] / n["move_big"] for n in nums]
@@ -377,6 +396,9 @@ def filter_claims(rows) -> list:
     g2 = V.paired_gap([0.5] * len(frac), frac)
     # the fraction is read at the snapshots: half their spacing adds to the interval
     g2 = g2._replace(half=math.hypot(g2.half, res / 2) if math.isfinite(g2.half) else g2.half, test_half=res / 2)
+    g3 = V.paired_gap(frac, [PAPER_FRACTION] * len(frac))
+    g3 = g3._replace(half=math.hypot(g3.half, res / 2) if math.isfinite(g3.half) else g3.half, test_half=res / 2)
+    band = f"{PAPER_FRACTION - PAPER_FRACTION_MARGIN:.0%} to {PAPER_FRACTION + PAPER_FRACTION_MARGIN:.0%}"
     return [
         dict(V.verdict(f"K=1's first-layer filters move further than {S.K_label(Kb)}'s", "the evolution of the "
                        "filters for K=1 is much faster", f"distance from initialisation at the end, K=1 over "
@@ -386,6 +408,12 @@ def filter_claims(rows) -> list:
                        f"about {PAPER_FRACTION:.0%} of the way through training",
                        f"closest at {V.fmt_mean(frac, 100.0, '% of the run', 0)} (snapshots every {res:.0%})",
                        V.exceeds(g2, 0.0), g2.half, detail), unit=("% of the run", 100.0)),
+        dict(V.verdict(f"{S.K_label(Kb)}'s final filters are K=1's at about {PAPER_FRACTION:.0%} of its run "
+                       f"(within {band})", f"about {PAPER_FRACTION:.0%} of the way through training",
+                       f"closest at {V.fmt_mean(frac, 100.0, '% of the run', 0)} (seeds "
+                       f"{', '.join(f'{f:.0%}' for f in frac)}); minus {PAPER_FRACTION:.0%}: "
+                       f"{V.fmt_gap(g3, 100.0, ' points', 0)}, half the snapshot spacing ({res / 2:.1%}) included",
+                       V.close(g3, PAPER_FRACTION_MARGIN), g3.half, detail), unit=("% of the run", 100.0)),
     ]
 
 
@@ -501,8 +529,9 @@ def claims_markdown(claims: Sequence[Mapping]) -> str:
 
 
 def paper_settings() -> dict:
-    """The ``scale="paper"`` parameters on CIFAR-10, resolved without running or loading anything."""
-    return S.resolve(EXPERIMENT.resolve({"scale": "paper", "dataset": "cifar10"}), SCALES)
+    """The ``scale="paper"`` parameters (CIFAR-10 is the paper scale's dataset), resolved without running or
+    loading anything."""
+    return S.resolve(EXPERIMENT.resolve({"scale": "paper"}), SCALES)
 
 
 def settings_markdown(rec) -> str:
