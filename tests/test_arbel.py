@@ -18,6 +18,7 @@ from itlin.book.experiments import arbel_init as EI
 from itlin.book.experiments import arbel_mnist as EM
 from itlin.book.experiments import arbel_samples as EN
 from itlin.book.experiments import arbel_steps as ES
+from itlin.book.experiments import arbel_width as EW
 
 HOLDS, FAILS, UNRESOLVED = verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED
 
@@ -191,15 +192,29 @@ def test_samples_mnist_and_damping_at_tiny_scale(results):
 
 
 # ------------------------------------------------------------------------------ parameters
-@pytest.mark.parametrize("module", [ES, EI, EN, EM, ED])
-def test_paper_scale_resolves_to_the_papers_sizes(module):
+# The paper's sizes, budgets and seeds: Section 5 (M = 5000, N = 500, at most 1e5 GN and 1e6 GD
+# steps), C.1 (5 seeds; Fig. 4 left at N = 2000), C.2 (N = 100 .. 1500), C.4 (one run, at most
+# 100000 steps of either method, on the 1497 training images digits leave beside a 300-image test set).
+PAPER = {
+    ES: {"width": 5000, "n_train": 500, "gn_steps": 100_000, "gd_steps": 1_000_000, "seeds": 5},
+    EI: {"width": 5000, "n_train": 500, "gn_steps": 100_000, "gd_steps": 1_000_000, "seeds": 5},
+    EN: {"width": 5000, "n_trains": (100, 200, 500, 1000, 1500), "gn_steps": 100_000, "gd_steps": 1_000_000,
+         "seeds": 5},
+    EM: {"width": 5000, "n_train": 1497, "gn_steps": 100_000, "gd_steps": 100_000, "seeds": 1},
+    ED: {"width": 5000, "n_train": 500, "steps": 100_000, "seeds": 5},
+    EW: {"n_train": 2000, "gn_steps": 100_000, "gd_steps": 1_000_000, "seeds": 5, "tau0": 1.0, "activation": "silu"},
+}
+
+
+@pytest.mark.parametrize("module", list(PAPER))
+def test_paper_scale_resolves_to_the_papers_sizes_budgets_and_seeds(module):
     exp = runner._experiments.get(module.NAME)
     p = exp.params.from_dict({"scale": "paper"}, experiment=module.NAME).resolved()
-    width = p["width"]
-    assert width == 5000
-    if module is not EM:
-        n = p["n_trains"][-1] if module is EN else p["n_train"]
-        assert n in (500, 1500)
+    for key, want in PAPER[module].items():
+        got = tuple(p[key]) if isinstance(p[key], (list, tuple)) else p[key]
+        assert got == want, (module.NAME, key)
+    if module is EW:
+        assert p["widths"][0] >= p["n_train"] and len(p["widths"]) >= 3
 
 
 @pytest.mark.parametrize("name, params, words", [
@@ -212,6 +227,8 @@ def test_paper_scale_resolves_to_the_papers_sizes(module):
     (EN.NAME, {"width": 30, "n_trains": [20, 40]}, "width"),
     (EM.NAME, {"large_lr": 7.0}, "large_lr"),
     (ED.NAME, {"eps0s": [1e-3, 1e-5]}, "increasing"),
+    (EW.NAME, {"widths": [80, 40]}, "increasing"),
+    (EW.NAME, {"widths": [20, 80], "n_train": 40}, "n_train"),
     (ES.NAME, {"tau0": -1.0}, "tau0"),
     (ES.NAME, {"activation": "gelu"}, "activation"),
 ])
@@ -342,3 +359,110 @@ def test_mnist_and_damping_claims():
          "reached_tol": np.array([[True] * 6, [True] * 6, [False] * 6])}
     row = ED.main_paper_claim(q)
     assert row["verdict"] == HOLDS and "damping 1 than 1e-6" in row["claim"]
+
+
+def test_affine_claims_hold_on_a_power_law_fail_on_a_bend_and_cannot_resolve_noise():
+    # through three sizes a bend is (y1 - 2 y2 + y3) / (2 h^2) with h = log10 2: noise of 0.001 decades
+    # makes changes of slope of about 0.016 per seed
+    s = _samples_summary(noise=0.001)
+    rows = EN.affine_claims(s)
+    assert len(rows) == 4 and [r["verdict"] for r in rows] == [HOLDS] * 4
+    np.testing.assert_allclose(EN.slope_change(s["n"], s["rf"]), 0.0, atol=0.06)
+    bent = _samples_summary(noise=0.001)
+    x = np.log10(bent["n"])
+    bend = 10 ** (1.5 * (x - x.mean()) ** 2)[:, None, None]   # slope changes by 2 * 1.5 * log10(4) = 1.8
+    bent["test"] = {m: v * bend for m, v in bent["test"].items()}
+    np.testing.assert_allclose(EN.slope_change(bent["n"], bent["test"]["gn"]), 3 * np.log10(4), atol=0.05)
+    assert {r["verdict"] for r in EN.affine_claims(bent)} == {FAILS}
+    noisy = EN.affine_claims(_samples_summary(noise=0.3))
+    assert all(r["verdict"] == UNRESOLVED for r in noisy)
+    two = _samples_summary()
+    two["n"], two["test"] = two["n"][:2], {m: v[:2] for m, v in two["test"].items()}
+    assert EN.affine_claims(two) == []
+
+
+def _width_summary(gn_slope=0.0, gd_slope=0.02, rf_slope=-0.4, noise=0.01, seeds=5):
+    rng = np.random.default_rng(3)
+    w = np.array([40.0, 80.0, 160.0, 320.0])
+    lw = np.log10(w / 40)[:, None]
+
+    def curve(slope, level):
+        return level * 10 ** (slope * lw + noise * rng.standard_normal((len(w), seeds)))
+
+    return {"width": w, "rf": curve(rf_slope, 0.1), "test": {"gn": curve(gn_slope, 0.02), "gd": curve(gd_slope, 0.03)},
+            "lrfit": {}, "converged": {}, "best": {}, "lr": {}, "flat_margin": 0.1}
+
+
+def test_width_claims_hold_fail_and_cannot_resolve():
+    assert [r["verdict"] for r in EW.claims(_width_summary())] == [HOLDS] * 3
+    steep = [r["verdict"] for r in EW.claims(_width_summary(gn_slope=-0.5, gd_slope=0.5, rf_slope=0.3))]
+    assert steep == [FAILS] * 3
+    noisy = [r["verdict"] for r in EW.claims(_width_summary(gn_slope=0.1, rf_slope=-0.02, noise=0.3))]
+    assert noisy[0] == UNRESOLVED and noisy[2] == UNRESOLVED
+
+
+def test_width_at_tiny_scale(results):
+    rec = _run(EW.NAME, {"scale": "tiny"}, results)
+    sz = EW.SCALES["tiny"]
+    W, S = len(sz["widths"]), sz["seeds"]
+    assert rec["gn/test"].shape == (W, len(sz["gn_lrs"]), S) and rec["rf_test"].shape == (W, S)
+    assert np.all(np.isfinite(rec["gn/test"])) and np.all(np.isfinite(rec["rf_test"]))
+    s = EW.summary(rec)
+    assert s["test"]["gd"].shape == (W, S) and len(EW.claims(s)) == 3
+    EW.figure(s)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_small_steps_check_reads_convergence_and_the_best_step():
+    s = _steps_summary()                                    # GN: lr 1e-2, 1, 100; nothing converged
+    s["final"]["gn"]["test"] = np.array([[0.3] * 5, [0.2] * 5, [0.1] * 5])
+    got = ES.small_steps_check(s, below=1.0)
+    assert got == {"converged": 0, "runs": 5, "best_lr": 100.0, "consistent": True}
+    s["converged"]["gn"][0, 2] = True
+    assert not ES.small_steps_check(s, below=1.0)["consistent"]
+    s["converged"]["gn"][:] = False
+    s["final"]["gn"]["test"] = np.array([[0.05] * 5, [0.2] * 5, [0.1] * 5])
+    got = ES.small_steps_check(s, below=1.0)
+    assert got["best_lr"] == 0.01 and not got["consistent"]
+
+
+def test_gd_onset_and_the_divergence_row_state_their_resolution():
+    lr = np.array([1.0, 10.0, 100.0, 1000.0])
+    div = np.array([[False] * 5, [False] * 5, [True] * 5, [True] * 5])
+    assert EM.gd_onset(lr, div) == (10.0, 100.0)
+    mixed = div.copy()
+    mixed[2, 0] = False
+    assert EM.gd_onset(lr, mixed) == (10.0, 1000.0)
+    assert EM.gd_onset(lr, np.ones((4, 5), bool)) == (None, 1.0)
+    assert EM.gd_onset(lr, np.zeros((4, 5), bool)) == (1000.0, None)
+    s = _steps_summary()
+    s["gd_limit"], s["lr"]["gd"], s["diverged"]["gd"] = 10.0, lr, div
+    row = EM.claims(s)[1]
+    assert row["verdict"] == HOLDS and row["resolvable"] == pytest.approx(1.0)
+    assert "onset in (10, 100]" in row["measured"] and "Newcombe" in row["measured"]
+    s["diverged"]["gd"] = mixed
+    assert EM.claims(s)[1]["verdict"] == UNRESOLVED
+    s["diverged"]["gd"] = np.zeros((4, 5), bool)
+    row = EM.claims(s)[1]
+    assert row["verdict"] == FAILS and "no run diverged up to λ = 1e3" in row["measured"]
+    s["diverged"]["gd"] = mixed
+    early = div.copy()
+    early[1, 3] = True
+    assert EM.claims({**s, "diverged": {**s["diverged"], "gd": early}})[1]["verdict"] == FAILS
+
+
+def test_tie_in_agrees_only_when_both_claims_hold():
+    row = lambda claim, v: verdicts.verdict(claim, "", "", v)  # noqa: E731
+    step = row("GN: Test-LRfit lower at step 1e-2 than at 100", HOLDS)
+    damp = [row("GN: test loss lower with damping floor", FAILS), row("GN: Test-LRfit lower with damping floor", HOLDS)]
+    quintic = row("quintic", HOLDS)
+    assert [r["verdict"] for r in ED.tie_in(step, damp, quintic)] == [HOLDS, HOLDS]
+    damp[1] = row("GN: Test-LRfit lower with damping floor", FAILS)
+    assert [r["verdict"] for r in ED.tie_in(step, damp, quintic)] == [FAILS, FAILS]
+    damp[1] = row("GN: Test-LRfit lower with damping floor", UNRESOLVED)
+    assert [r["verdict"] for r in ED.tie_in(step, damp, quintic)] == [UNRESOLVED, UNRESOLVED]
+    assert ED.tie_in(row("x", FAILS), [row("Test-LRfit", HOLDS)], quintic)[0]["verdict"] == FAILS
+    with pytest.raises(ValueError):
+        ED.tie_in(step, damp[:1], quintic)

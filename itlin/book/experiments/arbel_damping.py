@@ -113,7 +113,7 @@ def claims(rec) -> list:
     return rows
 
 
-__all__ = ["NAME", "SCALES", "DampingParams", "claims", "run"]
+__all__ = ["NAME", "SCALES", "DampingParams", "claims", "main_paper_claim", "run", "tie_in"]
 
 
 def main_paper_claim(rec, threshold: float = 2.5) -> dict:
@@ -139,3 +139,41 @@ def main_paper_claim(rec, threshold: float = 2.5) -> dict:
                   f"log10, {int(both.sum())} initialisations kept at both; the largest damping at which half "
                   "the runs reached the tolerance")
     return row
+
+
+def tie_in(step_row: dict, damping_rows: list, quintic_row: dict) -> list:
+    """Whether the two papers' claims agree on our runs, from verdict rows already computed.
+
+    ``step_row``: Arbel et al.'s "smaller GN steps give a lower Test-LRfit"; ``damping_rows``:
+    :func:`claims` (the main paper's "more damping generalises better" in Arbel et al.'s
+    setting; its Test-LRfit row is the one on the same metric as ``step_row``); ``quintic_row``:
+    :func:`main_paper_claim` on the main paper's own task. Two rows:
+
+    * *one effect in Arbel et al.'s setting*: holds when both the step-size claim and the damping
+      claim (Test-LRfit) hold; cannot resolve when either cannot be resolved; does not hold
+      otherwise (at least one of the two effects is absent or reversed);
+    * *the main paper's claim on both tasks*: holds when the damping claim holds in Arbel et al.'s
+      setting (Test-LRfit) and on the quintic; cannot resolve / does not hold likewise.
+    """
+    from ..verdicts import FAILS, HOLDS, UNRESOLVED, verdict
+
+    lrfit = [r for r in damping_rows if "Test-LRfit" in r["claim"]]
+    if len(lrfit) != 1:
+        raise ValueError(f"expected one Test-LRfit row among the damping rows, got {len(lrfit)}")
+    d = lrfit[0]
+
+    def both(a, b):
+        vs = (a["verdict"], b["verdict"])
+        return HOLDS if vs == (HOLDS, HOLDS) else (UNRESOLVED if UNRESOLVED in vs else FAILS)
+
+    word = {HOLDS: "holds", FAILS: "does not hold", UNRESOLVED: "cannot resolve"}
+    return [
+        verdict("one effect: smaller GN steps and more damping both give better features (Arbel et al.'s setting)",
+                "Arbel et al.: small steps, better features; main paper: more damping, better generalisation",
+                f"step-size claim {word[step_row['verdict']]}; damping claim (Test-LRfit) {word[d['verdict']]}",
+                both(step_row, d), None, "holds only if both hold"),
+        verdict("the main paper's damping claim holds on both tasks",
+                "more damping generalises better (main paper Fig. 9)",
+                f"Arbel et al.'s setting (Test-LRfit) {word[d['verdict']]}; quintic {word[quintic_row['verdict']]}",
+                both(d, quintic_row), None, "holds only if both hold"),
+    ]

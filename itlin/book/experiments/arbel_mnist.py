@@ -37,7 +37,7 @@ OUTPUTS = 10
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 10, "n_test": 100, "gn_lrs": (1e-2, 100.0), "gd_lrs": (1.0, 100.0),
              "gn_steps": 8, "gd_steps": 30, "checkpoints": 4},
-    "default": {"seeds": 3, "width": 200, "n_train": 20, "n_test": 300, "gn_lrs": (1e-2, 100.0, 1000.0),
+    "default": {"seeds": 5, "width": 200, "n_train": 20, "n_test": 300, "gn_lrs": (1e-2, 100.0, 1000.0),
                 "gd_lrs": (1.0, 10.0, 100.0, 1000.0), "gn_steps": 200, "gd_steps": 2000, "checkpoints": 12},
     "paper": {"seeds": 1, "width": 5000, "n_train": 1497, "n_test": 300,
               "gn_lrs": (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0),
@@ -139,10 +139,31 @@ def summary(rec) -> dict:
     return s
 
 
+def gd_onset(lr, diverged):
+    """Where divergence sets in on a grid of step sizes: ``(lo, hi)`` with ``lo`` the largest step
+    at and below which no run diverged and ``hi`` the smallest step at and above which every run
+    diverged (``None`` where there is no such step). ``lr`` (L,) increasing, ``diverged`` (L, S).
+    The onset lies in ``(lo, hi]`` when ``hi`` is the next step after ``lo``."""
+    lr = np.asarray(lr, np.float64)
+    div = np.asarray(diverged, bool).reshape(len(lr), -1)
+    none, every = ~div.any(axis=1), div.all(axis=1)
+    lo = hi = None
+    for i in range(len(lr)):
+        if none[: i + 1].all():
+            lo = float(lr[i])
+        if every[i:].all() and hi is None:
+            hi = float(lr[i])
+    return lo, hi
+
+
 def claims(s) -> list:
     """Fig. 8: GN's Test-LRfit lower at the small step than at the large one (paired over
-    seeds); GD diverges at every step above ``gd_limit`` and at none up to it (their units)."""
-    from ..verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, verdict
+    seeds); GD diverges at every step above ``gd_limit`` and at none up to it (their units).
+    The divergence row reports the share of diverged runs above and at or below the limit with
+    Newcombe's interval of their gap, the onset bracket of :func:`gd_onset`, and as its
+    resolution the width of the grid interval that contains ``gd_limit`` (decades of λ): the
+    grid cannot place the onset more finely than that."""
+    from ..verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, proportion_gap, verdict
     from .arbel_steps import _at
 
     rows = []
@@ -154,16 +175,29 @@ def claims(s) -> list:
                         exceeds(gap, 0.0) if ok else UNRESOLVED, gap.half, "log10, large step minus small"))
     lr, div = s["lr"]["gd"], s["diverged"]["gd"]
     above, below = lr > s["gd_limit"] * (1 + 1e-9), lr <= s["gd_limit"] * (1 + 1e-9)
-    if above.any():
-        n_above = int(div[above].sum())
-        n_below = int(div[below].sum())
+    if above.any() and below.any():
+        n_above, n_below = int(div[above].sum()), int(div[below].sum())
         tot_a, tot_b = int(div[above].size), int(div[below].size)
         res = HOLDS if n_above == tot_a and n_below == 0 else (FAILS if n_above == 0 or n_below > 0 else UNRESOLVED)
+        lo_step, hi_step = float(lr[below].max()), float(lr[above].min())
+        gap = proportion_gap(n_above, tot_a, n_below, tot_b)
+        lo, hi = gd_onset(lr, div)
+        if lo is not None and hi is not None:
+            onset = f"onset in ({A.fmt_lr(lo)}, {A.fmt_lr(hi)}]"
+        elif hi is None and lo == float(lr.max()):
+            onset = f"no run diverged up to λ = {A.fmt_lr(lo)}"
+        elif lo is None and hi == float(lr.min()):
+            onset = f"every run diverged from λ = {A.fmt_lr(hi)}"
+        else:
+            onset = "no clean onset on this grid (some steps diverge for some seeds only)"
         rows.append(verdict(f"GD diverges above step {A.fmt_lr(s['gd_limit'])} and not below",
                             f"GD diverges beyond λ = {A.fmt_lr(s['gd_limit'])} (Fig. 8 caption)",
-                            f"diverged: {n_above} of {tot_a} runs above, {n_below} of {tot_b} at or below",
-                            res, None, "their step-size units"))
+                            f"diverged: {n_above} of {tot_a} runs above, {n_below} of {tot_b} at or below "
+                            f"(share gap {100 * gap.mean:+.0f} ± {100 * gap.half:.0f} points, Newcombe 95%); {onset}",
+                            res, math.log10(hi_step / lo_step),
+                            f"resolution: the grid step around the limit, λ = {A.fmt_lr(lo_step)} to "
+                            f"{A.fmt_lr(hi_step)}, in decades of λ"))
     return rows
 
 
-__all__ = ["NAME", "SCALES", "MnistParams", "claims", "load_data", "run", "summary"]
+__all__ = ["NAME", "SCALES", "MnistParams", "claims", "gd_onset", "load_data", "run", "summary"]

@@ -155,6 +155,46 @@ def r_squared(n, values) -> np.ndarray:
     return 1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0)
 
 
+def slope_change(n, values) -> np.ndarray:
+    """How far log10 ``values`` bends away from a straight line in log10 ``n``, per seed: the change
+    of slope across the sampled range implied by the least-squares quadratic ``a + b x + c x^2``
+    (``x`` = log10 ``n``), i.e. ``2 c (x_max - x_min)``, in decades of loss per decade of ``n``.
+    ``values`` (K, ..., S) with K >= 3 sizes -> (..., S)."""
+    x = np.log10(np.asarray(n, np.float64))
+    if x.size < 3:
+        raise ValueError(f"a bend needs at least three sizes, got {x.size}")
+    y = A.log10(values)
+    xc = x - x.mean()
+    design = np.stack([np.ones_like(xc), xc, xc * xc], axis=1)  # (K, 3)
+    coef = np.linalg.pinv(design) @ y.reshape(len(x), -1)        # (3, rest)
+    return (2.0 * coef[2] * (x.max() - x.min())).reshape(y.shape[1:])
+
+
+def affine_claims(s) -> list:
+    """Appendix C.2: "the almost affine relation between log test error and log N". Per method and
+    ``tau0``, the change of slope across the sampled range (:func:`slope_change`, per seed, with
+    its 95% interval over seeds) must lie within ``±slope_margin``, the margin within which the
+    regime claim calls two slopes the same: a line whose slope changes less than that is as
+    straight as these seeds can tell. Holds when the interval lies within the margin, does not
+    hold when it lies outside, cannot resolve otherwise. Needs at least three sizes (none: [])."""
+    from ..verdicts import close, paired_gap, verdict
+
+    if len(s["n"]) < 3:
+        return []
+    margin = s["slope_margin"]
+    rows = []
+    for g, tau in enumerate(s["tau0"]):
+        for m in ("gn", "gd"):
+            ch = slope_change(s["n"], s["test"][m][:, g])
+            gap = paired_gap(ch, np.zeros_like(ch))
+            rows.append(verdict(f"τ0 = {A.fmt_lr(tau)}: {A.LABELS[m]}'s log test loss affine in log N",
+                                "almost affine relation in logarithmic scale (C.2)", _fmt_slope(gap),
+                                close(gap, margin), gap.half,
+                                f"change of slope across N = {s['n'][0]:g} to {s['n'][-1]:g} from a quadratic fit; "
+                                f"affine: within ±{margin:g}"))
+    return rows
+
+
 def slope_table(s) -> list:
     """One dict per (method, tau0), RF included: the slope of log test loss against log N over
     seeds (mean and 95% half-width), and R² of the fit of the seed means."""
@@ -241,5 +281,5 @@ def figure(s):
     return fig
 
 
-__all__ = ["NAME", "SCALES", "SamplesParams", "claims", "figure", "r_squared", "run", "slope_table", "slopes",
-           "summary"]
+__all__ = ["NAME", "SCALES", "SamplesParams", "affine_claims", "claims", "figure", "r_squared", "run", "slope_change",
+           "slope_table", "slopes", "summary"]

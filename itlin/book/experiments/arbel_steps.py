@@ -151,6 +151,19 @@ def summary(rec) -> dict:
     return out
 
 
+def small_steps_check(s, below: float = 1.0, method: str = "gn") -> dict:
+    """Why the ``tau0`` sweep leaves out ``method``'s steps below ``below``: over the summary of a
+    step-size sweep, how many runs at those steps reached the stopping loss (``converged``,
+    ``runs``), the best step by mean log10 test loss (diverged excluded) and ``consistent``: none
+    of those runs converged and the best step is not below ``below``."""
+    lr = np.asarray(s["lr"][method], np.float64)
+    small = lr < below * (1 - 1e-9)
+    conv = np.asarray(s["converged"][method], bool)[small]
+    best = float(lr[A.best_index(np.asarray(s["final"][method]["test"]), np.asarray(s["diverged"][method]))])
+    return {"converged": int(conv.sum()), "runs": int(conv.size), "best_lr": best,
+            "consistent": bool(small.any() and conv.sum() == 0 and best >= below * (1 - 1e-9))}
+
+
 def _at(s, m, lr):
     """Index of step size ``lr`` in method ``m``'s grid."""
     i = np.flatnonzero(np.isclose(s["lr"][m], lr, rtol=1e-9))
@@ -369,4 +382,4 @@ def silu_claims(by_beta: dict) -> list:
 
 
 __all__ = ["NAME", "SCALES", "StepsParams", "best_final", "silu_claims", "claims", "figure_final", "figure_trajectories", "hidden_gap", "run",
-           "settings_markdown", "summary"]
+           "settings_markdown", "small_steps_check", "summary"]
