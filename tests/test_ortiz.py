@@ -59,7 +59,16 @@ def test_eigenfunctions_tiny_returns_what_the_chapter_needs(eig_tiny):
     assert rows and all(row["verdict"] in (verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED) for row in rows)
     assert set(eig_tiny.meta["cost"]) == set(sizes["models"])
     assert oe.settings_markdown(oe.settings_rows(eig_tiny)).count("\n") == len(oe.settings_rows(eig_tiny)) + 1
-    assert {c["model"] for c in oe.cost_rows(eig_tiny, paper_params={"mlp": 10, "lenet": 20})} == set(sizes["models"])
+    assert {c["model"] for c in oe.cost_rows(eig_tiny, paper_params={"mlp": 10})} == set(sizes["models"])
+    # a model the run did not measure: paper numbers only, its time scaled by P from a measured one
+    rows = oe.cost_rows(eig_tiny, paper_n=1000, paper_params={"mlp": 10, "lenet": 30})
+    mlp, lenet = rows
+    assert lenet["model"] == "lenet" and lenet["n"] is None and lenet["scaled_from"] == "mlp"
+    assert lenet["paper_ntk_seconds"] == pytest.approx(3 * mlp["paper_ntk_seconds"])
+    assert mlp["paper_gram_bytes"] == lenet["paper_gram_bytes"] == 8.0 * 1000 ** 2
+    md = oe.cost_markdown(rows, {"mlp": (2, 5), "lenet": (0, 5)})
+    assert md.count("\n") == 3 and "not run" in md and all(line.count("|") == md.splitlines()[0].count("|")
+                                                           for line in md.splitlines())
 
 
 def test_concentration_tiny_returns_what_the_chapter_needs(conc_tiny):
@@ -85,6 +94,12 @@ def test_concentration_tiny_returns_what_the_chapter_needs(conc_tiny):
     rows += oc.claims_link(res, r["link_model"], r["Ks"], r["n_test"])
     assert rows and all(row["verdict"] in (verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED) for row in rows)
     assert "theirs" in oc.table_markdown(res, r["k"], nk)
+    # the Gram matrices' cost, per model: the chapter's memory and time table reads it
+    for name in sizes["models"]:
+        c = conc_tiny.meta["cost"][name]
+        assert c["n"] == nk and len(c["ntk_seconds"]) == S and min(c["ntk_seconds"]) > 0
+        assert c["grams_per_seed"] == oc.grams_per_seed(r, name)
+    assert {c["model"] for c in oe.cost_rows(conc_tiny, paper_n=12_000, paper_params={"mlp": 10})} == {"mlp"}
 
 
 # ------------------------------------------------------------------------------ numerics against oracles
@@ -327,6 +342,13 @@ def test_iterations_censoring_and_hardness_claims():
     # holds: later fits, and fitted targets sit further away
     rows = oe.claims_hardness(result([1, 3, None, 1], [1.0, 2.0, 3.0, 1.0]), js, 0.01, E * spe, spe)
     assert [r["verdict"] for r in rows] == [verdicts.HOLDS] * 3
+    # each verdict states the smallest gap it resolves, in its own units
+    assert [r["resolvable_as"][1] for r in rows] == [" iterations", "", ""]
+    assert all(math.isfinite(r["resolvable"]) and r["resolvable"] >= 0 for r in rows)
+    assert rows[0]["resolvable"] == 0.0  # every seed reaches the loss at the same epoch: no spread
+    assert rows[1]["resolvable"] > 0  # the distances have noise
+    md = oe.verdicts_table(rows)
+    assert "0 iterations" in md and f"{rows[1]['resolvable']:.2f} |" in md
     assert "every seed fitted j <= 4" in rows[1]["detail"]
     # does not hold: the largest j is fitted first, and fitted targets sit closer
     rows = oe.claims_hardness(result([5, 3, 1, 1], [3.0, 2.0, 1.0, 1.0]), js, 0.01, E * spe, spe)
@@ -371,12 +393,17 @@ def test_spike_rule_and_claims():
     assert oc.window(64, 2.0, 60)[-1] == 59
     rows = oc.claims_spikes(result(3.0, 0.05), js, 2.0, 3.0)
     assert rows[0]["verdict"] == verdicts.HOLDS and "10 of 10 runs" in rows[0]["measured"]
+    assert math.isfinite(rows[0]["resolvable"]) and rows[0]["resolvable_as"][1] == " (robust z)"
     rows = oc.claims_spikes(result(1.0, 0.05), js, 2.0, 3.0)
     assert rows[0]["verdict"] == verdicts.FAILS
     noisy = result(1.0, 0.05)  # spikes of very different heights across seeds: the mean score is uncertain
     for t, j in enumerate(js):
         noisy["models"]["mlp"]["align"]["gain"][:, t, j] *= np.exp(np.array([0.0, 0.5, 0.1, 0.6, 0.05]))
-    assert oc.claims_spikes(noisy, js, 2.0, 3.0)[0]["verdict"] == verdicts.UNRESOLVED
+    row = oc.claims_spikes(noisy, js, 2.0, 3.0)[0]
+    assert row["verdict"] == verdicts.UNRESOLVED
+    # "cannot resolve": the smallest resolvable distance from the threshold exceeds the measured one
+    mean_z = float(row["measured"].split("robust z-score ")[1].split(" ")[0])
+    assert row["resolvable"] > abs(mean_z - 3.0)
 
 
 def test_link_claims_hold_fail_and_cannot_resolve():
@@ -394,10 +421,13 @@ def test_link_claims_hold_fail_and_cannot_resolve():
     rows = oc.claims_link(result(0.7, 0.6, 0.75, 0.65), "lenet", Ks, n_test=100_000)
     assert [r["verdict"] for r in rows] == [verdicts.HOLDS] * 4
     assert "2 feature updates" in rows[0]["claim"]
+    assert all(math.isfinite(r["resolvable"]) for r in rows)  # the alignment row included
+    assert rows[1]["resolvable_as"] == (1.0, " (alignment)", 3) and "(alignment)" in oe.verdicts_table(rows)
     rows = oc.claims_link(result(0.55, 0.7, 0.6, 0.7), "lenet", Ks, n_test=100_000)
     assert [r["verdict"] for r in rows] == [verdicts.FAILS, verdicts.FAILS, verdicts.HOLDS, verdicts.FAILS]
     rows = oc.claims_link(result(0.6, 0.6, 0.7, 0.7, noise=0.05), "lenet", Ks, n_test=100)
     assert [r["verdict"] for r in rows][0] == verdicts.UNRESOLVED and rows[3]["verdict"] == verdicts.UNRESOLVED
+    assert math.isfinite(rows[1]["resolvable"]) and rows[1]["resolvable"] > 0
     assert oc.claims_link(result(0.6, 0.6, 0.7, 0.7), "mlp", Ks, n_test=100) == []
 
 
@@ -409,12 +439,66 @@ def test_paper_scale_parameters_resolve_without_running(tmp_path):
     r = oe.EigenParams.from_dict({"scale": "paper"}).resolved()
     assert r["models"] == ["mlp", "lenet", "resnet18"] and r["epochs"] == 100 and r["resnet_width"] == 64
     assert r["loss_threshold"] == 0.01 and max(r["eigen_indices"]) == 1000
+    assert r["dataset"] == "cifar10"  # their CIFAR-10
     r = oc.ConcentrationParams.from_dict({"scale": "paper"}).resolved()
     assert r["n_kernel"] == 12_000 and r["epochs"] == 200 and r["k"] == 50
-    rows = oe.settings_rows  # the chapters' settings tables read the paper column from these
-    assert callable(rows)
+    assert r["dataset"] == "cifar10"  # CIFAR-2: classes 0-4 against 5-9 of CIFAR-10 (load_binary)
+    for cls in (oe.EigenParams, oc.ConcentrationParams):
+        assert cls.from_dict({"scale": "default"}).resolved()["dataset"] == "mnist1d"
+        assert cls.from_dict({"scale": "paper", "dataset": "fashion_mnist"}).resolved()["dataset"] == "fashion_mnist"
     pp = oe.paper_num_params()
     assert pp["lenet"] == 61_241 and pp["mlp"] == 3072 * 100 + 100 + 100 * 100 + 100 + 101
+
+
+def test_settings_tables_read_the_paper_dataset_from_scale(eig_tiny, conc_tiny, monkeypatch):
+    assert oe.settings_rows(eig_tiny)[0][2].startswith("cifar10:")
+    assert oc.settings_rows(conc_tiny)[0][2].startswith("cifar10, classes 0-4 vs 5-9: 12,000 train")
+    monkeypatch.setitem(oe.SCALES["paper"], "dataset", "fashion_mnist")
+    monkeypatch.setitem(oc.SCALES["paper"], "dataset", "fashion_mnist")
+    assert oe.settings_rows(eig_tiny)[0][2].startswith("fashion_mnist:")
+    assert oc.settings_rows(conc_tiny)[0][2].startswith("fashion_mnist,")
+    assert oe.settings_rows(eig_tiny)[0][1].startswith("mnist1d:")  # this run: the resolved dataset
+
+
+def test_grams_per_seed_counts_every_gram_matrix():
+    r = {"align_models": ["mlp", "lenet"], "align_indices": [4, 16, 64], "link_model": "lenet",
+         "Ks": [1, 10, 70, math.inf]}
+    assert oc.grams_per_seed(r, "mlp") == 2 + 3
+    assert oc.grams_per_seed(r, "lenet") == 2 + 3 + 2
+    assert oc.grams_per_seed(r, "resnet18") == 2
+
+
+def test_spectrum_and_chance_checks_of_the_prose():
+    ev = np.stack([np.exp(-np.arange(200) / 10.0), np.exp(-np.arange(200) / 10.0)])
+    text = oe.spectrum_text({"models": {"mlp": {"eigvals": ev}}}, [1, 64], top=50)
+    assert "top 50 of 200 eigenvalues hold 99.3%" in text and "j=64 is 0.0017 of the largest" in text
+    js, S = [1, 4, 16], 5
+    rng = np.random.default_rng(0)
+
+    def result(net_last, lin_last):
+        acc = lambda last: np.concatenate([np.full((S, len(js) - 1), 0.9), last + 0.01 * rng.normal(size=(S, 1)),
+                                           np.full((S, 1), 0.8)], axis=1)
+        return {"models": {"lenet": {"sgd_network": {"val_acc": acc(net_last)},
+                                     "sgd_linear": {"val_acc": acc(lin_last)}}}}
+
+    rows = oe.chance_rows(result(0.7, 0.3), js, n_val=100_000)
+    assert [r["verdict"] for r in rows] == [verdicts.HOLDS, verdicts.FAILS]
+    text = oe.chance_text(rows)
+    assert "LeNet network, SGD" in text and "above chance" in text and "below chance" in text
+    rows = oe.chance_rows(result(0.5, 0.51), js, n_val=100)
+    assert [r["verdict"] for r in rows] == [verdicts.UNRESOLVED] * 2
+    assert "not distinguishable from chance" in oe.chance_text(rows)
+    assert oe.chance_rows(result(0.5, 0.5), js, 100, name="resnet18") == []
+
+
+def test_verdicts_table_uses_each_rows_units():
+    rows = [verdicts.verdict("a", "p", "m", verdicts.HOLDS, 0.012),
+            oe.with_units(verdicts.verdict("b", "p", "m", verdicts.FAILS, 41.6), (1.0, " iterations", 0)),
+            verdicts.verdict("c", "p", "m", verdicts.UNRESOLVED, None),
+            verdicts.verdict("d", "p", "m", verdicts.UNRESOLVED, math.inf)]
+    lines = oe.verdicts_table(rows).splitlines()
+    assert "| 1.2 points |" in lines[2] and "| 42 iterations |" in lines[3] and "| — |" in lines[4]
+    assert "∞ (one seed)" in lines[5]
 
 
 @pytest.mark.parametrize("exp,params,match", [

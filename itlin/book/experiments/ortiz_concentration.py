@@ -39,7 +39,7 @@ import numpy as np
 from . import Experiment, Params, Period, param, register
 from .ortiz_eigenfunctions import (ALL, LABELS, ModelName, _dropped, batch_seed, block_size, build_model,
                                    finite_gap, fmt_finite, gram, init_many, load_binary, optimizer, predict,
-                                   sign_accuracy, sign_targets, spectrum)
+                                   sign_accuracy, sign_targets, spectrum, with_units)
 
 NAME = "ortiz_concentration"
 
@@ -49,15 +49,15 @@ PAPER_N = 12_000
 CURVE_K = 200  # energy on the top k' eigenvectors is kept for k' = 1 .. CURVE_K
 
 SCALES = {
-    "tiny": {"models": ("mlp",), "n_train": 128, "n_test": 128, "n_kernel": 128, "seeds": 2, "epochs": 4,
+    "tiny": {"dataset": "mnist1d", "models": ("mlp",), "n_train": 128, "n_test": 128, "n_kernel": 128, "seeds": 2, "epochs": 4,
              "align_models": ("mlp",), "align_indices": (2, 8), "Ks": (1, 2, math.inf), "resnet_width": 4,
              "link_model": "mlp"},
     # the book on a 2-core CPU (about 2.5 minutes)
-    "default": {"models": ("mlp", "lenet", "resnet18"), "n_train": 1000, "n_test": ALL, "n_kernel": 500,
+    "default": {"dataset": "mnist1d", "models": ("mlp", "lenet", "resnet18"), "n_train": 1000, "n_test": ALL, "n_kernel": 500,
                 "seeds": 5, "epochs": 25, "align_models": ("mlp", "lenet"), "align_indices": (4, 16, 64),
                 "Ks": (1, 10, 70, math.inf), "resnet_width": 8, "link_model": "lenet"},
     # their CIFAR-2 Table 1: 12,000 training samples, 200 epochs, ResNet-18 of width 64
-    "paper": {"models": ("mlp", "lenet", "resnet18"), "n_train": 12_000, "n_test": ALL, "n_kernel": 12_000,
+    "paper": {"dataset": "cifar10", "models": ("mlp", "lenet", "resnet18"), "n_train": 12_000, "n_test": ALL, "n_kernel": 12_000,
               "seeds": 5, "epochs": 200, "align_models": ("mlp", "lenet"), "align_indices": (1, 10, 100, 500),
               "Ks": (1, 1000, 10_000, math.inf), "resnet_width": 64, "link_model": "lenet"},
 }
@@ -67,8 +67,9 @@ SCALES = {
 class ConcentrationParams(Params):
     SCALES = SCALES
 
-    dataset: Literal["mnist1d", "fashion_mnist", "cifar10"] = param(
-        "mnist1d", "mnist1d (1-D models), fashion_mnist or cifar10 (2-D; the paper: CIFAR-2 = cifar10 0-4 vs 5-9)")
+    dataset: Optional[Literal["mnist1d", "fashion_mnist", "cifar10"]] = param(
+        None, "mnist1d (1-D models), fashion_mnist or cifar10 (2-D; the paper: CIFAR-2 = cifar10 0-4 vs 5-9); "
+              "None: from scale")
     models: Optional[tuple[ModelName, ...]] = param(None, "architectures of the table; None: from scale")
     n_train: Optional[int] = param(None, "training inputs (balanced subset); None: from scale", min=1)
     n_test: Optional[int] = param(None, "test inputs (balanced subset); None: from scale", min=1)
@@ -121,6 +122,23 @@ class ConcentrationParams(Params):
 
 def resolve(p: Mapping) -> dict:
     return ConcentrationParams.from_dict(p, experiment=NAME).resolved()
+
+
+def grams_per_seed(r: Mapping, name: str) -> int:
+    """NTK Gram matrices one initialisation of ``name`` needs (``r``: resolved parameters): at
+    initialisation and after training on the labels, one per trained eigenfunction (an
+    ``align_models`` member) and one per period ``1 < K < inf`` (the ``link_model``).
+
+    >>> grams_per_seed({"align_models": ["mlp"], "align_indices": [4, 16], "link_model": "mlp",
+    ...                 "Ks": [1, 10, 70, float("inf")]}, "mlp")
+    6
+    """
+    n = 2
+    if name in r["align_models"]:
+        n += len(r["align_indices"])
+    if name == r["link_model"]:
+        n += sum(1 for K in r["Ks"] if float(K) != 1 and math.isfinite(float(K)))
+    return n
 
 
 def schedule(K, steps: int):
@@ -229,7 +247,7 @@ def run(p, ctx):
     align_js = list(r["align_indices"])
     link_Ks = [K for K in r["Ks"] if K != 1]
     out = {"models": {}, "Ks": np.asarray([float(K) for K in r["Ks"]]), "align_indices": np.asarray(align_js)}
-    meta_models = {}
+    meta_models, cost = {}, {}
     for name in r["models"]:
         model = build_model(name, r["dataset"], r["resnet_width"])
         inits = init_many(model, r["seed"], S, jnp.asarray(x_tr[:2]))
@@ -252,9 +270,12 @@ def run(p, ctx):
             t0 = time.perf_counter()
             p0, st0 = inits[s]
             bs = batch_seed(r["seed"], s)
+            t_k = time.perf_counter()
             k0 = gram(model, p0, st0, xk, memory_mb=r["ntk_memory_mb"])
+            t_e = time.perf_counter()
             vals0, vecs0 = spectrum(k0)
-            res = {"init": kernel_summary(k0, yk, r["k"], (vals0, vecs0))}
+            res = {"init": kernel_summary(k0, yk, r["k"], (vals0, vecs0)), "ntk_seconds": t_e - t_k,
+                   "eigh_seconds": time.perf_counter() - t_e}
             nan_summary = {key: np.full(np.shape(v), np.nan) for key, v in res["init"].items()}
             # trained on the labels (K = 1); a run that diverges keeps NaN metrics (the claims drop it)
             st, log = train(base, base.init(p0, st0), jnp.asarray(x_tr), jnp.asarray(y_tr), steps, batch_size=B,
@@ -317,10 +338,14 @@ def run(p, ctx):
             per.append(ctx.stage(f"{name}/s={s}", lambda s=s: one_seed(s)))
             ctx.say(f"{name} initialisation {s}: {time.perf_counter() - t0:.1f} s")
         out["models"][name] = _stack(per)
+        cost[name] = {"num_params": int(P), "n": nk, "block": block_size(P, r["ntk_memory_mb"], nk),
+                      "grams_per_seed": grams_per_seed(r, name),
+                      "ntk_seconds": [float(v["ntk_seconds"]) for v in per],
+                      "eigh_seconds": [float(v["eigh_seconds"]) for v in per]}
     resolved = {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
     resolved.update(n_train=n_tr, n_test=ds.n_test, n_kernel=nk, steps=steps, steps_per_epoch=n_tr // B,
                     link_Ks=[float(K) for K in link_Ks])
-    out["meta"] = {"resolved": resolved, "models": meta_models, "dataset": ds.name,
+    out["meta"] = {"resolved": resolved, "models": meta_models, "cost": cost, "dataset": ds.name,
                    "groups": ds.meta.get("groups"), "input_shape": list(ds.input_shape),
                    "kernel_inputs": "class-balanced subset of the training inputs" if nk < n_tr else "all training inputs",
                    "labels": "+-1: classes 0-4 -> -1, 5-9 -> +1"}
@@ -336,7 +361,7 @@ def _stack(per: Sequence[dict]):
 
 
 EXPERIMENT = register(Experiment(
-    NAME, ConcentrationParams, run, version="1",
+    NAME, ConcentrationParams, run, version="2",
     doc="Ortiz-Jimenez et al. Table 1 and Figs. 6-7: energy concentration of the labels and alignment of the "
         "NTK before and after training; the same measures after iterative linearisation at several K."))
 
@@ -453,12 +478,13 @@ def claims_spikes(res: Mapping, js: Sequence[int], factor: float, z: float) -> l
         ratio = np.exp(np.log(sp["ratio"][keep]).mean())
         per_j = ", ".join(f"j={j}: {score[keep, t].mean():.1f}" for t, j in enumerate(js))
         dropped = f"; {int((~keep).sum())} seed(s) dropped (a run diverged)" if (~keep).any() else ""
-        rows.append(verdict(
+        rows.append(with_units(verdict(
             f"{LABELS[name]}: the trained eigenfunction's alignment spikes",
             "the relative alignment of the trained eigenfunction spikes (Figs. 6-7)",
             f"robust z-score {g.mean:.1f} (95% interval {g.lo:.1f} to {g.hi:.1f}; {per_j}); gain {ratio:.1f}x the "
             f"window's median; the window's largest gain in {n_top} of {int(keep.sum()) * len(js)} runs{dropped}",
-            exceeds(g, z), None, f"stands out: z above {z:g}"))
+            exceeds(g, z), g.half, f"stands out: the interval of the mean z lies above {z:g}"),
+            (1.0, " (robust z)", 1)))
     return rows
 
 
@@ -500,10 +526,10 @@ def claims_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int) -> li
         rows.append(verdict(f"{LABELS[name]}: K=1 concentrates more than {what}", "not studied",
                             f"{fmt_finite(ec1)} vs {fmt_finite(ec)}: {fmt_gap(g)}{_dropped(nd)}", exceeds(g), g.half))
         g, nd = finite_gap(kta1, kta)
-        rows.append(verdict(f"{LABELS[name]}: K=1 aligns its kernel with the labels more than {what}",
+        rows.append(with_units(verdict(f"{LABELS[name]}: K=1 aligns its kernel with the labels more than {what}",
                             "not studied", f"centred alignment {fmt_finite(kta1, 1, '', 3)} vs "
                                            f"{fmt_finite(kta, 1, '', 3)}: {fmt_gap(g, 1, '', 3)}{_dropped(nd)}",
-                            exceeds(g), None))
+                            exceeds(g), g.half), (1.0, " (alignment)", 3)))
         g, nd = finite_gap(ec, init["ec"])
         rows.append(verdict(f"{LABELS[name]}: {what} concentrates more than initialisation", "not studied",
                             f"{fmt_finite(ec)} vs {fmt_finite(init['ec'])}: {fmt_gap(g)}{_dropped(nd)}", exceeds(g),
@@ -527,7 +553,7 @@ def settings_rows(rec) -> list:
     task = f"{r['dataset']}, classes 0-4 vs 5-9"
     return [
         ("task", f"{task}: {r['n_train']:,} train, {r['n_test']:,} test inputs",
-         "cifar10 0-4 vs 5-9: 12,000 train", "CIFAR-2: 12,000 training samples"),
+         f"{paper['dataset']}, classes 0-4 vs 5-9: {paper['n_train']:,} train", "CIFAR-2: 12,000 training samples"),
         ("models (one output)", models + ("" if r["dataset"] in ("fashion_mnist", "cifar10") else " (1-D)"), pmodels,
          "MLP 2x100, LeNet-5, ResNet-18"),
         ("initialisations", r["seeds"], paper["seeds"], "one"),

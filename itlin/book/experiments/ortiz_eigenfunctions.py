@@ -57,15 +57,17 @@ VARIANTS = ("network", "linear")
 VECTORISED = ("mlp",)
 LABELS = {"mlp": "MLP", "lenet": "LeNet", "resnet18": "ResNet-18"}
 ALL = 10 ** 9  # "the whole split"
+#: the pool of their CIFAR-10 NTK (Appendix B: 50,000 training + 10,000 test images)
+PAPER_POOL = 60_000
 
 SCALES = {
-    "tiny": {"models": ("mlp",), "optimizers": ("sgd",), "eigen_indices": (1, 4, 16), "n_train": 128, "n_val": 64, "seeds": 2,
+    "tiny": {"dataset": "mnist1d", "models": ("mlp",), "optimizers": ("sgd",), "eigen_indices": (1, 4, 16), "n_train": 128, "n_val": 64, "seeds": 2,
              "epochs": 2, "resnet_width": 4, "loss_threshold": 0.5},
     # the book on a 2-core CPU (about 2 minutes)
-    "default": {"models": ("mlp", "lenet"), "optimizers": ("sgd", "adam"), "eigen_indices": (1, 4, 16, 64, 256), "n_train": 1000,
+    "default": {"dataset": "mnist1d", "models": ("mlp", "lenet"), "optimizers": ("sgd", "adam"), "eigen_indices": (1, 4, 16, 64, 256), "n_train": 1000,
                 "n_val": 500, "seeds": 5, "epochs": 20, "resnet_width": 8, "loss_threshold": 0.1},
     # their CIFAR-10 setting: all 60,000 images, 100 epochs (Appendix A), ResNet-18 of width 64
-    "paper": {"models": ("mlp", "lenet", "resnet18"), "optimizers": ("sgd", "adam"), "eigen_indices": (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+    "paper": {"dataset": "cifar10", "models": ("mlp", "lenet", "resnet18"), "optimizers": ("sgd", "adam"), "eigen_indices": (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
               "n_train": ALL, "n_val": ALL, "seeds": 5, "epochs": 100, "resnet_width": 64, "loss_threshold": 0.01},
 }
 
@@ -74,8 +76,8 @@ SCALES = {
 class EigenParams(Params):
     SCALES = SCALES
 
-    dataset: Literal["mnist1d", "fashion_mnist", "cifar10"] = param(
-        "mnist1d", "mnist1d (1-D models), fashion_mnist or cifar10 (2-D models; the paper: cifar10)")
+    dataset: Optional[Literal["mnist1d", "fashion_mnist", "cifar10"]] = param(
+        None, "mnist1d (1-D models), fashion_mnist or cifar10 (2-D models; the paper: cifar10); None: from scale")
     models: Optional[tuple[ModelName, ...]] = param(None, "architectures: mlp, lenet, resnet18; None: from scale")
     eigen_indices: Optional[tuple[int, ...]] = param(
         None, "eigenfunction indices j (0 = top eigenvalue), increasing; None: from scale", min=0)
@@ -490,6 +492,41 @@ def _pct(v) -> str:
     return fmt_finite(v)
 
 
+def with_units(row: dict, units: tuple) -> dict:
+    """``row`` (a :func:`itlin.book.verdicts.verdict`) with the units of its ``resolvable`` gap:
+    ``(scale, unit, digits)``, read by :func:`verdicts_table`."""
+    return {**row, "resolvable_as": tuple(units)}
+
+
+def fmt_resolvable(res, scale: float = 100.0, unit: str = " points", digits: int = 1) -> str:
+    """The "resolves gaps of" cell: ``—`` without a gap, ``∞ (one seed)`` for a single seed.
+
+    >>> fmt_resolvable(0.0123), fmt_resolvable(41.6, 1.0, " iterations", 0), fmt_resolvable(None)
+    ('1.2 points', '42 iterations', '—')
+    """
+    if res is None or (isinstance(res, float) and math.isnan(res)):
+        return "—"
+    if math.isinf(res):
+        return "∞ (one seed)"
+    return f"{scale * res:.{digits}f}{unit}"
+
+
+def verdicts_table(rows: Sequence[dict], scale: float = 100.0, unit: str = " points", digits: int = 1) -> str:
+    """:func:`itlin.book.verdicts.verdicts_markdown` for rows whose resolvable gaps have
+    different units: a row's ``resolvable_as`` (:func:`with_units`) overrides ``(scale, unit,
+    digits)``."""
+    from ..verdicts import FAILS, HOLDS, UNRESOLVED
+
+    lines = ["| claim | paper | ours | resolves gaps of | verdict |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        sc, un, dg = r.get("resolvable_as", (scale, unit, digits))
+        word = {HOLDS: "holds", FAILS: "**does not hold**", UNRESOLVED: "*cannot resolve*"}[r["verdict"]]
+        measured = r["measured"] + (f" ({r['detail']})" if r.get("detail") else "")
+        lines.append(f"| {r['claim']} | {r['paper']} | {measured} | {fmt_resolvable(r.get('resolvable'), sc, un, dg)} "
+                     f"| {word} |")
+    return "\n".join(lines)
+
+
 def claims_item1(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: str = "lenet") -> list:
     """The claims of their Section 3.2 and Appendix E.1 (Figs. 2-3), as verdict rows.
 
@@ -571,6 +608,59 @@ def claims_item1(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: st
     return rows
 
 
+def spectrum_text(res: Mapping, js: Sequence[int], top: int = 50) -> str:
+    """How fast the NTK spectra decay, per model (mean over initialisations): the share of the
+    trace in the top ``top`` eigenvalues, and the eigenvalue at the largest ``j`` as a fraction
+    of the largest one.
+
+    >>> ev = np.array([[1.0 / (i + 1) ** 2 for i in range(100)]])
+    >>> spectrum_text({"models": {"mlp": {"eigvals": ev}}}, [1, 64], top=10)
+    'MLP: the top 10 of 100 eigenvalues hold 94.8% of the trace, and the eigenvalue at j=64 is 0.00024 of the largest'
+    """
+    parts = []
+    for name, r in res["models"].items():
+        ev = np.asarray(r["eigvals"], np.float64)
+        share = float((ev[:, :top].sum(1) / ev.sum(1)).mean())
+        ratio = float((ev[:, int(js[-1])] / ev[:, 0]).mean())
+        parts.append(f"{LABELS.get(name, name)}: the top {top} of {ev.shape[1]:,} eigenvalues hold {100 * share:.1f}% "
+                     f"of the trace, and the eigenvalue at j={int(js[-1])} is {ratio:.2g} of the largest")
+    return "; ".join(parts)
+
+
+def chance_rows(res: Mapping, js: Sequence[int], n_val: int, name: str = "lenet") -> list:
+    """Is each curve of ``name`` above chance at the largest ``j``? Per optimiser and
+    network/linearised: validation accuracy minus 0.5, over seeds with the test noise of
+    ``n_val`` inputs, judged by :func:`itlin.book.verdicts.exceeds`."""
+    from ..verdicts import exceeds, fmt_gap, verdict
+
+    rows = []
+    if name not in res["models"]:
+        return rows
+    J = len(js)
+    for opt in present(res, name):
+        for variant in VARIANTS:
+            key = f"{opt}_{variant}"
+            if key not in res["models"][name]:
+                continue
+            acc = np.asarray(res["models"][name][key]["val_acc"], np.float64)[:, J - 1]
+            g, nd = finite_gap(acc, np.full(acc.shape, 0.5), n_test=n_val)
+            rows.append(verdict(f"{LABELS.get(name, name)} {variant}, {opt.upper()}: above chance at "
+                                f"{_fmt_j(js[-1])}", "—", f"{_pct(acc)}: {fmt_gap(g)} above 50%{_dropped(nd)}",
+                                exceeds(g), g.half))
+    return rows
+
+
+def chance_text(rows: Sequence[dict]) -> str:
+    """One sentence from :func:`chance_rows`: each curve's accuracy at the largest ``j`` and
+    whether it is above chance, indistinguishable from it, or below."""
+    from ..verdicts import FAILS, HOLDS
+
+    word = {HOLDS: "above chance", FAILS: "below chance"}
+    return "; ".join(f"{r['claim'].split(': above')[0]} {r['measured'].split(':')[0]}, "
+                     f"{word.get(r['verdict'], 'not distinguishable from chance')} "
+                     f"(resolves {100 * r['resolvable']:.1f} points)" for r in rows)
+
+
 def hardness(res: Mapping, name: str, threshold: float, steps: int, steps_per_epoch: int, opt: str = "sgd") -> dict:
     """Their Figs. 4-5 for one model (the network trained with ``opt``): per seed and target,
     ``iterations`` to the training-loss ``threshold`` (``inf``: not within the budget),
@@ -615,13 +705,13 @@ def claims_hardness(res: Mapping, js: Sequence[int], threshold: float, steps: in
         it = h["iterations_bound"][:, :J]
         reached = np.isfinite(h["iterations"][:, :J]).sum(0)
         g, nd = finite_gap(it[:, J - 1], it[:, 0])
-        rows.append(verdict(
+        rows.append(with_units(verdict(
             f"{label}: more iterations to a training loss of {threshold:g} at larger j",
             "grows with the eigenfunction index (Figs. 4-5)",
             f"{fmt_finite(it[:, 0], 1, '', 0)} at {_fmt_j(js[0])} ({reached[0]}/{len(it)} reached it), "
             f"at least {fmt_finite(it[:, J - 1], 1, '', 0)} at {_fmt_j(js[-1])} ({reached[-1]}/{len(it)} reached it): "
-            f"gap {fmt_gap(g, 1, ' iterations', 0)}{_dropped(nd)}", exceeds(g), None,
-            "runs that never reach it count as one epoch past the budget"))
+            f"gap {fmt_gap(g, 1, ' iterations', 0)}{_dropped(nd)}", exceeds(g), g.half,
+            "runs that never reach it count as one epoch past the budget"), (1.0, " iterations", 0)))
         n_fit = fitted_range(h["iterations"], js)
         for key, what in (("l2", "l2 distance"), ("cosine", "cosine distance")):
             v = h[key][:, :J]
@@ -631,18 +721,19 @@ def claims_hardness(res: Mapping, js: Sequence[int], threshold: float, steps: in
             if n_fit >= 2:
                 last = n_fit - 1
                 g, nd = finite_gap(v[:, last], v[:, 0])
-                rows.append(verdict(
+                rows.append(with_units(verdict(
                     f"{label}: {what} from the initial weights grows with j (fitted targets)",
                     "grows with the eigenfunction index (Figs. 4-5)",
                     f"{fmt_finite(v[:, 0], 1, '', digits)} at {_fmt_j(js[0])}, {fmt_finite(v[:, last], 1, '', digits)} at "
-                    f"{_fmt_j(js[last])}: gap {fmt_gap(g, 1, '', digits)}{_dropped(nd)}", exceeds(g), None,
-                    f"every seed fitted j <= {js[last]}{beyond}"))
+                    f"{_fmt_j(js[last])}: gap {fmt_gap(g, 1, '', digits)}{_dropped(nd)}", exceeds(g), g.half,
+                    f"every seed fitted j <= {js[last]}{beyond}"), (1.0, "", digits)))
             else:
                 rows.append(verdict(
                     f"{label}: {what} from the initial weights grows with j (fitted targets)",
                     "grows with the eigenfunction index (Figs. 4-5)",
                     f"fewer than two targets fitted by every seed (loss {threshold:g}); "
-                    f"{fmt_finite(v[:, 0], 1, '', digits)} at {_fmt_j(js[0])}{beyond}", UNRESOLVED, None))
+                    f"{fmt_finite(v[:, 0], 1, '', digits)} at {_fmt_j(js[0])}{beyond}", UNRESOLVED, None,
+                    "no gap between fitted targets to measure"))
     return rows
 
 
@@ -657,7 +748,7 @@ def settings_rows(rec) -> list:
     one_d = not is_image_dataset(r["dataset"])
     return [
         ("data (pool of the NTK)", f"{r['dataset']}: {r['n_train']:,} train + {r['n_val']:,} validation inputs",
-         "cifar10: all 50,000 + 10,000", "CIFAR-10, 60,000 images (MNIST, 70,000, in Fig. 3)"),
+         f"{paper['dataset']}: all of its train + test splits", "CIFAR-10, 60,000 images (MNIST, 70,000, in Fig. 3)"),
         ("models (one output)", models + (" (1-D)" if one_d else ""), pmodels,
          "MLP 2x100, LeNet-5, ResNet-18 (no ResNet on MNIST)"),
         ("initialisations (each its own NTK)", r["seeds"], paper["seeds"], "one"),
@@ -693,19 +784,26 @@ def paper_num_params(resnet_width: int = 64) -> dict:
     return out
 
 
-def cost_rows(rec, paper_n: int = 60_000, paper_params: Optional[Mapping] = None, memory_mb: float = 512.0) -> list:
+def cost_rows(rec, paper_n: int = 60_000, paper_params: Optional[Mapping] = None, memory_mb: float = 512.0,
+              reference: Optional[str] = None) -> list:
     """Per model: ``(model, N, P, Gram memory, Jacobian block memory, measured NTK and eigh
     seconds, estimates at the paper's N and P)``. The estimate scales the measured time by
     ``N^2 P`` (the Gram products dominate) and ``N^3`` (the eigendecomposition) on this machine;
-    memory is the float64 Gram on the host plus two float32 Jacobian blocks."""
+    memory is the float64 Gram on the host plus two float32 Jacobian blocks.
+
+    A model of ``paper_params`` that this run did not measure gets a row with only the paper's
+    numbers, its NTK time scaled by ``N^2 P`` from the measured model ``reference`` (default: the
+    last one measured) and named in ``"scaled_from"``."""
     out = []
-    for name, c in rec.meta["cost"].items():
+    cost = rec.meta["cost"]
+    for name, c in cost.items():
         n, P = int(c["n"]), int(c["num_params"])
         t_ntk = float(np.median(c["ntk_seconds"][1:] if len(c["ntk_seconds"]) > 1 else c["ntk_seconds"]))
         t_eigh = float(np.median(c["eigh_seconds"]))
         pp = (paper_params or {}).get(name)
         row = {"model": name, "n": n, "num_params": P, "gram_bytes": 8.0 * n * n,
-               "block_bytes": 2 * 4.0 * P * int(c["block"]), "ntk_seconds": t_ntk, "eigh_seconds": t_eigh}
+               "block_bytes": 2 * 4.0 * P * int(c["block"]), "ntk_seconds": t_ntk, "eigh_seconds": t_eigh,
+               "scaled_from": None}
         if pp:
             b = block_size(pp, memory_mb, paper_n)
             row.update(paper_n=paper_n, paper_params=pp, paper_gram_bytes=8.0 * paper_n ** 2,
@@ -713,7 +811,46 @@ def cost_rows(rec, paper_n: int = 60_000, paper_params: Optional[Mapping] = None
                        paper_ntk_seconds=t_ntk * (paper_n / n) ** 2 * (pp / P),
                        paper_eigh_seconds=t_eigh * (paper_n / n) ** 3)
         out.append(row)
+    measured = {row["model"]: row for row in out}
+    ref = measured.get(reference) if reference else (out[-1] if out else None)
+    for name, pp in (paper_params or {}).items():
+        if name in measured or ref is None or "paper_params" not in ref:
+            continue
+        b = block_size(pp, memory_mb, paper_n)
+        out.append({"model": name, "n": None, "num_params": None, "gram_bytes": None, "block_bytes": None,
+                    "ntk_seconds": None, "eigh_seconds": None, "scaled_from": ref["model"], "paper_n": paper_n,
+                    "paper_params": pp, "paper_gram_bytes": 8.0 * paper_n ** 2, "paper_block_bytes": 2 * 4.0 * pp * b,
+                    "paper_ntk_seconds": ref["paper_ntk_seconds"] * pp / ref["paper_params"],
+                    "paper_eigh_seconds": ref["paper_eigh_seconds"]})
     return out
+
+
+def cost_markdown(rows, grams: Optional[Mapping] = None) -> str:
+    """A Markdown table of :func:`cost_rows`: this run's memory and time per Gram matrix beside
+    the paper's; ``grams`` (``{model: (Gram matrices in this run, at the paper's scale)}``) adds
+    the totals of the NTK time."""
+    gb, mb = 1e-9, 1e-6
+    tot = grams is not None
+    head = ("| model | N | P | Gram (float64) | Jacobian blocks | NTK | eigh |" + (" NTK, all Grams |" if tot else "")
+            + " paper: N | P | Gram | Jacobian blocks | NTK | eigh |" + (" NTK, all Grams |" if tot else ""))
+    lines = [head, "| --- |" + " ---: |" * (head.count("|") - 2)]
+    hours = lambda sec: f"{sec / 3600:.1f} h" if sec >= 360 else f"{sec / 60:.1f} min"
+    for c in rows:
+        label = LABELS.get(c["model"], c["model"])
+        if c["n"] is None:
+            here = ["not run"] + ["—"] * (6 if tot else 5)
+            label += f" (NTK time scaled by P from the {LABELS.get(c['scaled_from'], c['scaled_from'])})"
+        else:
+            here = [f"{c['n']:,}", f"{c['num_params']:,}", f"{c['gram_bytes'] * mb:.0f} MB",
+                    f"{c['block_bytes'] * mb:.0f} MB", f"{c['ntk_seconds']:.1f} s", f"{c['eigh_seconds']:.1f} s"]
+            if tot:
+                here.append(f"{c['ntk_seconds'] * grams[c['model']][0]:.0f} s")
+        paper = [f"{c['paper_n']:,}", f"{c['paper_params']:,}", f"{c['paper_gram_bytes'] * gb:.1f} GB",
+                 f"{c['paper_block_bytes'] * mb:.0f} MB", hours(c["paper_ntk_seconds"]), hours(c["paper_eigh_seconds"])]
+        if tot:
+            paper.append(hours(c["paper_ntk_seconds"] * grams[c["model"]][1]))
+        lines.append("| " + " | ".join([label] + here + paper) + " |")
+    return "\n".join(lines)
 
 
 def _band(ax, x, values, color, label, ls="-", marker="o"):
