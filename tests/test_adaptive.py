@@ -220,17 +220,28 @@ def test_stability_claims_hold_fail_and_cannot_resolve():
     c = ad.stability_claims(_stable(bad, ok, bad), stable_lr=0.4, stable_K=50)
     assert [x["verdict"] for x in c] == [V.HOLDS, V.FAILS]
     assert "5 of 5 seeds" in c[0]["measured"] and "K=1" in c[0]["detail"]
+    # Newcombe's interval of 5/5 against 0/5 (and 5/5): the resolvable gap is its wider half
+    assert c[0]["resolvable"] == pytest.approx(V.proportion_gap(5, 5, 0, 5).half)
+    assert "fewer by 100 points" in c[0]["measured"] and "fewer by 0 points" in c[1]["measured"]
+    # three of five saved: the interval of 5/5 against 2/5 lies above 0
+    c = ad.stability_claims(_stable(bad, lambda s: "completed" if s < 3 else "diverged at step 4", bad),
+                            stable_lr=0.4, stable_K=50)
+    assert c[0]["verdict"] == V.HOLDS and "completed on 3 of the 5 seeds" in c[0]["detail"]
+    # one of two saved: two seeds cannot tell
+    c = ad.stability_claims(_stable(bad, lambda s: "completed" if s < 1 else "diverged at step 4", bad, seeds=2),
+                            stable_lr=0.4, stable_K=50)
+    assert c[0]["verdict"] == V.UNRESOLVED and c[0]["resolvable"] > abs(0.5)
     # a fixed K that never diverged: nothing to prevent
     c = ad.stability_claims(_stable(ok, ok, ok), stable_lr=0.4, stable_K=50)
     assert [x["verdict"] for x in c] == [V.UNRESOLVED, V.UNRESOLVED]
     # no learning rate found
     c = ad.stability_claims([], stable_lr=None, stable_K=50)
     assert [x["verdict"] for x in c] == [V.UNRESOLVED, V.UNRESOLVED]
-    # the schedule diverges only where the fixed K did not: still holds on the seeds that matter
+    # the schedule completes where the fixed K diverged but diverges elsewhere: not fewer divergences
     c = ad.stability_claims(_stable(lambda s: "diverged at step 3" if s < 2 else "completed",
                                     lambda s: "completed" if s < 2 else "diverged at step 9", ok),
                             stable_lr=0.4, stable_K=50)
-    assert c[0]["verdict"] == V.HOLDS
+    assert c[0]["verdict"] == V.UNRESOLVED and "completed on 2 of the 2 seeds" in c[0]["detail"]
 
 
 # ------------------------------------------------------------------------------ the experiment at tiny scale

@@ -488,37 +488,51 @@ def timing_claims(rows, *, steps: int) -> list:
 
 
 def stability_claims(rows, *, stable_lr: Optional[float], stable_K) -> list:
-    """Per adaptive schedule of the stability group: at the learning rate where the fixed period
-    ``stable_K`` diverged in the search, does the schedule complete on every seed on which the
-    fixed period diverged? *Holds* if so (and it diverged on at least one); *does not hold* if the
-    schedule diverged on such a seed; *cannot resolve* when no candidate learning rate made the
-    fixed period diverge, or it diverged on no seed of the group."""
+    """Per adaptive schedule of the stability group, at the learning rate where the fixed period
+    ``stable_K`` diverged in the search: does the schedule prevent the divergences? The gap is
+    the fixed period's divergence rate minus the schedule's, over the seeds, with Newcombe's
+    interval (:func:`itlin.book.verdicts.proportion_gap`; its wider half is the smallest gap the
+    seeds resolve). *Holds* when the interval lies above 0 (the schedule diverges less often);
+    *does not hold* when it lies below half the fixed period's rate (resolved: the schedule
+    prevents fewer than half of the divergences, none at all included); *cannot resolve*
+    otherwise, and when no candidate learning rate made the fixed period diverge or it diverged
+    on no seed of the group. The detail pairs the seeds: on how many of those where the fixed
+    period diverged the schedule completed."""
     from .. import verdicts as V
 
     out = []
     fixed = _by_seed(rows, group="stable", family="fixed")
+    paper = "not in the paper (the k_sweeps chapter: large K diverges)"
     for family in ("loss", "kernel"):
         name = f"{'loss' if family == 'loss' else 'kernel'} drift prevents the divergence of fixed {S.K_label(stable_K)}"
         g = [r for r in rows if r["group"] == "stable" and r["family"] == family]
-        if stable_lr is None or not g:
-            out.append(V.verdict(name, "not in the paper (the k_sweeps chapter: large K diverges)",
-                                 "no candidate learning rate made the fixed K diverge", V.UNRESOLVED))
+        if stable_lr is None or not g or not fixed:
+            out.append(V.verdict(name, paper, "no candidate learning rate made the fixed K diverge", V.UNRESOLVED))
             continue
         own = {int(r["seed"]): r for r in g}
         div = [s for s, r in fixed.items() if r["status"] != "completed"]
         saved = [s for s in div if s in own and own[s]["status"] == "completed"]
-        lost = [s for s in div if s in own and own[s]["status"] != "completed"]
-        result = V.UNRESOLVED if not div else (V.FAILS if lost else V.HOLDS)
+        k_f, n_f = len(div), len(fixed)
+        k_s, n_s = sum(r["status"] != "completed" for r in g), len(g)
+        gap = V.proportion_gap(k_f, n_f, k_s, n_s)
+        if not div:
+            result = V.UNRESOLVED
+        elif gap.hi < k_f / n_f / 2:
+            result = V.FAILS
+        else:
+            result = V.HOLDS if gap.lo > 0 else V.UNRESOLVED
         done = [r for r in g if r["status"] == "completed"]
-        ups = f", {np.mean([r['updates'] for r in done]):.1f} feature updates on average" if done else ""
-        measured = (f"lr {stable_lr:g}: fixed {S.K_label(stable_K)} diverged on {len(div)} of {len(fixed)} seeds; "
-                    f"{value_label(family, g[0]['value'])} completed {len(done)} of {len(g)}{ups}")
-        detail = [f"completed on {len(saved)} of the {len(div)} seeds where K diverged"] if div else []
+        ups = f"; {np.mean([r['updates'] for r in done]):.1f} feature updates on average" if done else ""
+        measured = (f"lr {stable_lr:g}: diverged on {k_f} of {n_f} seeds with fixed {S.K_label(stable_K)}, "
+                    f"{k_s} of {n_s} with {value_label(family, g[0]['value'])}: fewer by {100 * gap.mean:.0f} points "
+                    f"(95% interval {100 * gap.lo:.0f} to {100 * gap.hi:.0f}){ups}")
+        detail = [f"completed on {len(saved)} of the {k_f} seeds where K diverged"] if div else \
+            ["the fixed period diverged on no seed: nothing to prevent"]
+        detail.append(f"does not hold below {100 * k_f / n_f / 2:.0f} points (half the fixed period's rate)")
         ctl = [r for r in rows if r["group"] == "control"]
         if ctl:
             detail.append(f"gradient descent (K=1) at this rate, first seed: {ctl[0]['status']}")
-        out.append(V.verdict(name, "not in the paper (the k_sweeps chapter: large K diverges)", measured, result,
-                             None, "; ".join(detail)))
+        out.append(V.verdict(name, paper, measured, result, gap.half, "; ".join(detail)))
     return out
 
 
