@@ -365,4 +365,61 @@ def test_scale_defaults_are_part_of_the_version():
     v = scales_digest(table)
     assert v == scales_digest({"default": {"Ks": [1, 40, math.inf], "steps": 600}})
     assert v != scales_digest({"default": {"steps": 601, "Ks": [1, 40, math.inf]}})
-    assert fig2.EXPERIMENT.version == "1." + scales_digest(fig2.SCALES)
+    assert fig2.EXPERIMENT.version == "2." + scales_digest(fig2.SCALES)
+
+
+# ------------------------------------------------------------------------------ issue 15: resolvable claims
+@pytest.mark.parametrize("name", list(MODULES))
+def test_default_scale_test_set_can_resolve_the_close_margin(name):
+    """At the default scale the final accuracies are measured on a test set large enough that its
+    noise alone stays well inside close_margin (at 1,000 test examples it was twice the margin)."""
+    from itlin.book import verdicts as V
+
+    mod = MODULES[name]
+    r = S.resolve(mod.EXPERIMENT.resolve({}), mod.SCALES)
+    n = S.n_test_judged(r)
+    assert n >= 10_000
+    margin = 0.02
+    assert V.accuracy_noise(0.6, n) < 0.6 * margin and V.accuracy_noise(0.6, 1000) > margin
+
+
+def test_prepare_measures_final_accuracies_on_the_large_test_set():
+    r = {"dataset": "mnist1d", "n_train": 200, "n_test": 100, "n_eval_train": 100, "channels": 2, "seed": 0,
+         "n_test_final": 3000}
+    setup = S.prepare(r)
+    assert setup.final[0].shape[0] == 3000 and setup.ds.n_test == 100       # curves on 100, verdicts on 3000
+    assert np.bincount(np.asarray(setup.final[1])).min() == 300              # class-balanced
+    assert S.n_test_judged(r) == 3000 and S.n_test_judged({**r, "n_test_final": None}) == 100
+    import optax
+    from itlin import iterative_linearisation
+
+    tr = iterative_linearisation(setup.model, optax.sgd(0.01), "inf")
+    m = S.final_metrics(tr, tr.init(setup.params, setup.model_state), setup.final)
+    assert m["n_test_final"] == 3000 and 0.0 <= m["final_test"] <= 1.0 and 0.0 <= m["final_test_net"] <= 1.0
+    # the standard split is unchanged for every experiment that does not ask for more
+    assert S.load_data("mnist1d", 10 ** 9, 10 ** 9, 0).n_test == 1000
+
+
+# ------------------------------------------------------------------------------ issue 15: the quintic demo
+def test_quintic_demo_counts_a_blown_up_run_as_diverged():
+    from itlin.book.experiments import quintic_demo as Q
+
+    run = Q.train_setting(1, 5.0, 60, evals=6)            # far past the stability limit: the loss explodes
+    assert run.history.status.startswith("diverged") and run.diverged
+    run = Q.train_setting(1, 0.001, 30, evals=3)
+    assert run.status == "completed"
+    with pytest.raises(ValueError, match="blowup"):
+        Q.train_setting(1, 0.001, 10, evals=2, blowup=1.0)
+
+
+def test_quintic_maths_checks():
+    from itlin.book.experiments import quintic_demo as Q
+
+    kc = Q.k_conv_check(lr=0.02)
+    # after N / (lr lambda_min) steps of the frozen linearisation on the mean loss the slowest mode is at ~1/e
+    assert kc["measured"] == pytest.approx(kc["predicted"], abs=1e-3)
+    assert abs(kc["predicted"] - math.exp(-1)) < 0.01 and kc["predicted_sum"] < 1e-6
+    fit = Q.two_line_fit([-3.0, -1.0, 0.5, 2.0], [1.0, 2.0, 3.0, 0.0])
+    assert fit["rmse"] == pytest.approx(0.0, abs=1e-12) and fit["jump"] == pytest.approx(4.0 - 2.5)
+    g = Q.phase_gaps([0, 5, 10, 15], [1.0, 0.9, 1.0, 0.8], [1.0, 1.0, 1.0, 1.0], [10])
+    assert (g["grew"], g["phases"]) == (0, 2)

@@ -34,11 +34,14 @@ NAME = "fig3_augmentation"
 SCALES = {
     "tiny": {"n_train": 256, "n_test": 200, "n_eval_train": 256, "channels": 4, "Ks": [1, 20],
              "steps": 60, "eval_every": 5, "learning_rate": 1e-2, "momentum": 0.9, "seeds": 2},
-    # five seeds within the CPU budget: K=1 and one large K (K=inf is not in the paper's Fig. 3;
-    # add it with Ks=[1, 1000, "inf"]), 4000 steps (three feature updates at K=1000)
+    # five seeds within the CPU budget: K=1 and one large K, 4000 steps (three feature updates at
+    # K=1000). K=inf is not in the paper's Fig. 3; its five runs take about 65 s, which would put
+    # the chapter over the budget (measured: 198 s for the experiment with it), so it is left out
+    # here; Ks=[1, 1000, "inf"] adds it. Final accuracies on 15,000 generated test signals
+    # (_sparse.MNIST1D_LARGE), curves on 1,000.
     "default": {"n_train": 4000, "n_test": 1000, "n_eval_train": 1000, "channels": 16,
                 "Ks": [1, 1000], "steps": 4000, "eval_every": 200, "learning_rate": 3e-3,
-                "momentum": 0.9, "seeds": 5},
+                "momentum": 0.9, "seeds": 5, "n_test_final": 15_000},
     # The paper: lr 1e-5, K=5e6, batch 256, 50 channels (Fig. 3 text and Appendix C). It states no
     # step count; we take ten times K (ten phases, nine feature updates: the paper's "8-12").
     "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50,
@@ -89,13 +92,14 @@ def run(p, ctx):
     resolved = {k: r[k] for k in ("dataset", "n_train", "n_test", "n_eval_train", "channels", "Ks", "steps",
                                   "eval_every", "learning_rate", "momentum", "batch_size", "pad", "flip",
                                   "max_shift", "seed", "seeds", "close_margin", "blowup", "scale")}
+    resolved["n_test_final"] = int(setup.final[0].shape[0]) if setup.final is not None else None
     resolved.update(n_train=ds.n_train, n_test=ds.n_test, n_eval_train=len(evals["train"][0]),
                     augmentation=augmentation)
     return {"meta": {"resolved": resolved, "runs": runs, **S.data_meta(ds, model)}}
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig3Params, run, version="1",
+    NAME, Fig3Params, run, version="2",
     doc="Main paper Fig. 3: mini-batch SGD with data augmentation at K=1 and a large K (and K=inf); "
         "test accuracy of the network and of the linearised model being trained."))
 
@@ -152,7 +156,7 @@ def claims(rows, *, n_test: int, margin: float) -> list:
 def claims_of(rec) -> list:
     """:func:`claims` on a record (its rows, test-set size and margin)."""
     r = resolved(rec)
-    return claims(summary(rec), n_test=int(r["n_test"]), margin=float(r.get("close_margin", 0.02)))
+    return claims(summary(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)))
 
 
 def figure(records):
@@ -211,7 +215,9 @@ def settings_markdown(rec, seeds=None) -> str:
         ("augmentation", r["augmentation"], aug_paper, "Fig. 3 caption (\"flips and random crops\"); padding 4 is "
          "our choice, the standard CIFAR-10 recipe"),
         ("training examples", r["n_train"], pp["n_train"], "the whole training set"),
-        ("test examples", r["n_test"], pp["n_test"], "the whole test set"),
+        ("test examples (final accuracies, verdicts)", S.n_test_judged(r), pp["n_test"],
+         "the whole test set (MNIST-1D here: generated larger, see _sparse.MNIST1D_LARGE)"),
+        ("test examples (curves)", r["n_test"], pp["n_test"], "the whole test set"),
         ("learning rate", r["learning_rate"], pp["learning_rate"], "Fig. 3 (workshop version caption)"),
         ("momentum", r["momentum"], pp["momentum"], "our choice: none stated"),
         ("K", r["Ks"], pp["Ks"], "Section 4.1 (K=5e6)"),

@@ -47,7 +47,7 @@ SCALES = {
     # five seeds within the CPU budget: 3000 steps, K=600 (five phases)
     "default": {"n_train": 1000, "n_test": 1000, "n_eval_train": 1000, "channels": 16, "K": 600,
                 "steps": 3000, "eval_every": 100, "learning_rate": 3e-3, "momentum": 0.9,
-                "adam_learning_rate": 3e-3, "seeds": 5},
+                "adam_learning_rate": 3e-3, "seeds": 5, "n_test_final": 15_000},
     "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50, "K": 200_000,
               "steps": 2_000_000, "eval_every": 20_000, "learning_rate": 1e-4, "momentum": 0.0,
               "adam_learning_rate": 1e-3, "seeds": 3},
@@ -76,6 +76,13 @@ class Fig8Params(S.SparseParams):
     solved_accuracy: float = param(0.99, "train accuracy of the linearised model that counts a phase as solved",
                                    min=0, max=1)
     batch_size: int = param(256, "mini-batch size", min=1)
+    # At each relinearisation the Adam-solved run's training loss becomes the network's at the
+    # solved weights, about 100 times the initial loss in the default runs (measured: 82x to over
+    # 100x), and falls again within the phase; the headline default of 100 counted that jump as
+    # a divergence (4 of 5 seeds at step K + 1). A divergence here is a loss 1e4 times the initial.
+    blowup: float = param(1e4, "a run has diverged once its training loss exceeds this multiple of its first "
+                               "loss (or is not finite); the loss jumps at each relinearisation of the "
+                               "Adam-solved run, so the default is above the headline experiments' 100", gt=1)
 
     def check(self):
         r = self.resolved()
@@ -115,12 +122,13 @@ def run(p, ctx):
                                   "eval_every", "learning_rate", "momentum", "adam_learning_rate",
                                   "reset_optimizer", "solved_accuracy", "batch_size", "seed", "seeds",
                                   "close_margin", "blowup", "scale")}
+    resolved["n_test_final"] = int(setup.final[0].shape[0]) if setup.final is not None else None
     resolved.update(n_train=ds.n_train, n_test=ds.n_test, n_eval_train=len(evals["train"][0]))
     return {"meta": {"resolved": resolved, "runs": runs, **S.data_meta(ds, model)}}
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig8Params, run, version="1",
+    NAME, Fig8Params, run, version="2",
     doc="Main paper Fig. 8: each linearisation solved with Adam (large constant K, fresh Adam state per "
         "phase) against K=1 SGD and K=1 Adam."))
 
@@ -240,7 +248,7 @@ def claims(rows, by_seed: dict, *, n_test: int, margin: float, solved_accuracy: 
 def claims_of(rec) -> list:
     """:func:`claims` on a record."""
     r = resolved(rec)
-    return claims(summary(rec), phases(rec), n_test=int(r["n_test"]), margin=float(r.get("close_margin", 0.02)),
+    return claims(summary(rec), phases(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)),
                   solved_accuracy=float(r["solved_accuracy"]), K=int(r["K"]))
 
 
@@ -290,7 +298,9 @@ def settings_markdown(rec, seeds=None) -> str:
         ("dataset", r["dataset"], pp["dataset"], "Section 4"),
         ("network", net(r["dataset"], r["channels"]), net(pp["dataset"], pp["channels"]), "Appendix C"),
         ("training examples", r["n_train"], pp["n_train"], "the whole training set"),
-        ("test examples", r["n_test"], pp["n_test"], "the whole test set"),
+        ("test examples (final accuracies, verdicts)", S.n_test_judged(r), pp["n_test"],
+         "the whole test set (MNIST-1D here: generated larger, see _sparse.MNIST1D_LARGE)"),
+        ("test examples (curves)", r["n_test"], pp["n_test"], "the whole test set"),
         ("K of the Adam-solved run", r["K"], pp["K"], "Fig. 8 caption (K=2e5)"),
         ("fresh Adam state at each relinearisation", r["reset_optimizer"], pp["reset_optimizer"],
          "our reading of \"fully optimised\": each convex problem solved from scratch"),
