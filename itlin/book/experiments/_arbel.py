@@ -374,3 +374,22 @@ def settings_rows(p: dict, paper: dict) -> str:
     for name, (theirs, ours) in paper.items():
         lines.append(f"| {name} | {theirs} | {ours} |")
     return "\n".join(lines)
+
+
+def final_results(res, lrs) -> dict:
+    """One method's results of a step-size sweep kept at their last checkpoint (``METRICS``), with
+    the RF baseline (``"rf"``: Test-LRfit at initialisation), steps, convergence, divergence and
+    the step sizes ``lrs`` (the paper's units)."""
+    return {**{k: res[k][..., -1] for k in METRICS}, "rf": res["lrfit"][..., 0], "steps": res["steps"],
+            "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool),
+            "lr": np.asarray(lrs)}
+
+
+def with_rf_and_units(out, r) -> dict:
+    """``out`` with ``rf_test`` (the RF test loss, the same for every seed row of GN and GD: GN's
+    copy kept) and ``meta`` (the resolved parameters and how step sizes and eps0 convert)."""
+    out["rf_test"] = out["gn"].pop("rf")[:, 0]
+    out["gd"].pop("rf")
+    out["meta"] = {"resolved": r, "units": {"gn_lr": "ours = paper x N/500", "gd_lr": f"ours = paper x M/{REF_WIDTH}",
+                                            "eps0": "ours = paper x (N/500) x (5000/M)"}}
+    return out

@@ -95,15 +95,8 @@ def run(p: dict, ctx) -> dict:
                 row.append({k: np.asarray(v).reshape((G, S) + np.asarray(v).shape[1:]) for k, v in res.items()})
             per_n.append(row)
         res = {k: np.stack([np.stack([q[k] for q in row]) for row in per_n]) for k in per_n[0][0]}
-        fin = {k: res[k][..., -1] for k in A.METRICS}
-        out[method] = {**fin, "rf": res["lrfit"][..., 0], "steps": res["steps"],
-                       "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool),
-                       "lr": np.asarray(lrs)}
-    out["rf_test"] = out["gn"].pop("rf")[:, 0]
-    out["gd"].pop("rf")
-    out["meta"] = {"resolved": r, "units": {"gn_lr": "ours = paper x N/500", "gd_lr": f"ours = paper x M/{A.REF_WIDTH}",
-                                            "eps0": "ours = paper x (N/500) x (5000/M)"}}
-    return out
+        out[method] = A.final_results(res, lrs)
+    return A.with_rf_and_units(out, r)
 
 
 register(Experiment(NAME, SamplesParams, run, version="1",

@@ -91,14 +91,8 @@ def run(p: dict, ctx) -> dict:
                 method, data, z, si, np.full(len(si), r["tau0"]), lr_o, **common))
             per_w.append({k: np.asarray(v).reshape((len(lrs), S) + np.asarray(v).shape[1:]) for k, v in res.items()})
         res = {k: np.stack([q[k] for q in per_w]) for k in per_w[0]}
-        out[method] = {**{k: res[k][..., -1] for k in A.METRICS}, "rf": res["lrfit"][..., 0], "steps": res["steps"],
-                       "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool),
-                       "lr": np.asarray(lrs)}
-    out["rf_test"] = out["gn"].pop("rf")[:, 0]
-    out["gd"].pop("rf")
-    out["meta"] = {"resolved": r, "units": {"gn_lr": "ours = paper x N/500", "gd_lr": f"ours = paper x M/{A.REF_WIDTH}",
-                                            "eps0": "ours = paper x (N/500) x (5000/M)"}}
-    return out
+        out[method] = A.final_results(res, lrs)
+    return A.with_rf_and_units(out, r)
 
 
 register(Experiment(NAME, WidthParams, run, version="1",
