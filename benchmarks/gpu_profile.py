@@ -123,7 +123,7 @@ def profile_gauss_newton(repeats: int) -> dict:
 
 def profile_trainers(chunk: int, repeats: int) -> dict:
     from itlin import data, models
-    from itlin.book.experiments import _sparse as S
+    from itlin.book.experiments.main import _sparse as S
     from itlin import iterative_linearisation, run as itlin_run
 
     out = {}

@@ -4,7 +4,7 @@
 
 The sweep is the main paper's Fig. 9 at a small size: damped Gauss-Newton (float64, Cholesky,
 the MLP's closed-form kernel) on the quintic, the 5x50 ReLU MLP, ``seeds`` initialisations
-(:func:`itlin.book.experiments.fig9_damping.init_params`) x ``dampings`` damping values
+(:func:`itlin.book.experiments.main.fig9_damping.init_params`) x ``dampings`` damping values
 log-spaced in [1e-4, 1e3]; with ``--train-tol 0`` (the default) every run takes all
 ``gn-steps`` steps, so every configuration does the same work.
 
@@ -52,7 +52,7 @@ def _problem(args):
     import numpy as np
 
     from itlin import data, gauss_newton_fit, models
-    from itlin.book.experiments.fig9_damping import init_params
+    from itlin.book.experiments.main.fig9_damping import init_params
     from itlin.core.sweep import grid_product
 
     ds = data.quintic()

@@ -1,4 +1,4 @@
-"""Issue 17 (itlin.book.experiments.adaptive_schedules): adaptive relinearisation against fixed K."""
+"""Issue 17 (itlin.book.experiments.main.adaptive_schedules): adaptive relinearisation against fixed K."""
 
 import math
 
@@ -12,8 +12,8 @@ import itlin
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments import _sparse as S
-from itlin.book.experiments import adaptive_schedules as ad
+from itlin.book.experiments.main import _sparse as S
+from itlin.book.experiments.main import adaptive_schedules as ad
 
 
 # ------------------------------------------------------------------------------ the schedules

@@ -12,13 +12,13 @@ import pytest
 from itlin import data, metrics, models
 from itlin.book import runner, verdicts
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments import _arbel as A
-from itlin.book.experiments import arbel_damping as ED
-from itlin.book.experiments import arbel_init as EI
-from itlin.book.experiments import arbel_mnist as EM
-from itlin.book.experiments import arbel_samples as EN
-from itlin.book.experiments import arbel_steps as ES
-from itlin.book.experiments import arbel_width as EW
+from itlin.book.experiments.arbel import _arbel as A
+from itlin.book.experiments.arbel import arbel_damping as ED
+from itlin.book.experiments.arbel import arbel_init as EI
+from itlin.book.experiments.arbel import arbel_mnist as EM
+from itlin.book.experiments.arbel import arbel_samples as EN
+from itlin.book.experiments.arbel import arbel_steps as ES
+from itlin.book.experiments.arbel import arbel_width as EW
 
 HOLDS, FAILS, UNRESOLVED = verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED
 

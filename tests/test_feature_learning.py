@@ -1,4 +1,4 @@
-"""Issue 12, items 3-5 (itlin.book.experiments.feature_learning): linear probes (Fig. 6), first-layer
+"""Issue 12, items 3-5 (itlin.book.experiments.main.feature_learning): linear probes (Fig. 6), first-layer
 filters (Fig. 7) and kernel movement against feature updates."""
 
 import math
@@ -11,7 +11,7 @@ from itlin import models
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments import feature_learning as fl
+from itlin.book.experiments.main import feature_learning as fl
 
 
 # ------------------------------------------------------------------------------ measurements

@@ -16,9 +16,9 @@ from itlin import models
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments import _sparse as S
-from itlin.book.experiments import fig4_resnet as f4
-from itlin.book.experiments import fig5_data_scaling as f5
+from itlin.book.experiments.main import _sparse as S
+from itlin.book.experiments.main import fig4_resnet as f4
+from itlin.book.experiments.main import fig5_data_scaling as f5
 from itlin.core.linearise import linearised_apply
 from itlin.models import Model
 

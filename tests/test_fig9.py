@@ -1,4 +1,4 @@
-"""Main paper Fig. 9 (itlin.experiments.fig9_damping): the damping sweep and its analysis."""
+"""Main paper Fig. 9 (itlin.book.experiments.main.fig9_damping): the damping sweep and its analysis."""
 
 import math
 
@@ -10,7 +10,7 @@ import pytest
 from itlin import data, models
 from itlin.book import runner
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments import fig9_damping as f9
+from itlin.book.experiments.main import fig9_damping as f9
 from itlin import gauss_newton_fit
 
 

@@ -14,8 +14,8 @@ import itlin
 from itlin import data, metrics, models
 from itlin.book import runner, verdicts
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments import ortiz_concentration as oc
-from itlin.book.experiments import ortiz_eigenfunctions as oe
+from itlin.book.experiments.ortiz import ortiz_concentration as oc
+from itlin.book.experiments.ortiz import ortiz_eigenfunctions as oe
 
 
 @pytest.fixture(scope="module")

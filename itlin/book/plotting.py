@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -293,4 +293,75 @@ def filter_runs(runs: Mapping[str, Any], *, metric: Union[str, Callable, None] =
     return FilteredRuns(kept, dropped, total, summary, counts)
 
 
-__all__ = ["FilteredRuns", "diverged_step", "filter_runs", "plot_curve", "plot_history", "plot_runs"]
+
+# ------------------------------------------------------------------------------ runs over K and seeds
+def colours(Ks) -> dict:
+    """One colour per period, the same scheme in every chapter: ``K=1`` black, ``K=inf`` grey,
+    the finite large periods from the plasma colour map (purple for the smallest, orange for
+    the largest)."""
+    import matplotlib.pyplot as plt
+
+    Ks = sorted(set(float(K) for K in Ks))
+    finite = [K for K in Ks if math.isfinite(K) and K != 1]
+    out = {1.0: "black", math.inf: "0.55"}
+    out.update(zip(finite, plt.cm.plasma(np.linspace(0.15, 0.75, len(finite))) if finite else []))
+    return out
+
+
+def relin_marks(ax, history, *, x_scale: float = 1.0, color=None, max_marks: int = 200, y: float = 0.0,
+                size: float = 7.0):
+    """Short ticks along the bottom of ``ax`` at the steps after which the run relinearised
+    (its feature updates), drawn in the run's colour; nothing for runs that relinearise
+    more than ``max_marks`` times (``K = 1``: every step)."""
+    steps = np.asarray(history.relin_steps, dtype=float)
+    if steps.size == 0 or steps.size > max_marks or (steps.size > 1 and np.all(np.diff(steps) == 1)):
+        return None
+    trans = ax.get_xaxis_transform()
+    return ax.plot(steps / x_scale, np.full(steps.shape, y), linestyle="none", marker="|", markersize=size,
+                   markeredgewidth=1.6, color=color, transform=trans, clip_on=False)[0]
+
+
+def update_axis(ax, relin_steps, *, x_scale: float = 1.0, label: str = "feature updates", max_ticks: int = 12):
+    """A secondary x axis on top of ``ax`` counting the feature updates of one run: tick ``n``
+    sits at the step of its ``n``-th relinearisation."""
+    steps = np.asarray(relin_steps, dtype=float) / x_scale
+    top = ax.secondary_xaxis("top")
+    if steps.size == 0:
+        top.set_xticks([])
+    else:
+        idx = np.arange(steps.size)
+        stride = max(1, int(math.ceil(steps.size / max_ticks)))
+        keep = idx[(idx + 1) % stride == 0] if stride > 1 else idx
+        top.set_xticks(steps[keep])
+        top.set_xticklabels([str(i + 1) for i in keep])
+    top.set_xlabel(label)
+    return top
+
+
+def seed_band(ax, histories: Sequence, metric: str, *, color=None, label: Optional[str] = None, lw: float = 1.8,
+              linestyle: str = "-", alpha: float = 0.18):
+    """The mean over seeds of an evaluated metric against steps, with a band from the lowest to
+    the highest seed; a run that diverged ends where it did (the mean covers the steps every
+    seed reached)."""
+    curves = [(h.eval_array("step"), h.eval_array(metric)) for h in histories]
+    curves = [(x, y) for x, y in curves if x.size]
+    if not curves:
+        return None
+    n = min(x.size for x, _ in curves)
+    x = curves[0][0][:n]
+    ys = np.stack([y[:n] for _, y in curves])
+    line = ax.plot(x, np.nanmean(ys, axis=0), color=color, lw=lw, linestyle=linestyle, label=label)[0]
+    if len(curves) > 1:
+        ax.fill_between(x, np.nanmin(ys, axis=0), np.nanmax(ys, axis=0), color=line.get_color(), alpha=alpha, lw=0)
+    return line
+
+
+def shared_legend(fig, ax, ncol: int = 2):
+    """One legend for all panels (they draw the same runs), under them, clear of the curves."""
+    handles, labels = ax.get_legend_handles_labels()
+    rows = max(1, math.ceil(len(labels) / ncol))
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+
+__all__ = ["COLUMN_WIDTH", "FilteredRuns", "colours", "diverged_step", "filter_runs", "plot_curve", "plot_history",
+           "plot_runs", "relin_marks", "seed_band", "shared_legend", "update_axis", "use_house_style"]

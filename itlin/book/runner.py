@@ -864,7 +864,11 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
                         f"got {type(out).__name__}.")
     out = dict(out)
     status = out.pop("status", None)
-    meta = out.pop("meta", {}) or {}
+    meta = dict(out.pop("meta", {}) or {})
+    # what the run used: the parameters with the scale's values filled in, plus whatever the
+    # run measured or derived (e.g. the sizes of the data as loaded) under meta["resolved"]
+    meta["resolved"] = {**p.experiment.params.from_dict(p.params, experiment=p.experiment.name).resolved(),
+                        **dict(meta.get("resolved") or {})}
     if FITS_KEY in out:
         raise ValueError(f"experiment {p.experiment.name!r}: the result key {FITS_KEY!r} is reserved.")
     if status is not None and not isinstance(status, str):

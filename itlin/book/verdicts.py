@@ -24,6 +24,7 @@ Everything here is a pure function of numbers, tested on synthetic results.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -54,14 +55,18 @@ def _z(q: float) -> float:
 
 class Gap(NamedTuple):
     """A paired difference over seeds: ``mean`` of ``a - b``, the interval ``[lo, hi]`` and its
-    ``half`` width (the smallest gap this setting resolves), from ``n`` seeds; ``seed_half`` and
-    ``test_half`` are the two parts of ``half``."""
+    ``half`` width at :data:`LEVEL` (the smallest gap this setting resolves), from ``n`` seeds;
+    ``seed_half`` and ``test_half`` are the two parts of ``half``. ``dist`` says how the seed
+    part scales with the confidence level: ``"t"`` (Student's t over ``n - 1`` degrees of
+    freedom) or ``"normal"`` (a normal approximation, e.g. Newcombe's interval of a difference
+    of proportions)."""
 
     mean: float
     half: float
     n: int
     seed_half: float
     test_half: float
+    dist: str = "t"
 
     @property
     def lo(self) -> float:
@@ -70,6 +75,49 @@ class Gap(NamedTuple):
     @property
     def hi(self) -> float:
         return self.mean + self.half
+
+    def half_at(self, level: float) -> float:
+        """The interval's half-width at another two-sided confidence ``level`` (the seed part
+        rescaled by its quantile, the test-set part by the normal one).
+
+        >>> g = paired_gap([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+        >>> round(g.half_at(LEVEL), 3), round(g.half_at(0.99), 3)
+        (2.484, 5.73)
+        """
+        if level == LEVEL or not math.isfinite(self.half):
+            return self.half
+        q0, q1 = 0.5 + LEVEL / 2, 0.5 + level / 2
+        if self.dist == "t" and self.n >= 2:
+            seed = self.seed_half * _t_quantile(q1, self.n - 1) / _t_quantile(q0, self.n - 1)
+        else:
+            seed = self.seed_half * _z(q1) / _z(q0)
+        test = self.test_half * _z(q1) / _z(q0)
+        return math.hypot(seed, test) if math.isfinite(seed) else seed
+
+    def p_beyond(self, distance: float) -> float:
+        """The smallest two-sided ``alpha`` at which the ``1 - alpha`` interval's half-width is
+        below ``distance``: the p-value of a one-sided test at a threshold ``distance`` away
+        from the mean, doubled (so ``p < 1 - LEVEL`` exactly when the interval at
+        :data:`LEVEL` clears that threshold). 1 when ``distance <= 0`` or nothing resolves.
+
+        >>> g = paired_gap([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+        >>> round(g.p_beyond(g.half), 4), g.p_beyond(0.0)
+        (0.05, 1.0)
+        """
+        if not (distance > 0 and math.isfinite(self.mean) and math.isfinite(self.half)):
+            return 1.0
+        if self.half == 0:
+            return 0.0
+        lo, hi = 0.0, 1.0 - 1e-15  # levels; half_at grows with the level
+        if self.half_at(hi) < distance:
+            return 1.0 - hi
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            if self.half_at(mid) < distance:
+                lo = mid
+            else:
+                hi = mid
+        return 1.0 - (lo + hi) / 2
 
 
 def seed_interval(values: Sequence[float], level: float = LEVEL) -> tuple:
@@ -157,11 +205,11 @@ def proportion_gap(k_a: int, n_a: int, k_b: int, n_b: int, level: float = LEVEL)
     below = math.sqrt((pa - la) ** 2 + (ub - pb) ** 2)
     above = math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
     half = max(below, above)
-    return Gap(d, half, int(min(n_a, n_b)), half, 0.0)
+    return Gap(d, half, int(min(n_a, n_b)), half, 0.0, "normal")
 
 
-def exceeds(gap: Gap, margin: float = 0.0) -> str:
-    """Verdict on "a exceeds b by more than ``margin``".
+def exceeds(gap: Gap, margin: float = 0.0, level: float = LEVEL) -> str:
+    """Verdict on "a exceeds b by more than ``margin``", with the interval at ``level``.
 
     >>> exceeds(Gap(0.05, 0.01, 5, 0.01, 0.0)), exceeds(Gap(-0.05, 0.01, 5, 0.01, 0.0))
     ('holds', 'does not hold')
@@ -170,15 +218,17 @@ def exceeds(gap: Gap, margin: float = 0.0) -> str:
     """
     if not (math.isfinite(gap.mean) and not math.isnan(gap.half)):
         return UNRESOLVED
-    if gap.lo > margin:
+    half = gap.half_at(level)
+    if gap.mean - half > margin:
         return HOLDS
-    if gap.hi < margin:
+    if gap.mean + half < margin:
         return FAILS
     return UNRESOLVED
 
 
-def close(gap: Gap, margin: float) -> str:
-    """Verdict on "a and b agree within ``margin``" (both signs).
+def close(gap: Gap, margin: float, level: float = LEVEL) -> str:
+    """Verdict on "a and b agree within ``margin``" (both signs), with the interval at ``level``:
+    an equivalence test (two one-sided tests).
 
     >>> close(Gap(0.002, 0.004, 5, 0.004, 0.0), 0.01), close(Gap(0.03, 0.004, 5, 0.004, 0.0), 0.01)
     ('holds', 'does not hold')
@@ -187,24 +237,52 @@ def close(gap: Gap, margin: float) -> str:
     """
     if not (math.isfinite(gap.mean) and not math.isnan(gap.half)):
         return UNRESOLVED
-    if gap.half <= margin and -margin <= gap.lo and gap.hi <= margin:
+    half = gap.half_at(level)
+    lo, hi = gap.mean - half, gap.mean + half
+    if half <= margin and -margin <= lo and hi <= margin:
         return HOLDS
-    if gap.lo > margin or gap.hi < -margin:
+    if lo > margin or hi < -margin:
         return FAILS
     return UNRESOLVED
 
 
-def fmt_gap(gap: Gap, scale: float = 100.0, unit: str = " points", digits: int = 1) -> str:
-    """``"+2.3 ± 0.8 points (5 seeds)"``; ``± ∞`` for one seed.
+RULES = {"exceeds": exceeds, "close": close}
+
+
+def p_value(gap: Gap, rule: str, margin: float) -> float:
+    """The p-value of the decision ``rule`` can reach on ``gap`` (whichever of "holds" or "does
+    not hold" the data point to), on the scale of :func:`exceeds` and :func:`close`: the claim
+    resolves at level ``L`` exactly when ``p_value < 1 - L``. This is what a multiple-testing
+    correction (:func:`holm`) ranks.
+
+    >>> g = paired_gap([0.85, 0.86, 0.84], [0.80, 0.80, 0.80])
+    >>> p_value(g, "exceeds", 0.0) < 0.05, p_value(g, "close", 0.01) < 0.05
+    (True, True)
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}.")
+    if not (math.isfinite(gap.mean) and not math.isnan(gap.half)):
+        return 1.0
+    if rule == "exceeds":
+        return gap.p_beyond(abs(gap.mean - margin))
+    inside = gap.p_beyond(margin - abs(gap.mean))  # "holds": the interval within [-margin, margin]
+    outside = gap.p_beyond(abs(gap.mean) - margin)  # "does not hold": the interval beyond an edge
+    return min(inside, outside)
+
+
+def fmt_gap(gap: Gap, scale: float = 100.0, unit: str = " points", digits: int = 1,
+            level: float = LEVEL) -> str:
+    """``"+2.3 ± 0.8 points (5 seeds)"`` (the interval at ``level``); ``± ∞`` for one seed.
 
     >>> fmt_gap(Gap(0.023, 0.008, 5, 0.007, 0.004))
     '+2.3 ± 0.8 points (5 seeds)'
     """
     if not math.isfinite(gap.mean):
         return "n/a"
-    half = "∞" if math.isinf(gap.half) else f"{scale * gap.half:.{digits}f}"
+    half = gap.half_at(level)
+    half_s = "∞" if math.isinf(half) else f"{scale * half:.{digits}f}"
     seeds = f"{gap.n} seed" + ("" if gap.n == 1 else "s")
-    return f"{scale * gap.mean:+.{digits}f} ± {half}{unit} ({seeds})"
+    return f"{scale * gap.mean:+.{digits}f} ± {half_s}{unit} ({seeds})"
 
 
 def fmt_mean(values: Sequence[float], scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
@@ -221,9 +299,206 @@ def fmt_mean(values: Sequence[float], scale: float = 100.0, unit: str = "%", dig
     return f"{scale * m:.{digits}f} ± {scale * h:.{digits}f}{unit}"
 
 
+# ------------------------------------------------------------------------------ verdicts
+@dataclass(frozen=True)
+class Verdict:
+    """One claim, judged: what a verdict table shows and what chapters glue into prose.
+
+    ``id`` is stable (chapters pick claims by it); ``claim`` says what is tested, ``paper`` what
+    the paper states; ``rule`` and ``margin`` the test (``"exceeds"``: ``a - b > margin``;
+    ``"close"``: ``|a - b| <= margin``) on ``gap``; ``measured`` describes the two sides (the
+    gap itself is appended when shown, at the level the claim was judged at). A verdict with
+    no ``gap`` is not a statistical test (a count, a stated check): its ``verdict`` is given,
+    and a multiple-testing correction leaves it alone. ``unit``, ``scale`` and ``digits`` say
+    how gaps are printed (``scale * gap`` ``unit``). ``level`` is the confidence level the
+    verdict was reached at (:data:`LEVEL`, or the claim's own after :func:`holm`); ``dropped``
+    counts the seeds left out because a run diverged.
+    """
+
+    id: str
+    claim: str
+    paper: str
+    measured: str
+    verdict: str
+    gap: Optional[Gap] = None
+    rule: Optional[str] = None
+    margin: Optional[float] = None
+    detail: str = ""
+    headline: bool = False
+    unit: str = "points"
+    scale: float = 100.0
+    digits: int = 1
+    level: float = LEVEL
+    dropped: int = 0
+    family: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"a verdict needs a non-empty string id, got {self.id!r}.")
+        if self.verdict not in (HOLDS, FAILS, UNRESOLVED):
+            raise ValueError(f"a verdict is one of {HOLDS!r}, {FAILS!r}, {UNRESOLVED!r}; got {self.verdict!r}.")
+        if (self.gap is None) != (self.rule is None):
+            raise ValueError(f"verdict {self.id!r}: a gap and its rule go together.")
+
+    @property
+    def tested(self) -> bool:
+        """Whether the verdict is a statistical test of a gap (and so part of a correction)."""
+        return self.gap is not None
+
+    @property
+    def resolved(self) -> bool:
+        return self.verdict != UNRESOLVED
+
+    @property
+    def p(self) -> Optional[float]:
+        """:func:`p_value` of the test (``None`` for a verdict that is not a test)."""
+        return None if self.gap is None else p_value(self.gap, self.rule, self.margin or 0.0)
+
+    @property
+    def half(self) -> Optional[float]:
+        """The half-width of the gap's interval at this verdict's level: the smallest gap it resolves."""
+        return None if self.gap is None else self.gap.half_at(self.level)
+
+    @property
+    def mean(self) -> Optional[float]:
+        return None if self.gap is None else self.gap.mean
+
+    def gap_text(self) -> str:
+        """The gap with its interval at this verdict's level, e.g. ``+2.3 ± 0.8 points (5 seeds)``."""
+        if self.gap is None:
+            return ""
+        return fmt_gap(self.gap, self.scale, f" {self.unit}" if self.unit else "", self.digits, self.level)
+
+    def judged_at(self, level: float) -> "Verdict":
+        """The same claim re-judged at ``level`` (verdicts that are not tests are returned as they are)."""
+        if self.gap is None:
+            return self
+        result = RULES[self.rule](self.gap, self.margin or 0.0, level)
+        if self.dropped and self.rule == "close" and result == HOLDS:
+            result = UNRESOLVED  # diverged runs count against an equivalence
+        return replace(self, verdict=result, level=level)
+
+
+def judge(id: str, claim: str, paper: str, gap: Gap, rule: str, margin: float = 0.0, *, measured: str = "",
+          detail: str = "", headline: bool = False, unit: str = "points", scale: float = 100.0, digits: int = 1,
+          dropped: int = 0) -> Verdict:
+    """A claim on ``gap`` judged by ``rule`` (``"exceeds"`` or ``"close"``) with ``margin``, at
+    :data:`LEVEL`. ``dropped`` seeds left out because a run diverged make an equivalence
+    ("close") at most *cannot resolve*: the runs that would count most against it are missing.
+
+    >>> v = judge("k1_beats_inf", "K=1 beats K=inf", "K=inf is worse", paired_gap([0.9, 0.91], [0.5, 0.52]),
+    ...           "exceeds")
+    >>> v.verdict, v.gap_text()
+    ('holds', '+39.5 ± 6.4 points (2 seeds)')
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}.")
+    v = Verdict(id, claim, paper, measured, UNRESOLVED, gap, rule, float(margin), detail, headline, unit, scale,
+                digits, LEVEL, int(dropped))
+    return v.judged_at(LEVEL)
+
+
+def stated(id: str, claim: str, paper: str, measured: str, result: str, *, detail: str = "",
+           headline: bool = False) -> Verdict:
+    """A verdict that is not a test of a gap (a count against a stated rule, a check): its
+    ``result`` is given and no correction changes it.
+
+    >>> stated("phases", "each phase solved", "each reaches 100%", "5 of 5", HOLDS).tested
+    False
+    """
+    return Verdict(id, claim, paper, measured, result, detail=detail, headline=headline)
+
+
+class Verdicts(tuple):
+    """The verdicts of one chapter (or one study), in order, picked by id: ``verdicts["id"]``.
+
+    >>> vs = Verdicts([stated("a", "A", "", "", HOLDS), stated("b", "B", "", "", FAILS)])
+    >>> vs["b"].verdict, len(vs), vs.ids
+    ('does not hold', 2, ('a', 'b'))
+    """
+
+    def __new__(cls, items=()):
+        items = tuple(items)
+        seen = set()
+        for v in items:
+            if not isinstance(v, Verdict):
+                raise TypeError(f"Verdicts holds Verdict objects, got {type(v).__name__}.")
+            if v.id in seen:
+                raise ValueError(f"two verdicts share the id {v.id!r}; ids must be unique within a chapter.")
+            seen.add(v.id)
+        return super().__new__(cls, items)
+
+    @property
+    def ids(self) -> tuple:
+        return tuple(v.id for v in self)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            for v in self:
+                if v.id == key:
+                    return v
+            raise KeyError(f"no verdict with id {key!r}; ids: {', '.join(self.ids)}.")
+        return super().__getitem__(key)
+
+    def __add__(self, other):
+        return Verdicts(tuple(self) + tuple(other))
+
+    def select(self, *ids) -> "Verdicts":
+        """The verdicts with these ids, in the order given."""
+        return Verdicts(self[i] for i in ids)
+
+    def counts(self) -> dict:
+        """``{HOLDS: n, FAILS: n, UNRESOLVED: n}``."""
+        return {r: sum(v.verdict == r for v in self) for r in (HOLDS, FAILS, UNRESOLVED)}
+
+
+def holm(verdicts: Sequence[Verdict], alpha: float = 1 - LEVEL) -> Verdicts:
+    """Holm's step-down correction over the tests among ``verdicts`` (family-wise error
+    ``alpha``): sorted by p-value, the ``k``-th of ``m`` is judged at level
+    ``1 - alpha / (m - k + 1)``, and once one does not resolve, none after it does. Verdicts
+    that are not tests are returned unchanged. Order is kept.
+
+    >>> vs = [judge(f"c{i}", "", "", paired_gap(np.add(0.8, d), [0.8] * 5), "exceeds")
+    ...       for i, d in enumerate([[0.03, 0.02, 0.0, 0.03, 0.01], [0.002, 0.02, 0.015, 0.025, 0.003]])]
+    >>> [round(v.p, 3) for v in vs], [v.verdict for v in vs]       # each alone resolves at 95%
+    ([0.037, 0.047], ['holds', 'holds'])
+    >>> [v.verdict for v in holm(vs)]                              # the first needs p < 0.025
+    ['cannot resolve', 'cannot resolve']
+    """
+    verdicts = list(verdicts)
+    tests = sorted((i for i, v in enumerate(verdicts) if v.tested), key=lambda i: verdicts[i].p)
+    m = len(tests)
+    out = list(verdicts)
+    stopped = False
+    for k, i in enumerate(tests):
+        level = 1 - alpha / (m - k)
+        v = replace(verdicts[i], family=m).judged_at(level)
+        if stopped or not v.resolved:
+            stopped = True
+            v = replace(v, verdict=UNRESOLVED)
+        out[i] = v
+    return Verdicts(out)
+
+
+def bottom_line(rows: Sequence) -> str:
+    """One sentence: how many claims hold, do not hold, or cannot be resolved, naming the latter two."""
+    get = (lambda r, k: getattr(r, k)) if rows and isinstance(rows[0], Verdict) else (lambda r, k: r[k])
+    fails = [get(r, "claim") for r in rows if get(r, "verdict") == FAILS]
+    unresolved = [get(r, "claim") for r in rows if get(r, "verdict") == UNRESOLVED]
+    held = len(rows) - len(fails) - len(unresolved)
+    text = f"At these settings {held} of {len(rows)} claims hold"
+    if fails:
+        text += "; not holding: " + "; ".join(f"*{c}*" for c in fails)
+    if unresolved:
+        text += "; too close to call here: " + "; ".join(f"*{c}*" for c in unresolved)
+    return text + "."
+
+
+# ------------------------------------------------------------------------------ legacy rows
 def verdict(claim: str, paper: str, measured: str, result: str, resolvable: Optional[float] = None,
             detail: str = "") -> dict:
-    """One row of a verdict table."""
+    """One row of a verdict table as a dict (the form older modules build; :class:`Verdict` is
+    the contract)."""
     if result not in (HOLDS, FAILS, UNRESOLVED):
         raise ValueError(f"a verdict is one of {HOLDS!r}, {FAILS!r}, {UNRESOLVED!r}; got {result!r}.")
     return {"claim": claim, "paper": paper, "measured": measured, "verdict": result, "resolvable": resolvable,
@@ -232,8 +507,7 @@ def verdict(claim: str, paper: str, measured: str, result: str, resolvable: Opti
 
 def verdicts_markdown(rows: Sequence[dict], resolvable_unit: str = "points", scale: float = 100.0,
                       digits: int = 1) -> str:
-    """A Markdown table: claim, the paper, ours, the smallest gap resolvable (``scale`` times the
-    verdict's ``resolvable``, ``digits`` significant digits past the point), verdict."""
+    """A Markdown table of dict rows (see :func:`verdict`)."""
     lines = ["| claim | paper | ours | resolves gaps of | verdict |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
         res = r.get("resolvable")
@@ -245,19 +519,6 @@ def verdicts_markdown(rows: Sequence[dict], resolvable_unit: str = "points", sca
     return "\n".join(lines)
 
 
-def bottom_line(rows: Sequence[dict]) -> str:
-    """One sentence: how many claims hold, do not hold, or cannot be resolved, naming the latter two."""
-    fails = [r["claim"] for r in rows if r["verdict"] == FAILS]
-    unresolved = [r["claim"] for r in rows if r["verdict"] == UNRESOLVED]
-    held = len(rows) - len(fails) - len(unresolved)
-    text = f"At these settings {held} of {len(rows)} claims hold"
-    if fails:
-        text += "; not holding: " + "; ".join(f"*{c}*" for c in fails)
-    if unresolved:
-        text += "; too close to call here: " + "; ".join(f"*{c}*" for c in unresolved)
-    return text + "."
-
-
-__all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "UNRESOLVED", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean",
-           "paired_gap", "proportion_gap", "seed_interval", "accuracy_noise", "verdict", "verdicts_markdown",
-           "wilson_interval"]
+__all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
+           "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "p_value", "paired_gap",
+           "proportion_gap", "seed_interval", "stated", "verdict", "verdicts_markdown", "wilson_interval"]

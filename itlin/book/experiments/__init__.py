@@ -1,47 +1,68 @@
-"""The experiment registry: named experiments with typed parameters.
+"""Experiments as studies: one declared contract between an experiment and its chapter.
 
-An experiment is ``run(params, ctx) -> results`` (data: arrays, numbers, strings) plus its
-parameters, declared as a frozen dataclass. Each figure of the book has one module in this
-package that builds its :class:`Experiment` and registers it at import time::
+An experiment is a figure or table of a paper, reproduced. It declares
+
+* its **parameters**, a frozen dataclass of :class:`Params` (typed, bounded, documented; a
+  parameter with a ``label`` is a row of the settings table, with the paper's value or the
+  ``scale="paper"`` one and its ``source``; :class:`Derived` rows add settings computed from
+  others);
+* ``run(params, ctx) -> results``: data only (arrays, numbers, strings), through the runner
+  (:mod:`itlin.book.runner`: cached, checkpointed, resumable);
+* ``summary(record) -> [row, ...]``: the rows of its summary table (dicts, column to value);
+* ``claims(record) -> [Verdict, ...]``: the paper's claims judged on the record
+  (:mod:`itlin.book.verdicts`), each with a stable ``id``, the paper's statement, the rule
+  (``exceeds``/``close``) and the margin.
+
+Generic functions render any experiment (:mod:`itlin.book.render`: ``settings``, ``summary``,
+``claims``, and ``judge``, which applies Holm's correction over a chapter's claims); chapters
+pick claims by id and draw figures from :mod:`itlin.book.figures` (one module per paper). No
+experiment module builds Markdown or imports matplotlib. A minimal one::
 
     from dataclasses import dataclass
+    from typing import Optional
     from itlin.book.experiments import Experiment, Params, Period, param, register
+    from itlin.book import verdicts as V
 
     @dataclass(frozen=True)
     class DampingParams(Params):
         SCALES = {"tiny": {"steps": 10}, "default": {"steps": 200}, "paper": {"steps": 20000}}
-        dampings: tuple[float, ...] = param((1e-3, 1e-1, 10.0), "damping values", gt=0)
-        K: Period = param(1, "relinearisation period")
+        dampings: tuple[float, ...] = param((1e-3, 1e-1, 10.0), "damping values", gt=0,
+                                            label="dampings", source="Fig. 9 caption")
         steps: Optional[int] = param(None, "Gauss-Newton steps; None: from scale", min=1)
 
     def run(p, ctx):                     # p: the validated parameters as a dict
         ...
-        return {"loss": losses}          # data only; figures and verdicts are drawn elsewhere
+        return {"loss": losses}
 
-    register(Experiment("fig9_damping", DampingParams, run, version="1"))
+    def claims(rec):
+        gap = V.paired_gap(rec["loss"][:, 0], rec["loss"][:, -1])
+        return [V.judge("loss_falls", "the loss falls with damping", "more damping ...", gap, "exceeds")]
+
+    register(Experiment("fig9_damping", DampingParams, run, version="1", claims=claims))
 
 Conventions:
 
 * A parameter's type is its annotation: ``int`` (whole floats such as ``1e5`` are accepted),
-  ``float``, ``bool``, ``str``, ``Literal[...]`` (one of the choices), :data:`Period` (an integer
-  >= 1 or ``"inf"``, through :func:`itlin.parse_period`, the same parser as the trainer's),
+  ``float`` (finite unless ``allow_inf``), ``bool``, ``str``, ``Literal[...]`` (one of the
+  choices), :data:`Period` (an integer >= 1 or ``"inf"``, through :func:`itlin.parse_period`),
   ``tuple[T, ...]`` (a non-empty list), and ``Optional[T]`` (``None`` means "from scale").
   Bounds (``min``, ``gt``, ``max``, ``lt``) and a ``doc`` string go in :func:`param`. Cross-field
   checks go in :meth:`Params.check`. Every experiment has ``scale`` and ``seed``.
 * ``scale`` is ``"tiny"`` (seconds: tests and CI), ``"default"`` (what the book shows, minutes on
   a laptop) or ``"paper"`` (the papers' sizes; hours). A parameter left ``None`` takes its value
-  from the class's ``SCALES[scale]`` (:meth:`Params.resolved`).
-* The experiment's name is its module's name when a module holds one experiment. Every public
-  module of this package (name not starting with ``_``) is imported when a name is not found.
+  from the class's ``SCALES[scale]`` (:meth:`Params.resolved`); the runner stores the resolved
+  parameters in the record (``record.meta["resolved"]``), updated by what ``run`` returns under
+  ``meta["resolved"]`` (e.g. the sizes of the data as loaded).
+* Experiments are grouped by paper: :mod:`~.main`, :mod:`~.arbel`, :mod:`~.ortiz`. Every module
+  of those packages whose name does not start with ``_`` is imported when a name is not found;
+  the experiment's name is its module's name.
 * The version is part of the hash that keys stored results, with a digest of ``SCALES`` added,
   so a changed scale default is never served from an old result. Bump it when ``run`` changes
   its numbers.
 * ``run`` returns a dict (nested dicts allowed) of arrays, numbers or strings. Two keys are
   special: ``"status"`` (overrides the status the runner derives from the fits) and ``"meta"``
   (a JSON-able dict stored in the record). Use ``ctx.fit`` for training runs and ``ctx.stage``
-  for other expensive sub-results so that an interrupted run resumes (:mod:`itlin.book.runner`).
-* Claims are pure functions over results, in the experiment's module, tested on synthetic
-  results; figures and tables are drawn by plotting functions there too.
+  for other expensive sub-results so that an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -58,7 +79,7 @@ import re
 import typing
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Mapping, NewType, Optional
+from typing import Any, Callable, ClassVar, Literal, Mapping, NamedTuple, NewType, Optional, Sequence
 
 from ..._io import jsonable
 from ...core.schedules import INF_WORDS, parse_period
@@ -93,13 +114,32 @@ def _suggest(word, options) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None):
+def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None, label: Optional[str] = None,
+          paper=None, source: str = "", allow_inf: bool = False):
     """A dataclass field with a default, a ``doc`` string and numeric bounds (``min`` <= v,
-    ``gt`` < v, v <= ``max``, v < ``lt``; elementwise for tuples)."""
-    meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt}
+    ``gt`` < v, v <= ``max``, v < ``lt``; elementwise for tuples).
+
+    For the generated settings table (:func:`itlin.book.render.settings`): ``label`` (a
+    parameter with a label gets a row), ``paper`` (the paper's value, when the paper states
+    one and it differs from what ``scale="paper"`` resolves to; by default the paper column
+    shows the ``scale="paper"`` value) and ``source`` (where that value comes from: a section,
+    a caption, "our choice"). ``allow_inf``: a float parameter that accepts ``inf``."""
+    meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt, "label": label, "paper": paper,
+            "source": source, "allow_inf": allow_inf}
     if isinstance(default, (list, dict, set)):
         raise TypeError("a parameter default must be immutable: use a tuple, not a list.")
     return dataclasses.field(default=default, metadata=meta)
+
+
+class Derived(NamedTuple):
+    """A row of the settings table computed from the resolved parameters (e.g. the mini-batch
+    learning rate, ``learning_rate / rescale``): ``value(resolved) -> value``, placed after the
+    parameter named ``after`` (at the end when ``None``)."""
+
+    label: str
+    value: Callable[[Mapping], Any]
+    source: str = ""
+    after: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------ coercion
@@ -165,6 +205,8 @@ def _coerce(name: str, tp, value, meta: Mapping):
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
             raise ParameterError(f"{name} must be a number, got {value!r}.")
+        if math.isinf(float(value)) and not meta.get("allow_inf"):
+            raise ParameterError(f"{name} must be a finite number, got {_fmt(float(value))}.")
         return _bounded(name, float(value), meta)
     raise TypeError(f"parameter {name}: unsupported annotation {tp!r}.")
 
@@ -205,6 +247,11 @@ class Params:
     """
 
     SCALES: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: parameters (besides ``scale="paper"``) that the paper column of the settings table is
+    #: resolved with, e.g. ``{"dataset": "cifar10"}``
+    PAPER: ClassVar[Mapping[str, Any]] = {}
+    #: rows of the settings table computed from the resolved parameters
+    DERIVED: ClassVar[Sequence[Derived]] = ()
 
     scale: Literal["default", "tiny", "paper"] = param("default", "tiny (tests), default (the book), paper")
     seed: int = param(0, "random seed", min=0, lt=2 ** 32)
@@ -256,6 +303,36 @@ class Params:
         """Cross-field checks (raise ValueError naming the parameters); none by default."""
 
     @classmethod
+    def paper_resolved(cls) -> dict:
+        """The parameters ``scale="paper"`` runs with (and :data:`PAPER`'s), resolved."""
+        return cls.from_dict({"scale": "paper", **cls.PAPER}).resolved()
+
+    @classmethod
+    def settings(cls, resolved: Mapping, paper: Optional[Mapping] = None) -> list:
+        """The settings table as rows ``(label, this run's value, the paper column, source)``:
+        one per labelled parameter (declaration order) and one per :data:`DERIVED` entry.
+        ``resolved``: what the run used; ``paper``: what the paper column shows (default
+        :meth:`paper_resolved`)."""
+        paper = cls.paper_resolved() if paper is None else paper
+        derived = list(cls.DERIVED)
+        rows = []
+
+        def add_derived(after):
+            for d in [d for d in derived if d.after == after]:
+                rows.append((d.label, d.value(resolved), d.value(paper), d.source))
+                derived.remove(d)
+
+        for f in dataclasses.fields(cls):
+            m = f.metadata
+            if m.get("label"):
+                value = m["paper"] if m.get("paper") is not None else paper.get(f.name)
+                rows.append((m["label"], resolved.get(f.name), value, m.get("source", "")))
+            add_derived(f.name)
+        for d in derived:
+            rows.append((d.label, d.value(resolved), d.value(paper), d.source))
+        return rows
+
+    @classmethod
     def describe(cls) -> str:
         """One line per parameter: name, default, doc."""
         return "\n".join(f"  {f.name} = {_fmt(f.default)}" + (f" -- {f.metadata.get('doc')}" if f.metadata.get("doc")
@@ -271,7 +348,16 @@ def scales_digest(scales: Mapping) -> str:
 # ------------------------------------------------------------------------------ Experiment
 @dataclass(frozen=True)
 class Experiment:
-    """A named experiment: ``run(params: dict, ctx) -> results`` and its :class:`Params` class.
+    """A named experiment (a study of one figure or table): how it runs and what it claims.
+
+    * ``params``: its :class:`Params` class (every parameter typed, bounded and documented;
+      labelled ones make the settings table);
+    * ``run(params: dict, ctx) -> results``: the computation (data only: arrays, numbers,
+      strings; figures and prose are drawn elsewhere);
+    * ``summary(record) -> list of dicts``: the rows of its summary table (one dict a row,
+      column name to value), rendered by :func:`itlin.book.render.table`;
+    * ``claims(record) -> Verdicts``: the paper's claims judged on the record, each
+      :class:`~itlin.book.verdicts.Verdict` with a stable ``id`` that chapters pick it by.
 
     ``version`` (bump it when ``run`` changes its numbers) is stored with a digest of the
     params' ``SCALES``; ``doc`` is one paragraph for the book and ``describe``.
@@ -282,6 +368,8 @@ class Experiment:
     run: Callable[[dict, Any], Any]
     version: str = "1"
     doc: str = ""
+    summary: Optional[Callable[[Any], list]] = None
+    claims: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -289,8 +377,10 @@ class Experiment:
                              "letters, digits, '_', '-' and '.'.")
         if not (isinstance(self.params, type) and issubclass(self.params, Params)):
             raise TypeError(f"experiment {self.name!r}: params must be a Params subclass, got {self.params!r}.")
-        if not callable(self.run):
-            raise TypeError(f"experiment {self.name!r}: run must be callable, got {self.run!r}.")
+        for what in ("run", "summary", "claims"):
+            fn = getattr(self, what)
+            if not callable(fn) and not (what != "run" and fn is None):
+                raise TypeError(f"experiment {self.name!r}: {what} must be callable, got {fn!r}.")
         self.params.from_dict({}, experiment=self.name)  # the defaults must be valid
         version = str(self.version)
         if self.params.SCALES:
@@ -303,6 +393,29 @@ class Experiment:
 
     def defaults(self) -> dict:
         return self.resolve({})
+
+    def resolved(self, record) -> dict:
+        """The parameters a record ran with, ``None`` replaced by the scale's values (what
+        ``run`` stored as ``meta["resolved"]`` when it did, which may add measured sizes)."""
+        stored = getattr(record, "meta", {}).get("resolved")
+        if stored is not None:
+            return dict(stored)
+        return self.params.from_dict(record.params, experiment=self.name).resolved()
+
+    def settings(self, record=None, params: Optional[Mapping] = None) -> list:
+        """The settings table's rows (see :meth:`Params.settings`) for a record, or for
+        ``params`` before anything runs."""
+        resolved = self.resolved(record) if record is not None else \
+            self.params.from_dict(params, experiment=self.name).resolved()
+        return self.params.settings(resolved)
+
+    def verdicts(self, record):
+        """``claims(record)`` as :class:`~itlin.book.verdicts.Verdicts` (picked by id)."""
+        from ..verdicts import Verdicts
+
+        if self.claims is None:
+            raise ValueError(f"experiment {self.name!r} states no claims.")
+        return Verdicts(self.claims(record))
 
     def describe(self) -> str:
         return f"{self.name} (version {self.version})" + (f"\n  {self.doc}" if self.doc else "") + "\n" + \
@@ -337,7 +450,11 @@ def unregister(name: str) -> None:
 
 
 def _submodules() -> list:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    """The experiment modules: every module of this package and of its sub-packages (one per
+    paper) whose name does not start with ``_``, as dotted names relative to the package."""
+    prefix = __name__ + "."
+    return sorted(m.name[len(prefix):] for m in pkgutil.walk_packages(__path__, prefix)
+                  if not m.ispkg and not any(part.startswith("_") for part in m.name[len(prefix):].split(".")))
 
 
 def _discover() -> None:
@@ -363,8 +480,10 @@ def get(name) -> Experiment:
         return name
     if not isinstance(name, str):
         raise TypeError(f"experiment name must be a string, got {name!r}.")
-    if name not in _REGISTRY and name.isidentifier() and name in _submodules():
-        importlib.import_module(f"{__name__}.{name}")
+    if name not in _REGISTRY and name.isidentifier():
+        for mod in _submodules():
+            if mod.rsplit(".", 1)[-1] == name:
+                importlib.import_module(f"{__name__}.{mod}")
     if name not in _REGISTRY:
         _discover()
     if name in _REGISTRY:
@@ -383,5 +502,5 @@ def names() -> list:
     return sorted(_REGISTRY)
 
 
-__all__ = ["SCALES", "Dataset", "Experiment", "ParameterError", "Params", "Period", "UnknownExperimentError", "get", "names",
+__all__ = ["SCALES", "Dataset", "Derived", "Experiment", "ParameterError", "Params", "Period", "UnknownExperimentError", "get", "names",
            "param", "register", "scales_digest", "unregister"]

@@ -22,7 +22,7 @@ architecture and each initialisation ``s`` (``fold_in(PRNGKey(seed), s)``):
   the last step); energy concentration and alignment of the *trained model's* kernel, the NTK at
   its last linearisation point (``K = 1``: the final weights; ``K = inf``: initialisation).
 
-Every Gram matrix comes from :func:`itlin.book.experiments.ortiz_eigenfunctions.gram` (blocks of
+Every Gram matrix comes from :func:`itlin.book.experiments.ortiz.ortiz_eigenfunctions.gram` (blocks of
 :func:`itlin.ntk`). Each (model, initialisation) is one :meth:`ctx.stage
 <itlin.book.runner.RunContext.stage>`, so an interrupted run resumes there.
 """
@@ -36,7 +36,7 @@ from typing import Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import Experiment, Params, Period, param, register
+from .. import Experiment, Params, Period, param, register
 from .ortiz_eigenfunctions import (ALL, LABELS, ModelName, _dropped, batch_seed, block_size, build_model,
                                    finite_gap, fmt_finite, gram, init_many, load_binary, optimizer, predict,
                                    sign_accuracy, sign_targets, spectrum, with_units)
@@ -145,7 +145,7 @@ def schedule(K, steps: int):
     """Period ``K`` over ``steps`` steps without a relinearisation after the last step (so the
     trained model at the end is the one training produced): ``K = 1`` and ``K = inf`` as
     :class:`itlin.Every`, others relinearise after steps ``K, 2K, ... < steps``."""
-    from ...core.schedules import AtSteps, Every
+    from ....core.schedules import AtSteps, Every
 
     K = float(K)
     if K == 1 or math.isinf(K):
@@ -174,7 +174,7 @@ def kernel_summary(kernel, y, k: int, spec: Optional[tuple] = None) -> dict:
     """Energy concentration (top ``k``), the curve over ``k' <= 200``, the centred kernel-target
     alignment and the leading eigenvalues of one Gram matrix against +-1 labels ``y``
     (``spec``: its :func:`spectrum`, if already computed)."""
-    from ...metrics import kernel_target_alignment
+    from ....metrics import kernel_target_alignment
 
     vals, vecs = spectrum(kernel) if spec is None else spec
     curve = energy_curve(vecs, y, min(CURVE_K, len(vals)))
@@ -225,9 +225,9 @@ def spike(gain, j: int, factor: float) -> dict:
 def run(p, ctx):
     import jax.numpy as jnp
 
-    from ...core._tree import num_params
-    from ...core.train import iterative_linearisation
-    from ...data import balanced_indices
+    from ....core._tree import num_params
+    from ....core.train import iterative_linearisation
+    from ....data import balanced_indices
 
     r = resolve(p)
     ds = load_binary(r["dataset"], r["n_train"], r["n_test"], r["seed"])
@@ -265,7 +265,7 @@ def run(p, ctx):
 
         def one_seed(s, model=model, inits=inits, base=base, aligned=aligned, linked=linked, link_tr=link_tr,
                      name=name):
-            from ...core.loop import run as train
+            from ....core.loop import run as train
 
             t0 = time.perf_counter()
             p0, st0 = inits[s]
@@ -417,7 +417,7 @@ def claims_table1(res: Mapping, n_test: int) -> list:
     MLP, LeNet, ResNet-18 present, the later one ends with more concentration, and (3) with a
     higher test accuracy (differences taken seed by seed; test noise of ``n_test`` inputs added).
     Seeds whose run diverged are dropped."""
-    from ..verdicts import exceeds, fmt_gap, verdict
+    from ...verdicts import exceeds, fmt_gap, verdict
 
     rows = []
     names = [m for m in ORDER if m in res["models"]]
@@ -465,7 +465,7 @@ def claims_spikes(res: Mapping, js: Sequence[int], factor: float, z: float) -> l
     scale). Judged on the mean over the trained ``j`` of that score, per seed (diverged runs
     dropped); the detail gives the gain ratio and counts the runs where it is the window's
     largest gain."""
-    from ..verdicts import exceeds, paired_gap, verdict
+    from ...verdicts import exceeds, paired_gap, verdict
 
     rows = []
     for name in [m for m in ORDER if m in res["models"] and "align" in res["models"][m]]:
@@ -509,7 +509,7 @@ def claims_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int) -> li
     (1) ``K = 1`` ends with more energy concentration than ``K``, (2) with a larger centred
     kernel-target alignment, (3) ``K`` still ends above initialisation, and (4) ``K = 1`` tests
     better than ``K`` (the main paper: a few feature updates are enough for accuracy)."""
-    from ..verdicts import exceeds, fmt_gap, verdict
+    from ...verdicts import exceeds, fmt_gap, verdict
 
     rows = []
     if name not in res["models"] or "link" not in res["models"][name]:
@@ -576,7 +576,7 @@ def figure_energy(rec):
     line is labels unrelated to the kernel, ``sqrt(k'/N)``."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.tree()
     r = resolved(rec)
@@ -610,7 +610,7 @@ def figure_spikes(rec):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.tree()
     r = resolved(rec)
@@ -653,8 +653,8 @@ def figure_link(rec):
     intervals over seeds."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
-    from ..verdicts import seed_interval
+    from ...plotting import COLUMN_WIDTH
+    from ...verdicts import seed_interval
 
     res = rec.tree()
     r = resolved(rec)

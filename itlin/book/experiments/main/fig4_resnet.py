@@ -39,7 +39,7 @@ from typing import Literal, Mapping, Optional
 
 import numpy as np
 
-from . import Experiment, Period, param, register, Params
+from .. import Experiment, Period, param, register, Params
 from . import _sparse as S
 
 NAME = "fig4_resnet"
@@ -136,11 +136,11 @@ EVAL_BATCH = 500
 def period_schedule():
     """One :class:`itlin.Schedule` for every fixed period: its state is ``(K, steps)`` and it
     relinearises after steps ``K, 2K, ...`` below ``steps`` (never after the last step, as
-    :func:`itlin.book.experiments._sparse.schedule`); ``K = inf`` never. Runs of different
+    :func:`itlin.book.experiments.main._sparse.schedule`); ``K = inf`` never. Runs of different
     periods then share one compiled step. Set the state with :func:`start`."""
     import jax.numpy as jnp
 
-    from ...core.schedules import Schedule
+    from ....core.schedules import Schedule
 
     def init(f, params):
         return jnp.asarray(jnp.inf, jnp.float32), jnp.asarray(0, jnp.int32)
@@ -186,7 +186,7 @@ def updates_of(K, steps: int) -> int:
 
 # ------------------------------------------------------------------------------ models and data
 def base_model(dataset: str, width: int, batch_norm: bool, num_outputs: int = 10):
-    from ... import models
+    from .... import models
 
     make = models.resnet18 if dataset in S.IMAGE_DATASETS else models.resnet18_1d
     return make(num_outputs=num_outputs, width=int(width), batch_norm=bool(batch_norm))
@@ -195,7 +195,7 @@ def base_model(dataset: str, width: int, batch_norm: bool, num_outputs: int = 10
 def model_for(base, config: str):
     """The model a configuration linearises: ``base`` as it is (no BN, ``"recalibrate"``),
     without calibration (``"frozen"``), or in training mode (``"batch"``)."""
-    from ... import models
+    from .... import models
 
     if config in (NO_BN, "recalibrate"):
         return base
@@ -214,8 +214,8 @@ def run(p, ctx):
     import jax
     import jax.numpy as jnp
 
-    from ...core.loop import batch_indices
-    from ...core.train import iterative_linearisation
+    from ....core.loop import batch_indices
+    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     ds = S.load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"])
@@ -285,7 +285,7 @@ def resolved(rec) -> dict:
 
 
 def summary(rec) -> list:
-    """One row per training run: :func:`itlin.book.experiments._sparse.rows_of` plus ``config``."""
+    """One row per training run: :func:`itlin.book.experiments.main._sparse.rows_of` plus ``config``."""
     return S.rows_of(rec)
 
 
@@ -343,7 +343,7 @@ def divergence_markdown(rows) -> str:
 def summary_markdown(rows) -> str:
     """Per configuration and period: feature updates, final test accuracy of the model being
     trained and of the network, final train accuracy, over the seeds that completed."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for c in configs_of(rows):
@@ -371,7 +371,7 @@ def claims(rows, *, n_test: int, margin: float, bn_mode: str) -> list:
       :func:`itlin.book.verdicts.exceeds` (margin 0). A t-interval over a few seeds would
       collapse to zero width whenever the seeds happen to agree.
     """
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     finite = sorted({r["K"] for r in rows if math.isfinite(r["K"]) and r["K"] > 1})
@@ -436,7 +436,7 @@ def mode_claims(rows) -> dict:
     the mode that diverges more often than *every* other mode with intervals that exclude 0,
     ``least`` the one that diverges less often than every other; ``None`` where the intervals do
     not separate one mode from all the others (or fewer than two modes were run)."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     counts = mode_divergence(rows)
     modes = list(counts)
@@ -463,7 +463,7 @@ def mode_claims(rows) -> dict:
 def mode_sentence(result: Mapping) -> str:
     """One sentence on which batch-norm mode diverges most and least, from :func:`mode_claims`,
     saying "cannot resolve" where the intervals overlap."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     pairs = result["pairs"]
     if not pairs:
@@ -485,14 +485,14 @@ def claims_of(rec) -> list:
 
 def mode_claims_markdown(rows) -> str:
     """The pairwise mode verdicts of :func:`mode_claims` as a table, and :func:`mode_sentence`."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     result = mode_claims(rows)
     return (V.verdicts_markdown(result["pairs"]) + "\n\n" if result["pairs"] else "") + mode_sentence(result)
 
 
 def claims_markdown(rec) -> str:
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     c = claims_of(rec)
     return V.verdicts_markdown(c) + "\n\n" + V.bottom_line(c)
@@ -505,7 +505,7 @@ def figure(rec):
     counts diverged runs, and a cross marks the step where each diverged run stopped."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     rows = summary(rec)
     panels = [c for c in configs_of(rows) if c != "BN"]

@@ -1,6 +1,6 @@
 """Arbel et al. Figure 3 (right) and Figure 5 (Appendix C.2): test loss against the number of training points.
 
-The teacher-student task of their Section 5 (:mod:`itlin.book.experiments._arbel`) for every
+The teacher-student task of their Section 5 (:mod:`itlin.book.experiments.arbel._arbel`) for every
 training-set size ``N`` of a grid, ``tau0`` in {1e-3, 1} and every seed: GN and GD at each step
 size of a small grid (the best by mean log test loss is reported, as in the paper) and the
 random-features baseline. Training sets of one seed are nested (the teacher, the test set and
@@ -20,7 +20,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 from . import _arbel as A
 
 NAME = "arbel_samples"
@@ -170,7 +170,7 @@ def affine_claims(s) -> list:
     regime claim calls two slopes the same: a line whose slope changes less than that is as
     straight as these seeds can tell. Holds when the interval lies within the margin, does not
     hold when it lies outside, cannot resolve otherwise. Needs at least three sizes (none: [])."""
-    from ..verdicts import close, paired_gap, verdict
+    from ...verdicts import close, paired_gap, verdict
 
     if len(s["n"]) < 3:
         return []
@@ -191,7 +191,7 @@ def affine_claims(s) -> list:
 def slope_table(s) -> list:
     """One dict per (method, tau0), RF included: the slope of log test loss against log N over
     seeds (mean and 95% half-width), and R² of the fit of the seed means."""
-    from ..verdicts import seed_interval
+    from ...verdicts import seed_interval
 
     rows = []
     for g, tau in enumerate(s["tau0"]):
@@ -208,7 +208,7 @@ def claims(s) -> list:
     """Appendix C.2: the gap between RF and learned features grows with N (the learned model's
     log test loss falls faster in log N than RF's, per seed); and the slope depends on the
     regime (GN's and GD's slopes differ between the smallest and the largest ``tau0``)."""
-    from ..verdicts import FAILS, HOLDS, UNRESOLVED, close, exceeds, paired_gap, verdict
+    from ...verdicts import FAILS, HOLDS, UNRESOLVED, close, exceeds, paired_gap, verdict
 
     rows = []
     for g, tau in enumerate(s["tau0"]):
@@ -236,7 +236,7 @@ def claims(s) -> list:
 
 
 def _fmt_slope(gap) -> str:
-    from ..verdicts import fmt_gap
+    from ...verdicts import fmt_gap
 
     return fmt_gap(gap, scale=1.0, unit="", digits=2)
 
@@ -246,7 +246,7 @@ def figure(s):
     over seeds with its 95% interval, and the fitted straight lines."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     G = len(s["tau0"])
     fig, axes = plt.subplots(1, G, figsize=(COLUMN_WIDTH, 3.4), sharey=True, squeeze=False)

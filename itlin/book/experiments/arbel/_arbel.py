@@ -94,7 +94,7 @@ def teacher_data(seeds: int, seed: int, *, n_train: int, n_test: int, activation
     Returns stacked float64 arrays: ``x`` ``(S, N, d+1)`` (bias column appended), ``y``
     ``(S, N, 1)``, ``xt``, ``yt`` (test), ``ustar`` ``(S, M*, d)`` (teacher weights, no bias).
     """
-    from ... import data
+    from .... import data
 
     sets = [data.arbel_teacher_student(n_train=n_train, n_test=n_test, seed=seed + s, activation=activation,
                                        beta=beta) for s in range(seeds)]
@@ -178,10 +178,10 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
     import jax
     import jax.numpy as jnp
 
-    from ... import models
-    from ...core._tree import tree_all_finite, tree_select
-    from ...core.gauss_newton import ArbelDamping, gauss_newton_direction
-    from ...core.losses import get_loss
+    from .... import models
+    from ....core._tree import tree_all_finite, tree_select
+    from ....core.gauss_newton import ArbelDamping, gauss_newton_direction
+    from ....core.losses import get_loss
 
     if method not in ("gn", "gd"):
         raise ValueError(f"method must be 'gn' or 'gd', got {method!r}.")
@@ -338,7 +338,7 @@ def log_band(values, axis=-1):
     """``(centre, lo, hi)`` of ``values`` over ``axis`` (seeds): the mean of log10 with its 95%
     t-interval, returned as values (a geometric mean and its interval). NaN where a value is not
     finite or not positive."""
-    from ..verdicts import seed_interval
+    from ...verdicts import seed_interval
 
     lv = np.moveaxis(log10(values), axis, -1)
     shape = lv.shape[:-1]
@@ -354,14 +354,14 @@ def log_band(values, axis=-1):
 
 def log_gap(a, b):
     """:func:`itlin.book.verdicts.paired_gap` of ``log10 a - log10 b`` seed by seed (decades)."""
-    from ..verdicts import paired_gap
+    from ...verdicts import paired_gap
 
     return paired_gap(log10(a), log10(b))
 
 
 def fmt_decades(gap) -> str:
     """``"+0.42 ± 0.10 decades (5 seeds), x2.6"``: a gap of log10 values and the ratio it means."""
-    from ..verdicts import fmt_gap
+    from ...verdicts import fmt_gap
 
     if not math.isfinite(gap.mean):
         return "n/a"

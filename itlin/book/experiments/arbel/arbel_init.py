@@ -1,6 +1,6 @@
 """Arbel et al. Figure 1 (left), Figure 3 (left) and Figure 4 (right): the scale of the initialisation.
 
-The teacher-student task of their Section 5 (:mod:`itlin.book.experiments._arbel`) for every
+The teacher-student task of their Section 5 (:mod:`itlin.book.experiments.arbel._arbel`) for every
 ``tau0`` of a grid (the std of the student's hidden weights and biases at initialisation),
 every step size of each method's grid (the paper's units) and every seed. For each ``tau0``
 and method the chapter reports the step size with the lowest mean log test loss over seeds
@@ -25,7 +25,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 from . import _arbel as A
 
 NAME = "arbel_init"
@@ -155,7 +155,7 @@ def claims(s) -> list:
     smallest ``tau0``; both match RF (within ``match_margin`` decades) at the largest; and the
     smallest eigenvalue of ``J J^T`` grows during GN training at the smallest ``tau0`` but stays
     (within the margin) where it started at the largest."""
-    from ..verdicts import close, exceeds, paired_gap, verdict
+    from ...verdicts import close, exceeds, paired_gap, verdict
 
     lo, hi = 0, len(s["tau0"]) - 1
     tl, th = A.fmt_lr(s["tau0"][lo]), A.fmt_lr(s["tau0"][hi])
@@ -206,7 +206,7 @@ def figure(s, metrics=("wcd", "train", "test", "lrfit")):
     (geometric mean over seeds and its 95% interval)."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, axes = plt.subplots(2, 2, figsize=(COLUMN_WIDTH, 5.6), sharex=True)
     t = s["tau0"]
@@ -234,7 +234,7 @@ def figure_sigma(s):
     one line per ``tau0`` (darker: larger), relative to its initial value."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.3))
     cmap = plt.get_cmap("Reds")

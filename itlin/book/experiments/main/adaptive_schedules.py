@@ -4,7 +4,7 @@ The main paper relinearises every ``K`` steps and leaves adaptive schedules to f
 library has two: :func:`itlin.loss_drift` (relinearise when the linearised and the true loss on
 the batch part by more than ``rtol``) and :func:`itlin.kernel_drift` (when the empirical NTK on
 a probe batch has moved by more than ``threshold``). This experiment asks, on the headline task
-(the LeNet-1D on MNIST-1D of :mod:`~itlin.book.experiments.fig2_k_sweep`, full batch):
+(the LeNet-1D on MNIST-1D of :mod:`~itlin.book.experiments.main.fig2_k_sweep`, full batch):
 
 1. **the frontier**: final test accuracy of the model being trained against the number of
    feature updates, for a grid of fixed ``K`` and a grid of each schedule's tolerance, over
@@ -22,7 +22,7 @@ a Python closure (:func:`schedule_in_state`): one compiled program serves every 
 family is :class:`itlin.Every`, :func:`itlin.loss_drift` or :func:`itlin.kernel_drift`
 otherwise (the tests check they relinearise at the same steps), plus one rule shared by every
 schedule of the book: no relinearisation after the last step (see
-:func:`itlin.book.experiments._sparse.schedule`). The learning rate and momentum live in the
+:func:`itlin.book.experiments.main._sparse.schedule`). The learning rate and momentum live in the
 optimiser's state too (``optax.inject_hyperparams``), so the stability runs reuse the same
 program.
 """
@@ -35,7 +35,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import Experiment, Period, param, register
+from .. import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "adaptive_schedules"
@@ -119,15 +119,15 @@ def schedule_in_state(f, probe, *, loss_check_every: int, kernel_check_every: in
     * ``mode 2``, :func:`itlin.kernel_drift` ``(threshold=value, probe, kernel_check_every)``,
       with the probe kernel of the network ``f`` (compiled) at the start.
 
-    Never after step ``steps`` (see :func:`itlin.book.experiments._sparse.schedule`). The
+    Never after step ``steps`` (see :func:`itlin.book.experiments.main._sparse.schedule`). The
     trainer asks for the network's loss every ``loss_check_every`` steps whatever the mode
     (``wants_true_loss`` sees only the step): runs of the other modes compute it and ignore it,
     and :func:`run_cost` does not charge them for it. The default state never relinearises."""
     import jax
     import jax.numpy as jnp
 
-    from ...core.linearise import kernel_distance, ntk
-    from ...core.schedules import Schedule
+    from ....core.linearise import kernel_distance, ntk
+    from ....core.schedules import Schedule
 
     probe = jnp.asarray(probe)
     kernel = lambda g, params: ntk(g, params, probe, trace=True)
@@ -198,8 +198,8 @@ def cost_flops(setup, probe) -> dict:
     empirical NTK). The step is counted on a trainer without checks (``K = inf``)."""
     import jax
 
-    from ...core.linearise import ntk
-    from ...core.train import iterative_linearisation
+    from ....core.linearise import ntk
+    from ....core.train import iterative_linearisation
 
     flops = lambda lowered: float(lowered.cost_analysis()["flops"])
     plain = iterative_linearisation(setup.model, optimizer(), "inf")
@@ -241,8 +241,8 @@ def _kernel_movement(trainer, setup, probe, family, value, r, lr, mom, steps):
     from the initial one, and the distance moved over each phase (anchor to anchor)."""
     import jax
 
-    from ...core.linearise import kernel_distance, ntk
-    from ...core.loop import fit
+    from ....core.linearise import kernel_distance, ntk
+    from ....core.loop import fit
 
     f = setup.model.bind(setup.model_state)
     kern = jax.jit(lambda p: ntk(f, p, probe, trace=True))
@@ -272,7 +272,7 @@ def _kernel_movement(trainer, setup, probe, family, value, r, lr, mom, steps):
 
 
 def run(p, ctx):
-    from ...core.train import iterative_linearisation
+    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     setup = S.prepare(r)
@@ -362,7 +362,7 @@ def resolved(rec) -> dict:
 
 
 def summary(rec) -> list:
-    """One row per training run: :func:`itlin.book.experiments._sparse.run_summary` (``test``:
+    """One row per training run: :func:`itlin.book.experiments.main._sparse.run_summary` (``test``:
     final test accuracy of the model being trained, ``updates``, ``status``) plus the run's
     ``group`` (frontier, search, stable), ``family`` (fixed, loss, kernel), ``value`` (K or the
     tolerance), ``learning_rate``, ``momentum``, ``seed``, its ``relin_steps`` and its compute
@@ -436,7 +436,7 @@ def frontier_claims(rows, *, n_test: int) -> list:
     at the same number of feature updates, and at the same compute (checks counted). Both are
     paired gaps over seeds (:func:`matched`), judged by :func:`itlin.book.verdicts.exceeds` with
     margin 0; the interval counts the seed spread and the test-set noise."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for family, value in settings_of(rows):
@@ -469,7 +469,7 @@ def timing_claims(rows, *, steps: int) -> list:
     """Per adaptive setting: are its feature updates front-loaded (more than half of them in the
     first half of training)? Over seeds: the per-seed fraction minus one half, judged by
     :func:`itlin.book.verdicts.exceeds` (a fixed K puts half of them there)."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for family, value in settings_of(rows):
@@ -498,7 +498,7 @@ def stability_claims(rows, *, stable_lr: Optional[float], stable_K) -> list:
     otherwise, and when no candidate learning rate made the fixed period diverge or it diverged
     on no seed of the group. The detail pairs the seeds: on how many of those where the fixed
     period diverged the schedule completed."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     fixed = _by_seed(rows, group="stable", family="fixed")
@@ -572,7 +572,7 @@ def claims_of(rec) -> list:
 
 
 def claims_markdown(claims) -> str:
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     return V.verdicts_markdown(claims) + "\n\n" + V.bottom_line(claims)
 
@@ -580,7 +580,7 @@ def claims_markdown(claims) -> str:
 def summary_markdown(rows, group: str = "frontier") -> str:
     """Per setting of a group: learning rate, feature updates, checks, the checks' flops as a
     fraction of the training's (steps and relinearisations), final test accuracy, seeds completed."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for family, value in settings_of(rows, group):
@@ -639,7 +639,7 @@ FAMILY_STYLE = {"fixed": ("black", "o", "fixed K"), "loss": ("tab:blue", "s", "l
 
 
 def _mean_half(values):
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     m, h = V.seed_interval(values)
     return m, (0.0 if not math.isfinite(h) else h)
@@ -651,7 +651,7 @@ def frontier_figure(rows, flops: Mapping):
     mean over seeds with 95% intervals on both axes."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, axes = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 6.4))
     for ax, axis in zip(axes, ("updates", "compute")):
@@ -701,7 +701,7 @@ def timing_figure(rows, movement: Mapping, picks: Mapping, steps: int):
     with its relinearisations marked; the dotted lines are the distance from the initial kernel."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 7.0), gridspec_kw={"height_ratios": [1.4, 1]})
     y, ticks, labels = 0, [], []
@@ -749,7 +749,7 @@ def stability_figure(rec, rows):
     that diverged, at its last good step."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.6))
     g = [r for r in rows if r["group"] == "stable"]

@@ -1,7 +1,7 @@
 """Shared pieces of the headline experiments on sparse feature updates (main paper Figs. 2, 3, 8).
 
-:mod:`~itlin.book.experiments.fig2_k_sweep`, :mod:`~itlin.book.experiments.fig3_augmentation` and
-:mod:`~itlin.book.experiments.fig8_adam` train the paper's LeNet on MNIST-1D (default), Fashion-MNIST
+:mod:`~itlin.book.experiments.main.fig2_k_sweep`, :mod:`~itlin.book.experiments.main.fig3_augmentation` and
+:mod:`~itlin.book.experiments.main.fig8_adam` train the paper's LeNet on MNIST-1D (default), Fashion-MNIST
 or CIFAR-10 with iterative linearisation at several periods ``K``. This module holds what they
 share: the dataset and model choice, parameters that default from ``scale``, run summaries, the
 noise tolerance used to judge the paper's claims, and plotting helpers that show the number of
@@ -18,7 +18,7 @@ from typing import Literal, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from . import Params, param
+from .. import Params, param
 
 #: datasets the headline experiments accept, and the LeNet each gets
 DATASETS = ("mnist1d", "fashion_mnist", "cifar10")
@@ -99,7 +99,7 @@ def K_label(K) -> str:
 def as_K(value) -> float:
     """A period as stored in a record's meta (``"inf"`` for infinity) back to a number, read by
     :func:`itlin.parse_period` (the one parser of periods and their spellings of infinity)."""
-    from ...core.schedules import parse_period
+    from ....core.schedules import parse_period
 
     return float(parse_period(value))
 
@@ -118,7 +118,7 @@ def load_data(dataset: str, n_train: int, n_test: int, seed: int, *, generation:
     """The dataset with class-balanced subsets of at most ``n_train``/``n_test`` examples
     (values above a split's size keep the whole split). ``generation``: keyword arguments for
     the MNIST-1D generator (e.g. :data:`MNIST1D_LARGE`); ignored for other datasets."""
-    from ... import data
+    from .... import data
 
     full = data.load(dataset, **(dict(generation) if generation and dataset == "mnist1d" else {}))
     n_tr = None if n_train is None or n_train >= full.n_train else int(n_train)
@@ -129,7 +129,7 @@ def load_data(dataset: str, n_train: int, n_test: int, seed: int, *, generation:
 def model_for(dataset: str, channels: int, num_outputs: int = 10):
     """The main paper's LeNet (two convolutions of kernel 5, dense 120 and 84): the 1-D variant
     for MNIST-1D signals, the 2-D one for images."""
-    from ... import models
+    from .... import models
 
     if dataset in IMAGE_DATASETS:
         return models.lenet(num_outputs=num_outputs, channels=channels)
@@ -142,7 +142,7 @@ def augmenter(dataset: str, *, pad: int = 4, flip: bool = True, max_shift: int =
     ``max_shift`` positions (:func:`itlin.augment.augment_1d`), the 1-D analogue of a crop."""
     from functools import partial
 
-    from ... import augment
+    from .... import augment
 
     if dataset in IMAGE_DATASETS:
         return partial(augment.augment, pad=int(pad), flip=bool(flip))
@@ -213,7 +213,7 @@ def schedule(K, steps: int):
     relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`itlin.AtSteps`),
     giving ``ceil(steps / K) - 1`` feature updates.
     """
-    from ...core.schedules import AtSteps, Every
+    from ....core.schedules import AtSteps, Every
 
     K = float(K)
     if K == 1 or math.isinf(K):
@@ -333,7 +333,7 @@ def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, in
 def final_metrics(trainer, state, final) -> dict:
     """The final test accuracies of a run on the large test set ``final = (x, y)``:
     ``final_test`` (the model being trained), ``final_test_net`` (the network), ``n_test_final``."""
-    from ...core.loop import evaluate
+    from ....core.loop import evaluate
 
     m = evaluate(trainer, state, *final)
     return {"final_test": float(m["accuracy_lin"]), "final_test_net": float(m["accuracy"]),
@@ -374,7 +374,7 @@ def gap_verdict(name: str, paper: str, rows_a: Sequence[Mapping], rows_b: Sequen
     of both settings that completed (:mod:`itlin.book.verdicts`): ``rule="close"`` (within
     ``margin``) or ``"exceeds"`` (``a`` above ``b`` by more than ``margin``). Diverged runs never
     enter it; the detail says how many were left out."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     done = lambda rows: {int(r["seed"]): r for r in rows if r["status"] == "completed" and math.isfinite(r[metric])}
     a, b = done(rows_a), done(rows_b)

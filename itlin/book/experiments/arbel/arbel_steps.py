@@ -1,6 +1,6 @@
 """Arbel et al. Figures 1 (right) and 2: GN and GD against the step size, and along the trajectory.
 
-The teacher-student task of their Section 5 (see :mod:`itlin.book.experiments._arbel` for the
+The teacher-student task of their Section 5 (see :mod:`itlin.book.experiments.arbel._arbel` for the
 setting, the units and the metrics): for every step size ``lr`` of a grid (the paper's units)
 and every seed, one GN run and one GD run from the student at ``tau0`` (1e-3 in the paper),
 until the training loss falls to ``stop_rtol`` times its initial value or the step budget ends.
@@ -12,7 +12,7 @@ Results (``L`` step sizes, ``S`` seeds, ``T`` checkpoints), for ``m`` in ``gn``,
 
 * ``m/lr`` (L,) the step sizes in the paper's units, ``m/lr_ours`` (L,) as run;
   ``m/ends`` (T,) the checkpoints (steps; the first is 0, the initialisation);
-* ``m/<metric>`` (L, S, T) for every metric of :data:`~itlin.book.experiments._arbel.METRICS`:
+* ``m/<metric>`` (L, S, T) for every metric of :data:`~itlin.book.experiments.arbel._arbel.METRICS`:
   ``train``, ``test`` (their loss ``0.5 mean (f - y)^2``), ``lrfit`` (Test-LRfit), ``wcd``
   (Eq. 9), ``wcd_code`` (their code's), ``sigma_min`` (smallest eigenvalue of ``J J^T``);
   a run that stopped keeps its final values at later checkpoints;
@@ -28,7 +28,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 from . import _arbel as A
 
 NAME = "arbel_steps"
@@ -192,7 +192,7 @@ def claims(s) -> list:
     the teacher, the data and the student's initial hidden layer. A claim that involves a
     diverged run cannot be resolved.
     """
-    from ..verdicts import HOLDS, UNRESOLVED, close, exceeds, verdict  # noqa: F401
+    from ...verdicts import HOLDS, UNRESOLVED, close, exceeds, verdict  # noqa: F401
 
     small, large = s["small_lr"], s["large_lr"]
     fs, fl = A.fmt_lr(small), A.fmt_lr(large)
@@ -229,7 +229,7 @@ def claims(s) -> list:
         F["gd"]["lrfit"][gd_s], F["gn"]["lrfit"][gn_s], idx=(("gn", gn_s), ("gd", gd_s)))
     ok = _usable(s, "gn", gn_s).all() and _usable(s, "gd", gd_l).all()
     g = hidden_gap(s, "gn", gn_s), hidden_gap(s, "gd", gd_l)
-    from ..verdicts import paired_gap
+    from ...verdicts import paired_gap
     gap = paired_gap(g[0], g[1])
     rows.append(verdict(f"Along training, GN ({fs}) keeps test loss further above Test-LRfit than GD ({fl})",
                         "GN fits features first, the readout last; GD's two losses stay close (Fig. 2)",
@@ -273,7 +273,7 @@ def figure_final(s, *, metrics=("wcd", "train", "test", "lrfit")):
     seeds with its 95% interval); RF's test loss as a grey band; diverged step sizes as crosses."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, axes = plt.subplots(2, 2, figsize=(COLUMN_WIDTH, 5.6), sharex=True)
     rf = A.log_band(s["rf"][None])
@@ -307,7 +307,7 @@ def figure_trajectories(s, lrs=(1e-2, 1.0, 100.0), metrics=("wcd", "train", "tes
     (lighter: smaller), geometric mean over seeds; RF's test loss dashed."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     fig, axes = plt.subplots(2, len(metrics), figsize=(COLUMN_WIDTH, 4.8), sharey="col")
     rf = A.log_band(s["rf"][None])[0][0]
@@ -351,7 +351,7 @@ def silu_claims(by_beta: dict) -> list:
     """Appendix C.3 on SiLU runs ``{beta: summary}``: at the largest ``beta`` (close to ReLU) GN's
     best test loss is below GD's, at the smallest GD's is below GN's (each at its best step size,
     paired by seed); and at every ``beta`` GN's smaller step gives the lower Test-LRfit."""
-    from ..verdicts import exceeds, verdict
+    from ...verdicts import exceeds, verdict
 
     rows = []
     betas = sorted(by_beta)

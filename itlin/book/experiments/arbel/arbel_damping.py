@@ -4,12 +4,12 @@ Goldwaser & Ge (Section 3.3, Fig. 9; ``book/damping.md``) read damping as a fini
 damping fits the data with more feature updates and generalises better. In Arbel et al.'s GN the
 damping is ``eps = max(alpha sigma_min(J J^T), eps0)`` and, from a small initialisation, the
 floor ``eps0`` is what acts (``sigma_min`` starts far below it). This experiment trains the
-student of their Section 5 (:mod:`itlin.book.experiments._arbel`) by GN at one step size for
+student of their Section 5 (:mod:`itlin.book.experiments.arbel._arbel`) by GN at one step size for
 every ``eps0`` of a grid (the paper's units; they use 1e-7 and report that small values change
 little) and every seed.
 
 Results (``E`` floors, ``S`` seeds): ``eps0`` (E,) their units and ``eps0_ours`` (E,); for every
-metric of :data:`~itlin.book.experiments._arbel.METRICS` the final value ``<metric>`` (E, S) and
+metric of :data:`~itlin.book.experiments.arbel._arbel.METRICS` the final value ``<metric>`` (E, S) and
 the initial one ``<metric>_init`` (E, S); ``steps``, ``converged``, ``diverged`` (E, S);
 ``rf_test`` (S,).
 """
@@ -21,7 +21,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 from . import _arbel as A
 
 NAME = "arbel_damping"
@@ -96,7 +96,7 @@ register(Experiment(NAME, DampingParams, run, version="1",
 def claims(rec) -> list:
     """More damping generalises better (the main paper): test loss and Test-LRfit lower at the
     largest ``eps0`` than at the smallest, paired over seeds (a diverged run: cannot resolve)."""
-    from ..verdicts import UNRESOLVED, exceeds, verdict
+    from ...verdicts import UNRESOLVED, exceeds, verdict
 
     eps = np.asarray(rec["eps0"])
     div = np.asarray(rec["diverged"])
@@ -122,7 +122,7 @@ def main_paper_claim(rec, threshold: float = 2.5) -> dict:
     initialisations kept at both. "Trained": the largest damping at which at least half the runs
     reached the training tolerance (larger dampings run out of steps, ``book/damping.md``);
     "kept": not diverged and train RMSE at most ``threshold`` (the paper's rule)."""
-    from ..verdicts import UNRESOLVED, exceeds, verdict
+    from ...verdicts import UNRESOLVED, exceeds, verdict
 
     lam = np.asarray(rec["dampings"], np.float64)
     test = np.asarray(rec["test_rmse"], np.float64)
@@ -155,7 +155,7 @@ def tie_in(step_row: dict, damping_rows: list, quintic_row: dict) -> list:
     * *the main paper's claim on both tasks*: holds when the damping claim holds in Arbel et al.'s
       setting (Test-LRfit) and on the quintic; cannot resolve / does not hold likewise.
     """
-    from ..verdicts import FAILS, HOLDS, UNRESOLVED, verdict
+    from ...verdicts import FAILS, HOLDS, UNRESOLVED, verdict
 
     lrfit = [r for r in damping_rows if "Test-LRfit" in r["claim"]]
     if len(lrfit) != 1:

@@ -28,7 +28,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Period, Params, param, register
+from .. import Experiment, Period, Params, param, register
 from . import _sparse as S
 from . import fig4_resnet as F4
 
@@ -123,7 +123,7 @@ def run(p, ctx):
     import jax
     import jax.numpy as jnp
 
-    from ...core.train import iterative_linearisation
+    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     full = S.load_data(r["dataset"], max(r["sizes"]), r["n_test"], r["seed"])
@@ -243,7 +243,7 @@ def slope_gap(rows, a: str, b: str, *, n_test: int, metric: str = "best"):
     """The paired gap ``slope(a) - slope(b)`` over seeds (:class:`itlin.book.verdicts.Gap`),
     with the test-set term of :func:`slope_test_half` added in quadrature; ``None`` when no seed
     has both."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     sl = slopes(rows, metric)
     seeds = sorted(set(sl.get(a, {})) & set(sl.get(b, {})))
@@ -260,7 +260,7 @@ def slope_gap(rows, a: str, b: str, *, n_test: int, metric: str = "best"):
 
 def fmt_slope(values) -> str:
     """``"+21.3 ± 2.0 points per tenfold data"`` over seeds."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     return V.fmt_mean(values, unit=" points")
 
@@ -276,7 +276,7 @@ def claims(rows, *, n_test: int, margin: float, metric: str = "best") -> list:
       learning rates);
     * the control: K=1's slope does not depend on the learning rate (``close``, ``margin``).
     """
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     labels = labels_of(rows)
     if len(labels) != 4:
@@ -312,7 +312,7 @@ def claims_of(rec) -> list:
 
 
 def claims_markdown(rec) -> str:
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     c = claims_of(rec)
     return V.verdicts_markdown(c, resolvable_unit="points per tenfold data") + "\n\n" + V.bottom_line(c)
@@ -321,7 +321,7 @@ def claims_markdown(rec) -> str:
 def summary_markdown(rows, metric: str = "best") -> str:
     """Per setting and size: feature updates, the test accuracy (``metric``; the other beside it),
     the final training accuracy, over the seeds that completed."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     other = "final" if metric == "best" else "best"
     out = []
@@ -342,8 +342,8 @@ def figure(rec):
     tenfold data (dots) and the mean with its 95% seed interval, per setting."""
     import matplotlib.pyplot as plt
 
-    from .. import verdicts as V
-    from ..plotting import COLUMN_WIDTH
+    from ... import verdicts as V
+    from ...plotting import COLUMN_WIDTH
 
     r = resolved(rec)
     metric = r["metric"]

@@ -53,7 +53,7 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 
 NAME = "fig9_damping"
 
@@ -74,7 +74,7 @@ TRACE_POINTS = 150
 #: a run "still descends" if its training loss fell by more than this fraction over the last
 #: tenth of its step budget
 DESCENT_RTOL = 0.01
-#: the blow-up multiple of the headline experiments (:class:`itlin.book.experiments._sparse.SparseParams`),
+#: the blow-up multiple of the headline experiments (:class:`itlin.book.experiments.main._sparse.SparseParams`),
 #: the one :func:`blowup_evidence` tests against the recorded sweep
 BLOWUP = 100.0
 BLOWUP_NOTE = """Damped Gauss-Newton with a small damping overshoots: its first steps solve a linearisation
@@ -182,7 +182,7 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_t
     import jax
     import jax.numpy as jnp
 
-    from ...core.gauss_newton import gauss_newton_fit
+    from ....core.gauss_newton import gauss_newton_fit
 
     apply = model.bind()
     n = x.shape[0]
@@ -211,7 +211,7 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_t
             "outputs": apply(p, x_test)[:, 0],
         }
 
-    from ...core.sweep import sweep as sharded_sweep
+    from ....core.sweep import sweep as sharded_sweep
 
     def point(g):
         return one(g["params"], g["damping"])
@@ -232,7 +232,7 @@ def run(p: dict, ctx) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ... import data, models
+    from .... import data, models
 
     sizes = resolve_sizes(p)
     seeds, lams, gn_steps, samples = sizes["seeds"], sizes["dampings"], sizes["gn_steps"], sizes["samples"]
@@ -356,7 +356,7 @@ def blowup_evidence(rec, multiples=(BLOWUP,), threshold: Optional[float] = None)
 def filter_by_damping(rec, threshold: Optional[float] = None) -> dict:
     """``{damping: FilteredRuns}``: the paper's rule per damping value, diverged runs and runs
     with train RMSE over ``threshold`` (default: the record's ``rmse_threshold``) dropped."""
-    from ..plotting import filter_runs
+    from ...plotting import filter_runs
 
     thr = rec.params["rmse_threshold"] if threshold is None else threshold
     return {lam: filter_runs(runs, metric="train/rmse", threshold=thr, drop_diverged=True)
@@ -406,7 +406,7 @@ def intervals(values, *, level: float = 0.95, resamples: int = BOOTSTRAP, seed: 
     >>> round(iv["mean_lo"], 3), round(iv["mean_hi"], 3)
     (0.446, 4.554)
     """
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     v = np.asarray(values, float)
     keys = ("mean", "median", "trimmed", "std")
@@ -585,7 +585,7 @@ def _falls(c: dict, key: str, alpha: float, res: dict) -> str:
     damping larger than the seed spread resolves there; does not hold: no negative correlation,
     or the largest damping's value is above the smallest's by more than the resolvable change;
     otherwise cannot resolve."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     rho, p = c[f"rho_{key}"], c[f"p_{key}"]
     change, ends = res["ends_change"], res["ends"]
@@ -623,7 +623,7 @@ def verdicts(rows: list, *, alpha: float = 0.05, min_ratio: float = 1.5) -> list
     initialisations). Each trend's row states the interval at both ends and the smallest change
     between adjacent dampings the seed spread resolves (:func:`resolution`), which is also its
     ``resolvable``."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     c = claim_check(rows)
     if not c.get("enough"):
@@ -654,7 +654,7 @@ def verdicts(rows: list, *, alpha: float = 0.05, min_ratio: float = 1.5) -> list
 
 def verdicts_markdown(rows: list, **kw) -> str:
     """:func:`verdicts` as a Markdown table, resolvable changes in RMSE."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     return V.verdicts_markdown(verdicts(rows, **kw), resolvable_unit="RMSE", scale=1.0, digits=3)
 

@@ -35,7 +35,7 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Optional
 
-from . import Experiment, Period, param, register
+from .. import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "fig8_adam"
@@ -98,7 +98,7 @@ class Fig8Params(S.SparseParams):
 def run(p, ctx):
     import optax
 
-    from ...core.train import iterative_linearisation
+    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
@@ -139,7 +139,7 @@ def resolved(rec) -> dict:
 
 
 def summary(rec) -> list:
-    """One row per training run (a setting and a seed): see :func:`itlin.book.experiments._sparse.rows_of`."""
+    """One row per training run (a setting and a seed): see :func:`itlin.book.experiments.main._sparse.rows_of`."""
     rows = S.rows_of(rec)
     for row in rows:
         row["learning_rate"] = float(row["learning_rate"])
@@ -180,7 +180,7 @@ def phases(rec) -> dict:
 
 def summary_markdown(rows) -> str:
     """Per run: optimiser, learning rate, feature updates and the final accuracies over seeds."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for setting in sorted({r["setting"] for r in rows}, key=lambda t: ("solved" in t, t)):
@@ -217,7 +217,7 @@ def claims(rows, by_seed: dict, *, n_test: int, margin: float, solved_accuracy: 
     complete phase of every seed was solved (the precondition); (2) the Adam-solved run ends below
     K=1 SGD; (3) plain Adam is not the cause: it ends no more than ``margin`` below SGD; (4) the
     drop is due to solving each linearisation: Adam-solved ends below plain Adam."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     complete = [p for ph in by_seed.values() for p in ph if p["complete"]]
@@ -259,7 +259,7 @@ def figure(rec):
     run's feature updates; legends give every run's count."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.meta["resolved"]
     rows = summary(rec)
@@ -320,7 +320,7 @@ def settings_markdown(rec, seeds=None) -> str:
 
 def claims_markdown(rec) -> str:
     """The verdicts as a Markdown table, followed by a one-sentence bottom line."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     c = claims_of(rec)
     return V.verdicts_markdown(c) + "\n\n" + V.bottom_line(c)

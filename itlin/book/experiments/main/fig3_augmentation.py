@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import Experiment, Period, param, register
+from .. import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "fig3_augmentation"
@@ -73,7 +73,7 @@ class Fig3Params(S.SparseParams):
 
 
 def run(p, ctx):
-    from ...core.train import iterative_linearisation
+    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
@@ -110,13 +110,13 @@ def resolved(rec) -> dict:
 
 
 def summary(rec) -> list:
-    """One row per training run (a K and a seed): see :func:`itlin.book.experiments._sparse.rows_of`."""
+    """One row per training run (a K and a seed): see :func:`itlin.book.experiments.main._sparse.rows_of`."""
     return S.rows_of(rec)
 
 
 def summary_markdown(rows) -> str:
     """Per K: feature updates and the final accuracies, mean and interval over seeds."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for K in sorted({r["K"] for r in rows}):
@@ -167,7 +167,7 @@ def figure(records):
     ``records``: one record, or several whose runs are pooled (seeds recorded separately)."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     records = records if isinstance(records, (list, tuple)) else [records]
     runs = [(rec, row) for rec in records for row in summary(rec)]
@@ -232,7 +232,7 @@ def settings_markdown(rec, seeds=None) -> str:
 def claims_markdown(rec_or_rows, **kw) -> str:
     """The verdicts as a Markdown table, followed by a one-sentence bottom line (a record, or
     rows with :func:`claims`'s keyword arguments)."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     c = claims_of(rec_or_rows) if hasattr(rec_or_rows, "meta") else claims(rec_or_rows, **kw)
     return V.verdicts_markdown(c) + "\n\n" + V.bottom_line(c)

@@ -1,6 +1,6 @@
 """Arbel et al. Figure 4 (left) (Appendix C.1): test loss against the number of hidden units.
 
-The teacher-student task of their Section 5 (:mod:`itlin.book.experiments._arbel`) at one
+The teacher-student task of their Section 5 (:mod:`itlin.book.experiments.arbel._arbel`) at one
 training-set size and ``tau0`` (their Fig. 4 left: ``N = 2000``, ``tau0 = 1``, SiLU, 5 seeds) for
 every width ``M`` of a grid: GN and GD at each step size of a small grid (the best by mean log
 test loss is reported, as the paper selects) and the random-features baseline (RF). The
@@ -23,7 +23,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 from . import _arbel as A
 
 NAME = "arbel_width"
@@ -126,7 +126,7 @@ def claims(s) -> list:
     of log10 test loss against log10 ``M`` lies within ``±flat_margin``: holds when its 95% interval
     does, does not hold when the interval lies outside); RF's test loss falls with ``M`` (its
     slope's interval lies below 0)."""
-    from ..verdicts import close, exceeds, paired_gap, verdict
+    from ...verdicts import close, exceeds, paired_gap, verdict
     from .arbel_samples import _fmt_slope, slopes
 
     w, margin = s["width"], s["flat_margin"]
@@ -151,7 +151,7 @@ def figure(s):
     """Test loss against ``M`` (log-log) for GN, GD and RF: geometric mean over seeds with its 95% interval."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
     from .arbel_samples import slopes
 
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH * 0.6, 3.2))

@@ -43,7 +43,7 @@ from typing import Literal, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 
 NAME = "ortiz_eigenfunctions"
 
@@ -118,7 +118,7 @@ class EigenParams(Params):
 
 
 # ============================================================================ shared machinery
-# (also used by :mod:`itlin.book.experiments.ortiz_concentration`)
+# (also used by :mod:`itlin.book.experiments.ortiz.ortiz_concentration`)
 
 def is_image_dataset(dataset: str) -> bool:
     return dataset in ("fashion_mnist", "cifar10")
@@ -129,7 +129,7 @@ def build_model(name: str, dataset: str, resnet_width: int = 8):
     ``mlp`` (two hidden layers of 100, ReLU), ``lenet`` (standard LeNet-5: convolutions of 6 and
     16 channels with kernel 5, dense 120 and 84; 1-D for MNIST-1D), ``resnet18`` (1-D for
     MNIST-1D, :func:`itlin.models.resnet18_1d`; first-stage width ``resnet_width``)."""
-    from ... import models
+    from .... import models
 
     image = is_image_dataset(dataset)
     if name == "mlp":
@@ -145,7 +145,7 @@ def load_binary(dataset: str, n_train: int, n_test: int, seed: int):
     """``dataset`` as the binary task of their code (classes 0-4 against 5-9, +-1 targets of
     shape ``(N, 1)``; :func:`itlin.data.class_groups`), with class-balanced subsets of at most
     ``n_train`` / ``n_test`` examples (``seed`` picks them)."""
-    from ... import data
+    from .... import data
 
     ds = data.class_groups(data.load(dataset), GROUPS, target="pm1")
     n_tr = None if n_train >= ds.n_train else int(n_train)
@@ -179,7 +179,7 @@ def batch_seed(seed: int, s: int) -> int:
 
 @partial(jax.jit, static_argnums=(0,))
 def _ntk_block(model, params, state, x1, x2):
-    from ...core.linearise import ntk
+    from ....core.linearise import ntk
 
     return ntk(model.bind(state), params, x1, x2)
 
@@ -198,7 +198,7 @@ def gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray:
     :func:`block_size` inputs (the last block zero-padded so every call has one shape and
     compiles once), mirrored; memory: the ``N x N`` result plus two blocks of Jacobians.
     """
-    from ...core._tree import num_params
+    from ....core._tree import num_params
 
     n = int(x.shape[0])
     b = block_size(num_params(params), memory_mb, n)
@@ -250,7 +250,7 @@ def predict(trainer, state, x):
 
 @partial(jax.jit, static_argnums=(0,))
 def _predict(trainer, state, x):
-    from ...core.linearise import linearised_apply
+    from ....core.linearise import linearised_apply
 
     f = trainer.model.bind(state.model_state)
     out = f(state.params, x) if trainer.gd_path else linearised_apply(f, state.anchor, state.params, x)
@@ -271,7 +271,7 @@ def train_runs(trainer, inits, x, targets, steps: int, batch_size: int, batch_se
     import jax
     import jax.numpy as jnp
 
-    from ...core.loop import batch_indices, run
+    from ....core.loop import batch_indices, run
 
     S, T, n = np.shape(targets)
     x = jnp.asarray(x)
@@ -328,8 +328,8 @@ def run(p, ctx):
     import jax
     import jax.numpy as jnp
 
-    from ...core._tree import num_params
-    from ...core.train import iterative_linearisation
+    from ....core._tree import num_params
+    from ....core.train import iterative_linearisation
 
     r = resolve(p)
     ds = load_binary(r["dataset"], r["n_train"], r["n_val"], r["seed"])
@@ -465,7 +465,7 @@ def spearman(x, y) -> float:
 def finite_gap(a, b, n_test: Optional[int] = None):
     """:func:`itlin.book.verdicts.paired_gap` of ``a - b`` over the seeds where both are finite
     (a diverged run leaves NaN); returns ``(Gap, number of seeds dropped)``."""
-    from ..verdicts import paired_gap
+    from ...verdicts import paired_gap
 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     keep = np.isfinite(a) & np.isfinite(b)
@@ -474,7 +474,7 @@ def finite_gap(a, b, n_test: Optional[int] = None):
 
 def fmt_finite(values, scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
     """:func:`itlin.book.verdicts.fmt_mean` over the finite values."""
-    from ..verdicts import fmt_mean
+    from ...verdicts import fmt_mean
 
     v = np.asarray(values, np.float64)
     return fmt_mean(v[np.isfinite(v)], scale, unit, digits)
@@ -515,7 +515,7 @@ def verdicts_table(rows: Sequence[dict], scale: float = 100.0, unit: str = " poi
     """:func:`itlin.book.verdicts.verdicts_markdown` for rows whose resolvable gaps have
     different units: a row's ``resolvable_as`` (:func:`with_units`) overrides ``(scale, unit,
     digits)``."""
-    from ..verdicts import FAILS, HOLDS, UNRESOLVED
+    from ...verdicts import FAILS, HOLDS, UNRESOLVED
 
     lines = ["| claim | paper | ours | resolves gaps of | verdict |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -544,7 +544,7 @@ def claims_item1(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: st
       is ahead at some ``j`` and the network at another, both resolved; does not hold when every
       ``j`` is resolved with one sign; cannot resolve otherwise.
     """
-    from ..verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, fmt_gap, verdict
+    from ...verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, fmt_gap, verdict
 
     rows = []
     J = len(js)
@@ -631,7 +631,7 @@ def chance_rows(res: Mapping, js: Sequence[int], n_val: int, name: str = "lenet"
     """Is each curve of ``name`` above chance at the largest ``j``? Per optimiser and
     network/linearised: validation accuracy minus 0.5, over seeds with the test noise of
     ``n_val`` inputs, judged by :func:`itlin.book.verdicts.exceeds`."""
-    from ..verdicts import exceeds, fmt_gap, verdict
+    from ...verdicts import exceeds, fmt_gap, verdict
 
     rows = []
     if name not in res["models"]:
@@ -653,7 +653,7 @@ def chance_rows(res: Mapping, js: Sequence[int], n_val: int, name: str = "lenet"
 def chance_text(rows: Sequence[dict]) -> str:
     """One sentence from :func:`chance_rows`: each curve's accuracy at the largest ``j`` and
     whether it is above chance, indistinguishable from it, or below."""
-    from ..verdicts import FAILS, HOLDS
+    from ...verdicts import FAILS, HOLDS
 
     word = {HOLDS: "above chance", FAILS: "below chance"}
     return "; ".join(f"{r['claim'].split(': above')[0]} {r['measured'].split(':')[0]}, "
@@ -693,7 +693,7 @@ def claims_hardness(res: Mapping, js: Sequence[int], threshold: float, steps: in
       for runs that fitted it; unfinished runs stop wherever the budget ends. With fewer than
       two fitted targets the verdict is "cannot resolve".
     """
-    from ..verdicts import UNRESOLVED, exceeds, fmt_gap, verdict
+    from ...verdicts import UNRESOLVED, exceeds, fmt_gap, verdict
 
     rows = []
     J = len(js)
@@ -774,7 +774,7 @@ def paper_num_params(resnet_width: int = 64) -> dict:
     """Weights of the three one-output models on CIFAR-10 inputs (shapes only, nothing computed)."""
     import jax.numpy as jnp
 
-    from ...core._tree import num_params
+    from ....core._tree import num_params
 
     out = {}
     for name in ("mlp", "lenet", "resnet18"):
@@ -854,7 +854,7 @@ def cost_markdown(rows, grams: Optional[Mapping] = None) -> str:
 
 
 def _band(ax, x, values, color, label, ls="-", marker="o"):
-    from ..verdicts import seed_interval
+    from ...verdicts import seed_interval
 
     v = np.asarray(values, np.float64)
     mi = [seed_interval(col[np.isfinite(col)]) for col in v.T]
@@ -885,7 +885,7 @@ def figure_accuracy(rec):
     dashed, bands 95% intervals over seeds; the dataset's own labels as horizontal lines."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.tree()
     js = np.asarray(res["eigen_indices"])
@@ -925,7 +925,7 @@ def figure_gap(rec):
     seeds and test noise; one panel per optimiser, one line per model."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.tree()
     js = np.asarray(res["eigen_indices"])
@@ -962,7 +962,7 @@ def figure_hardness(rec, opt: str = "sgd"):
     for the networks trained with ``opt``; bands are 95% intervals over seeds."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.tree()
     r = resolved(rec)
@@ -999,7 +999,7 @@ def figure_spectrum(rec):
     seeds), with the indices used as targets marked."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     res = rec.tree()
     js = np.asarray(res["eigen_indices"])

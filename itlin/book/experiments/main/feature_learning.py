@@ -38,7 +38,7 @@ from typing import Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import Experiment, Period, param, register
+from .. import Experiment, Period, param, register
 from . import _sparse as S
 
 NAME = "feature_learning"
@@ -165,7 +165,7 @@ def kernel_stats(model, params, model_state, x, labels, num_outputs: int) -> dic
     """The empirical NTK of ``model`` at ``params`` on ``x`` (all outputs) and its centred
     kernel-target alignment with one-hot ``labels`` (the kernel traced over outputs)."""
     import itlin
-    from ... import metrics
+    from .... import metrics
 
     f = model.bind(model_state)
     k = np.asarray(itlin.ntk(f, params, x, chunk_size=100), np.float64)
@@ -181,8 +181,8 @@ def _missing(name: str, step: int, path) -> dict:
 
 
 def run(p, ctx):
-    from ... import metrics
-    from ...core.train import iterative_linearisation
+    from .... import metrics
+    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
@@ -265,7 +265,7 @@ def resolved(rec) -> dict:
 
 
 def rows_of(rec) -> list:
-    """One row per training run: :func:`itlin.book.experiments._sparse.rows_of` (accuracies,
+    """One row per training run: :func:`itlin.book.experiments.main._sparse.rows_of` (accuracies,
     feature updates, status) plus its snapshots (``snap_step``, ``probe_conv1``, ``probe_conv2``,
     ``filters``) and kernel measurements (``movement_anchor``, ``movement_net``, ``alignment_*``)."""
     snaps, kern = rec["snapshots"], rec["kernel"]
@@ -299,7 +299,7 @@ def _pairs(rows_a, rows_b):
 def _verdict(name, paper, a, b, fn, left_out, *, n_test=None, describe, unit=("points", 100.0)):
     """A paired ``exceeds 0`` verdict on ``fn(a_row) - fn(b_row)`` over seeds; ``describe(va, vb,
     gap)`` says what was measured; ``unit`` is how the resolvable gap is written."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     detail = f"{left_out} seed(s) left out: a run diverged" if left_out else ""
     if not a:
@@ -317,7 +317,7 @@ def probe_claims(rows, *, n_test: int) -> list:
     noise): separability improves during ``K=1``'s training (each run's final probe accuracy above
     its step-0 one); the large K's features improve more slowly (probe accuracy averaged over the
     snapshots after step 0 below K=1's); and level off lower (final probe accuracy below K=1's)."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     m, g = V.fmt_mean, V.fmt_gap
     base = S.select(rows, K=1)
@@ -371,7 +371,7 @@ def filter_claims(rows) -> list:
     which fails when the interval lies wholly outside the band. The fraction is measured at the
     snapshots, so half their spacing is added to its interval in quadrature: the snapshot spacing
     bounds the resolution from below."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     if not S.select(rows, K=1) or not any(math.isfinite(r["K"]) and r["K"] > 1 for r in rows):
         return []
@@ -454,7 +454,7 @@ def kernel_claims(rows, key: str = "movement_anchor") -> list:
     updates), the measure with more updates minus with fewer, paired by seed: it ``exceeds`` 0, or
     the pair is named where it does not. The overall verdict holds when every pair holds, does not
     hold when any pair does not, and cannot resolve otherwise."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     what, unit_text = MEASURES[key]
     Ks = sorted({r["K"] for r in rows}, key=lambda K: -K)  # fewest updates first
@@ -493,7 +493,7 @@ def claims_of(rec) -> dict:
 def summary_markdown(rows) -> str:
     """Per K: feature updates, final test accuracy of the model being trained, final probe
     accuracies, kernel movement and alignment (means over completed seeds)."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     out = []
     for K in sorted({r["K"] for r in rows}):
@@ -513,7 +513,7 @@ def summary_markdown(rows) -> str:
 def claims_markdown(claims: Sequence[Mapping]) -> str:
     """The verdicts as a Markdown table (each with the smallest gap it resolves, in its own unit)
     and a one-sentence bottom line."""
-    from .. import verdicts as V
+    from ... import verdicts as V
 
     lines = ["| claim | paper | ours | resolves gaps of | verdict |", "| --- | --- | --- | --- | --- |"]
     for c in claims:
@@ -565,7 +565,7 @@ def probe_figure(rows):
     against training steps, mean over seeds with a band from the lowest to the highest seed."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     groups = _by_K(rows)
     colours = S.colours(groups)
@@ -594,7 +594,7 @@ def filter_figure(rows, seed: Optional[int] = None, n_filters: int = 3, columns:
     2-D filter as an image (the mean over input channels)."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     Kb = large_K(rows)
     a, b, _ = _pairs(S.select(rows, K=1), S.select(rows, K=Kb))
@@ -648,7 +648,7 @@ def distance_figure(rows):
     final filters (per seed), with the closest point marked."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     groups = _by_K(rows)
     colours = S.colours(groups)
@@ -685,7 +685,7 @@ def kernel_figure(rows):
     K=inf (no update) is drawn at the left edge of the symlog axes. A grey line joins the means."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     groups = _by_K(rows)
     colours = S.colours(groups)

@@ -15,7 +15,7 @@ averaged over the 10 outputs: ``lr_ours = lr * N / (3000 * 10)`` for GN and
 
 Results (``L`` step sizes, ``S`` seeds, ``T`` checkpoints), for ``m`` in ``gn``, ``gd``: ``m/lr``,
 ``m/lr_ours`` (L,), ``m/ends`` (T,), ``m/<metric>`` (L, S, T) as in
-:mod:`~itlin.book.experiments.arbel_steps` (WCD against the teacher's hidden weights),
+:mod:`~itlin.book.experiments.arbel.arbel_steps` (WCD against the teacher's hidden weights),
 ``m/steps``, ``m/converged``, ``m/diverged`` (L, S); ``rf_test`` (S,).
 """
 
@@ -27,7 +27,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from . import Experiment, Params, param, register
+from .. import Experiment, Params, param, register
 from . import _arbel as A
 
 NAME = "arbel_mnist"
@@ -81,7 +81,7 @@ class MnistParams(Params):
 def load_data(r: dict) -> dict:
     """Stacked float64 arrays of the engine (``x`` with a bias column, ``y`` (S, N, 10), ...) and the
     teacher's hidden weights as ``ustar`` (50, pixels)."""
-    from ... import data
+    from .... import data
 
     full = data.teacher_images(base=r["base"], seed=r["teacher_seed"])
     sets = [full.subset(r["n_train"], r["n_test"], seed=r["seed"] + s) for s in range(r["seeds"])]
@@ -131,7 +131,7 @@ register(Experiment(NAME, MnistParams, run, version="1",
 
 
 def summary(rec) -> dict:
-    """As :func:`itlin.book.experiments.arbel_steps.summary`, plus ``gd_limit``."""
+    """As :func:`itlin.book.experiments.arbel.arbel_steps.summary`, plus ``gd_limit``."""
     from .arbel_steps import summary as steps_summary
 
     s = steps_summary(rec)
@@ -163,7 +163,7 @@ def claims(s) -> list:
     Newcombe's interval of their gap, the onset bracket of :func:`gd_onset`, and as its
     resolution the width of the grid interval that contains ``gd_limit`` (decades of λ): the
     grid cannot place the onset more finely than that."""
-    from ..verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, proportion_gap, verdict
+    from ...verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, proportion_gap, verdict
     from .arbel_steps import _at
 
     rows = []

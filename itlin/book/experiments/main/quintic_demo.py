@@ -30,7 +30,7 @@ import numpy as np
 
 from typing import Optional
 
-from . import Experiment, Params, Period, param, register
+from .. import Experiment, Params, Period, param, register
 
 NAME = "quintic_demo"
 
@@ -109,7 +109,7 @@ class DemoRun:
 def _problem(width, depth, seed):
     import jax
 
-    from ... import data, models
+    from .... import data, models
 
     ds = data.load("quintic")
     net = models.mlp(num_outputs=1, width=int(width), depth=int(depth))
@@ -135,11 +135,11 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     """
     import optax
 
-    from ...core._tree import tree_all_finite
-    from ...core.linearise import ntk as empirical_ntk
-    from ...core.linearise import linearised_apply
-    from ...core.loop import fit
-    from ...core.train import iterative_linearisation
+    from ....core._tree import tree_all_finite
+    from ....core.linearise import ntk as empirical_ntk
+    from ....core.linearise import linearised_apply
+    from ....core.loop import fit
+    from ....core.train import iterative_linearisation
 
     ds, net, params, x_grid = _problem(width, depth, seed)
     trainer = iterative_linearisation(net, optax.sgd(float(lr)), K, loss="squared")
@@ -156,7 +156,7 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     f_net = np.asarray(net.apply(st.params, x_grid))[:, 0]
     f_lin = np.asarray(linearised_apply(apply, st.anchor, st.params, x_grid))[:, 0]
     f_init = np.asarray(net.apply(params, x_grid))[:, 0]
-    from ...data import quintic_function
+    from ....data import quintic_function
 
     def ntk_max(p):
         if not bool(tree_all_finite(p)):
@@ -256,9 +256,9 @@ def plot_setting(run: DemoRun, fig=None, *, loss_ylim=None, title: bool = True):
     """
     import matplotlib.pyplot as plt
 
-    from ..plotting import plot_history
+    from ...plotting import plot_history
 
-    from ..plotting import COLUMN_WIDTH
+    from ...plotting import COLUMN_WIDTH
 
     if fig is None:  # the column's width, panels stacked: legible on the page and on a phone
         fig = plt.figure(figsize=(COLUMN_WIDTH, 7.2), layout="constrained")
@@ -316,7 +316,7 @@ def frames(record, *, dpi: float = 200) -> tuple:
     ``{(K, lr): DemoRun}``. All frames share the loss axis limits. The figures are as wide as
     the book's column, so ``dpi=200`` frames go with ``static_demo(..., pixel_ratio=2)``.
     """
-    from ..widgets import figure_to_png
+    from ...widgets import figure_to_png
 
     Ks, lrs = grid(record)
     runs = {(K, lr): setting_from_record(record, K, lr) for lr in lrs for K in Ks}
@@ -343,10 +343,10 @@ def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int
     would imply for this loss)."""
     import optax
 
-    from ...core.linearise import linearised_apply
-    from ...core.linearise import ntk as empirical_ntk
-    from ...core.loop import fit
-    from ...core.train import iterative_linearisation
+    from ....core.linearise import linearised_apply
+    from ....core.linearise import ntk as empirical_ntk
+    from ....core.loop import fit
+    from ....core.train import iterative_linearisation
 
     ds, net, params, _ = _problem(width, depth, seed)
     apply = net.bind()
@@ -420,7 +420,7 @@ def phase_gaps(steps, rmse_net, rmse_lin, relin_steps) -> dict:
 def live_demo(*, steps: int = 5000, seed: int = 0, Ks=None, learning_rates=None, initial=(100, 0.003)):
     """The ipywidgets version (local Jupyter): sliders for K and the learning rate; every
     change trains the setting with :func:`train_setting` (``steps`` steps) and redraws."""
-    from ..widgets import Slider, live_demo as _live
+    from ...widgets import Slider, live_demo as _live
 
     Ks = list(LIVE_KS if Ks is None else Ks)
     lrs = list(LIVE_LEARNING_RATES if learning_rates is None else learning_rates)

@@ -1,0 +1,121 @@
+"""The result rows of the headline experiments and the verdicts judged on them.
+
+One row per training run (a setting and a seed) of a record made by
+:func:`itlin.book.experiments.main._setup.fit_seeds`: its final accuracies, feature updates and
+status (:func:`rows_of`); rows are picked by their fields (:func:`select`) and a claim on two
+settings is a gap paired by seed (:func:`gap_verdict`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ... import verdicts as V
+
+def as_K(value) -> float:
+    """A period as stored in a record's meta (``"inf"`` for infinity) back to a number, read by
+    :func:`itlin.parse_period` (the one parser of periods and their spellings of infinity)."""
+    from ....core.schedules import parse_period
+
+    return float(parse_period(value))
+
+
+# ------------------------------------------------------------------------------ summaries
+def final(history, key: str) -> float:
+    """The last evaluated value of ``key`` (NaN if none)."""
+    v = history.eval_array(key)
+    return float(v[-1]) if v.size else math.nan
+
+
+def run_summary(rec, tag: str) -> dict:
+    """What a chapter reports about one training run of ``rec``.
+
+    ``test``/``train``: accuracy of the model being trained (the linearised model; for ``K=1``
+    it is the network) at the last evaluation; ``test_net``/``train_net``: the network
+    ``f(theta_T)`` there; ``updates``: feature updates (Definition 1); ``status``.
+    """
+    h = rec.history(tag)
+    r = rec.runs[tag]
+    return {
+        "tag": tag,
+        "steps": int(r["steps"]),
+        "updates": int(r["feature_updates"]),
+        "status": r["status"],
+        "diverged_at": r.get("diverged_at"),
+        "test": final(h, "test/accuracy_lin"),
+        "test_net": final(h, "test/accuracy"),
+        "train": final(h, "train/accuracy_lin"),
+        "train_net": final(h, "train/accuracy"),
+    }
+
+
+def late_gain(history, key: str = "test/accuracy_lin", fraction: float = 0.2) -> float:
+    """How much ``key`` rose over the last ``fraction`` of the run: its final value minus its best
+    value over the evaluations before that. Positive when the run was still improving at the
+    end (for a large K the best earlier value is the peak of an earlier phase, so the sawtooth
+    of relinearisations does not count as a gain)."""
+    steps, vals = history.eval_array("step"), history.eval_array(key)
+    if vals.size < 2:
+        return math.nan
+    early = steps <= (1.0 - fraction) * steps[-1]
+    if not early.any() or not np.isfinite(vals[-1]):
+        return math.nan
+    return float(vals[-1] - np.nanmax(vals[early]))
+
+
+def rows_of(rec) -> list:
+    """One row per training run of a headline record: :func:`run_summary` plus the run's
+    recorded settings (``setting``, ``seed``, ``K``, ...). Records made before seeds were runs
+    of their own count as seed ``params["seed"]``."""
+    out = []
+    for name, info in rec.meta["runs"].items():
+        row = run_summary(rec, name)
+        row.update({k: v for k, v in info.items() if k not in row})
+        row["K"] = as_K(info["K"])
+        if "final_test" in info:  # measured on the large test set (see prepare)
+            row["test"], row["test_net"] = float(info["final_test"]), float(info["final_test_net"])
+        row.setdefault("seed", int(rec.params.get("seed", 0)))
+        row.setdefault("setting", name)
+        out.append(row)
+    return out
+
+
+def select(rows: Sequence[Mapping], **match) -> list:
+    """The rows whose fields equal ``match`` (periods compared as numbers)."""
+    def same(a, b):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return a == b
+
+    return [r for r in rows if all(k in r and same(r[k], v) for k, v in match.items())]
+
+
+def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows_b: Sequence[Mapping], *,
+                n_test: int, rule: str, margin: float, label_a: str, label_b: str, metric: str = "test",
+                headline: bool = False) -> V.Verdict:
+    """The verdict on the gap ``a - b`` of ``metric`` (an accuracy), paired by seed over the
+    seeds where both settings completed: ``rule="close"`` (within ``margin``) or ``"exceeds"``
+    (``a`` above ``b`` by more than ``margin``). A seed whose run diverged on either side is
+    left out and counted (``dropped``); an equivalence ("close") with any seed left out is at
+    most *cannot resolve* (:func:`itlin.book.verdicts.judge`)."""
+    done = lambda rows: {int(r["seed"]): r for r in rows if r["status"] == "completed" and math.isfinite(r[metric])}
+    a, b = done(rows_a), done(rows_b)
+    seeds = sorted(set(a) & set(b))
+    dropped = len({int(r["seed"]) for r in (*rows_a, *rows_b)}) - len(seeds)
+    va, vb = [a[s][metric] for s in seeds], [b[s][metric] for s in seeds]
+    gap = V.paired_gap(va, vb, n_test=n_test) if seeds else V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
+    measured = f"{label_a} {V.fmt_mean(va)}, {label_b} {V.fmt_mean(vb)}" if seeds else "no completed pair"
+    return V.judge(id, claim, paper, gap, rule, margin, measured=measured, headline=headline, dropped=dropped)
+
+
+def mean_cell(rows: Sequence[Mapping], key: str) -> str:
+    """The mean of ``key`` over the completed rows with its interval over seeds (``n/a`` if none)."""
+    done = [r[key] for r in rows if r["status"] == "completed"]
+    return V.fmt_mean(done) if done else "n/a"
+
+
+__all__ = ["as_K", "final", "gap_verdict", "late_gain", "mean_cell", "rows_of", "run_summary", "select"]

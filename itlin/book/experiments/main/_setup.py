@@ -1,0 +1,283 @@
+"""What the main paper's headline experiments share: data, the LeNet, seeds and training runs.
+
+:mod:`~itlin.book.experiments.main.fig2_k_sweep`, :mod:`~.fig3_augmentation`, :mod:`~.fig8_adam`
+and the studies built on them train the paper's LeNet on MNIST-1D (default), Fashion-MNIST or
+CIFAR-10 with iterative linearisation at several periods ``K``. This module holds their common
+parameters (:class:`SparseParams`), the dataset and model choice, one initialisation per seed,
+and the training of one setting over seeds (:func:`fit_seeds`). Their result rows and verdicts
+are in :mod:`~itlin.book.experiments.main._rows`, their figures in :mod:`itlin.book.figures.main`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping, NamedTuple, Optional
+
+from .. import Derived, Params, param
+
+#: datasets the headline experiments accept, and the LeNet each gets
+DATASETS = ("mnist1d", "fashion_mnist", "cifar10")
+IMAGE_DATASETS = ("fashion_mnist", "cifar10")
+
+#: the main paper's CIFAR-10 numbers (Section 4.1 and 4.3)
+PAPER = {
+    "fig3_k1": 0.823,          # K=1 with augmentation
+    "fig3_k5e6": 0.814,        # K=5e6 with augmentation
+    "fig8_sgd": 0.694,         # K=1 SGD
+    "fig8_adam_solved": 0.613,  # each linearisation solved with Adam, K=2e5
+    "fig8_adam": 0.70,         # plain Adam: "over 70%"
+}
+
+
+# ------------------------------------------------------------------------------ parameters
+@dataclass(frozen=True)
+class SparseParams(Params):
+    """The dataset, size, width and evaluation parameters every headline experiment takes."""
+
+    DERIVED = (
+        Derived("network", lambda r: f"LeNet-{'2D' if r['dataset'] in IMAGE_DATASETS else '1D'}, "
+                                     f"{r['channels']} channels", "Appendix C", after="dataset"),
+        Derived("test examples (final accuracies, verdicts)", lambda r: n_test_judged(r),
+                "the whole test set (MNIST-1D here: generated larger, see MNIST1D_LARGE)", after="n_train"),
+    )
+
+    dataset: Literal["mnist1d", "fashion_mnist", "cifar10"] = param(
+        "mnist1d", "mnist1d (1D LeNet), fashion_mnist or cifar10 (2D LeNet)", label="dataset", source="Section 4")
+    n_train: Optional[int] = param(None, "training examples (balanced subset; more than the split keeps it "
+                                         "whole); None: from scale", min=1, label="training examples",
+                                   source="the whole training set")
+    n_test: Optional[int] = param(None, "test examples (balanced subset); None: from scale", min=1,
+                                  label="test examples (curves)", source="the whole test set")
+    n_eval_train: Optional[int] = param(None, "training examples evaluated for train accuracy; None: from scale",
+                                        min=1)
+    channels: Optional[int] = param(None, "LeNet convolution channels; None: from scale (paper: 50)", min=1)
+    eval_every: Optional[int] = param(None, "steps between evaluations; None: from scale", min=1,
+                                      label="evaluation every (steps)", source="our choice")
+    seeds: Optional[int] = param(None, "seeds per setting (initialisation and batch order); seed, seed+1, ...; "
+                                       "None: from scale", min=1, max=100_000, label="seeds",
+                                 source="our choice: the paper reports one run")
+    close_margin: float = param(0.02, "two accuracies count as close when the interval of their gap lies within "
+                                      "this (0.02: 2 points, about twice the paper's Fig. 3 gap)", gt=0, lt=1)
+    blowup: float = param(100.0, "a run has diverged once its training loss exceeds this multiple of its first "
+                                 "loss (or is not finite)", gt=1)
+
+
+def check_periods(r: Mapping, baseline: str) -> None:
+    """``r["Ks"]`` includes K=1 (the ``baseline`` every claim compares with) and no repeats, and
+    ``r["eval_every"]`` fits in ``r["steps"]``."""
+    if 1 not in [int(k) for k in r["Ks"] if math.isfinite(k)]:
+        raise ValueError(f"Ks must include K=1 ({baseline})")
+    if len(set(r["Ks"])) != len(r["Ks"]):
+        raise ValueError(f"Ks has repeated values: {r['Ks']}")
+    if r["eval_every"] > r["steps"]:
+        raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
+
+
+def resolve(p: Mapping, table: Mapping[str, Mapping]) -> dict:
+    """``p`` with every ``None`` replaced by the value of ``table[p["scale"]]`` (what the
+    experiment runs with; stored in its record's meta as ``meta["resolved"]``)."""
+    out = dict(p)
+    for key, value in table[p["scale"]].items():
+        if out.get(key) is None:
+            out[key] = value
+    return out
+
+
+# ------------------------------------------------------------------------------ data and models
+#: MNIST-1D generated with more signals, for a test set that resolves gaps of about a point:
+#: 20,000 signals split 4,000 / 16,000 (the package's defaults give 5,000 split 4,000 / 1,000,
+#: whose test set alone cannot resolve gaps under about 4 points). Used by experiments that ask
+#: for a final test set larger than the standard split's (``n_test_final`` in their scale table).
+MNIST1D_LARGE = {"num_samples": 20_000, "train_split": 0.2}
+#: the test examples of the standard MNIST-1D split
+MNIST1D_TEST = 1000
+
+
+def load_data(dataset: str, n_train: int, n_test: int, seed: int, *, generation: Optional[Mapping] = None):
+    """The dataset with class-balanced subsets of at most ``n_train``/``n_test`` examples
+    (values above a split's size keep the whole split). ``generation``: keyword arguments for
+    the MNIST-1D generator (e.g. :data:`MNIST1D_LARGE`); ignored for other datasets."""
+    from .... import data
+
+    full = data.load(dataset, **(dict(generation) if generation and dataset == "mnist1d" else {}))
+    n_tr = None if n_train is None or n_train >= full.n_train else int(n_train)
+    n_te = None if n_test is None or n_test >= full.n_test else int(n_test)
+    return full.subset(n_tr, n_te, seed=seed) if (n_tr or n_te) else full
+
+
+def model_for(dataset: str, channels: int, num_outputs: int = 10):
+    """The main paper's LeNet (two convolutions of kernel 5, dense 120 and 84): the 1-D variant
+    for MNIST-1D signals, the 2-D one for images."""
+    from .... import models
+
+    if dataset in IMAGE_DATASETS:
+        return models.lenet(num_outputs=num_outputs, channels=channels)
+    return models.lenet1d(num_outputs=num_outputs, channels=channels)
+
+
+def augmenter(dataset: str, *, pad: int = 4, flip: bool = True, max_shift: int = 4):
+    """The augmentation of main paper Fig. 3: random crops of the zero-padded image and random
+    horizontal flips for images; for MNIST-1D signals, random circular shifts by up to
+    ``max_shift`` positions (:func:`itlin.augment.augment_1d`), the 1-D analogue of a crop."""
+    from functools import partial
+
+    from .... import augment
+
+    if dataset in IMAGE_DATASETS:
+        return partial(augment.augment, pad=int(pad), flip=bool(flip))
+    return partial(augment.augment_1d, max_shift=int(max_shift))
+
+
+class Setup(NamedTuple):
+    """What every training run of an experiment starts from: the data, the LeNet and its one
+    initialisation, the evaluation sets, and the training arrays."""
+    ds: object
+    model: object
+    params: object
+    model_state: object
+    evals: dict
+    x: object
+    y: object
+    final: Optional[tuple] = None
+
+
+def prepare(r: Mapping, batch_size: Optional[int] = None) -> Setup:
+    """Load the data and build and initialise the model for resolved parameters ``r``. A
+    ``batch_size`` larger than the training set fails here, before any training.
+
+    With ``r["n_test_final"]`` set (a scale-table entry), the final accuracies are measured on a
+    class-balanced test set of that many examples (``Setup.final``; for MNIST-1D generated with
+    :data:`MNIST1D_LARGE` when it exceeds the standard split), while the curves during training
+    are evaluated on ``n_test`` of them (``Setup.evals["test"]``): a large test set resolves small
+    gaps and costs one evaluation per run."""
+    import jax.numpy as jnp
+
+    big = r.get("n_test_final")
+    if big:
+        gen = MNIST1D_LARGE if r["dataset"] == "mnist1d" and int(big) > MNIST1D_TEST else None
+        ds = load_data(r["dataset"], r["n_train"], int(big), r["seed"], generation=gen)
+        final = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
+        if r["n_test"] < ds.n_test:
+            ds = ds.subset(None, int(r["n_test"]), seed=r["seed"])
+    else:
+        ds, final = load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
+    if batch_size is not None and batch_size > ds.n_train:
+        raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
+    model = model_for(r["dataset"], r["channels"], ds.num_outputs)
+    params, model_state = init_params(model, ds.x_train, r["seed"])
+    return Setup(ds, model, params, model_state, eval_sets(ds, r["n_eval_train"]),
+                 jnp.asarray(ds.x_train), jnp.asarray(ds.y_train), final)
+
+
+def measured_sizes(setup: Setup) -> dict:
+    """The sizes of the data as loaded (a run stores them in ``meta["resolved"]``, over the
+    parameters': a subset size above a split's keeps the whole split)."""
+    return {"n_train": setup.ds.n_train, "n_test": setup.ds.n_test, "n_eval_train": len(setup.evals["train"][0]),
+            "n_test_final": int(setup.final[0].shape[0]) if setup.final is not None else None}
+
+
+def n_test_judged(r: Mapping) -> int:
+    """The number of test examples the final accuracies (and so the verdicts) are measured on."""
+    return int(r.get("n_test_final") or r["n_test"])
+
+
+def init_params(model, x, seed: int):
+    import jax
+
+    params, model_state = model.init(jax.random.PRNGKey(seed), x[:2])
+    return params, model_state
+
+
+def schedule(K, steps: int):
+    """The relinearisation schedule of period ``K`` over a run of ``steps`` steps, without a
+    relinearisation after the very last step.
+
+    That one would change nothing in training (no step follows it) but would replace, at the
+    final evaluation, the linearised model that training produced by the network at the same
+    parameters: the end of the run would show the network instead of the model being trained.
+    So ``K = 1`` and ``K = inf`` are :class:`itlin.Every`; any other ``K``
+    relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`itlin.AtSteps`),
+    giving ``ceil(steps / K) - 1`` feature updates.
+    """
+    from ....core.schedules import AtSteps, Every
+
+    K = float(K)
+    if K == 1 or math.isinf(K):
+        return Every(math.inf if math.isinf(K) else 1)
+    return AtSteps.of(range(int(K), int(steps), int(K)))
+
+
+def sgd(learning_rate: float, momentum: float):
+    """SGD, with heavy-ball momentum when ``momentum > 0``."""
+    import optax
+
+    return optax.sgd(learning_rate, momentum=momentum if momentum else None)
+
+
+def eval_sets(ds, n_eval_train: int) -> dict:
+    """``{"train": first n_eval_train training examples, "test": the test set}`` for ``fit``.
+
+    The training subset is class-balanced (:meth:`itlin.data.Dataset.subset`)."""
+    if n_eval_train >= ds.n_train:
+        tr = (ds.x_train, ds.y_train)
+    else:
+        sub = ds.subset(n_train=int(n_eval_train))
+        tr = (sub.x_train, sub.y_train)
+    return {"train": tr, "test": (ds.x_test, ds.y_test)}
+
+
+def data_meta(ds, model) -> dict:
+    return {"dataset": ds.name, "n_train": ds.n_train, "n_test": ds.n_test,
+            "input_shape": list(ds.input_shape), "model": model.name,
+            "model_meta": {k: v for k, v in getattr(model, "meta", {}).items()}}
+
+
+# ------------------------------------------------------------------------------ seeds
+def seed_list(r: Mapping) -> list:
+    """The seeds of a run: ``seed, seed + 1, ..., seed + seeds - 1``."""
+    return [int(r["seed"]) + i for i in range(int(r["seeds"]))]
+
+
+def seed_tag(tag: str, seed: int) -> str:
+    """``"K=150 seed=3"``: one training run of a setting."""
+    return f"{tag} seed={seed}"
+
+
+def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, info: Mapping, *,
+              batch_size: Optional[int], eval_every: int, runs: dict) -> None:
+    """Train ``trainer`` once per seed of ``r`` (each from its own initialisation, with its own
+    batch order), as runs ``"<tag> seed=<s>"``; records ``info`` plus the seed for each in ``runs``.
+
+    The seeds run one after another with the same trainer, so it compiles once. (Vectorising
+    them with ``jax.vmap`` was measured slower on the CPU for the LeNet's linearised step: 6.3x
+    one seed for five, since the vectorised convolutions become grouped ones.)
+    """
+    for s in seed_list(r):
+        params, model_state = (setup.params, setup.model_state) if s == int(r["seed"]) else \
+            init_params(setup.model, setup.x, s)
+        name = seed_tag(tag, s)
+        res = ctx.fit(name, trainer, trainer.init(params, model_state), setup.x, setup.y, steps,
+                      batch_size=batch_size, eval_sets=setup.evals, eval_every=eval_every, seed=s,
+                      blowup=float(r["blowup"]))
+        runs[name] = {**info, "seed": s, "setting": tag}
+        if setup.final is not None:
+            runs[name].update(final_metrics(trainer, res.state, setup.final))
+
+
+def final_metrics(trainer, state, final) -> dict:
+    """The final test accuracies of a run on the large test set ``final = (x, y)``:
+    ``final_test`` (the model being trained), ``final_test_net`` (the network), ``n_test_final``."""
+    from ....core.loop import evaluate
+
+    m = evaluate(trainer, state, *final)
+    return {"final_test": float(m["accuracy_lin"]), "final_test_net": float(m["accuracy"]),
+            "n_test_final": int(final[0].shape[0])}
+
+
+
+
+__all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
+           "augmenter", "check_periods", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "init_params",
+           "load_data", "measured_sizes", "model_for", "n_test_judged", "prepare", "resolve", "schedule", "seed_list", "seed_tag",
+           "sgd"]
