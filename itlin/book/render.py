@@ -115,6 +115,26 @@ def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
     return text + ("\n\n" + V.bottom_line(list(verdicts)) if bottom_line else "")
 
 
+def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional[float] = None,
+                       device: str = "this machine") -> str:
+    """For each unresolved test: the seeds it has, the seeds that would resolve it if the gap and
+    the spread stayed as measured (:func:`itlin.book.verdicts.seeds_needed`), and, given
+    ``seconds_per_seed`` (one seed of every setting the claim needs, on ``device``), the hours
+    those seeds would cost. Empty string when every test resolves."""
+    rows = []
+    for v in verdicts:
+        if not v.tested or v.resolved:
+            continue
+        n = V.seeds_needed(v)
+        need = "no number of seeds (the gap sits on the threshold, or the test set is too small)" if n is None \
+            else f"{n:,}"
+        row = {"claim": v.claim, "seeds now": v.gap.n, "seeds that would resolve it": need}
+        if seconds_per_seed is not None:
+            row[f"hours on {device}"] = "—" if n is None else f"{n * seconds_per_seed / 3600:.2g}"
+        rows.append(row)
+    return table(rows) if rows else ""
+
+
 def correction_note(verdicts: Sequence[V.Verdict]) -> str:
     """The sentence a chapter says once: how many tests its Holm correction covers."""
     m = sum(v.tested for v in verdicts)
@@ -125,4 +145,4 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
 
 
 __all__ = ["claims", "correction_note", "judge", "measured", "resolvable", "settings",
-           "summary", "table"]
+           "summary", "table", "what_it_would_take"]

@@ -480,6 +480,42 @@ def holm(verdicts: Sequence[Verdict], alpha: float = 1 - LEVEL) -> Verdicts:
     return Verdicts(out)
 
 
+def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
+    """How many seeds would resolve an unresolved test at its level, if the gap and the spread
+    between seeds stayed as measured: the smallest ``n`` whose interval half-width (the seed
+    part shrinking as ``t_{n-1} / sqrt(n)``, the test-set part fixed) is below the distance
+    from the mean gap to the threshold the rule needs cleared. ``None`` when no number of
+    seeds would (the mean sits on the threshold, or the test set's noise alone is too wide:
+    then a larger test set is needed), or for a verdict that is not a test; the current ``n``
+    when it already resolves.
+
+    >>> v = judge("c", "", "", paired_gap([0.83, 0.80, 0.84, 0.79, 0.82], [0.80] * 5), "exceeds")
+    >>> v.verdict, seeds_needed(v)
+    ('cannot resolve', 9)
+    """
+    if v.gap is None or not math.isfinite(v.gap.mean):
+        return None
+    g, margin = v.gap, v.margin or 0.0
+    if v.rule == "exceeds":
+        distance = abs(g.mean - margin)
+    elif abs(g.mean) < margin:
+        distance = margin - abs(g.mean)
+    else:
+        distance = abs(g.mean) - margin
+    q = 0.5 + v.level / 2
+    test = g.test_half / _z(0.5 + LEVEL / 2) * _z(q)
+    if not distance > test:
+        return None
+    if g.n < 2 or not math.isfinite(g.seed_half):
+        return None  # no spread measured: one seed says nothing about how many would do
+    quantile = _t_quantile if g.dist == "t" else (lambda qq, dof: _z(qq))
+    sd = g.seed_half / quantile(0.5 + LEVEL / 2, g.n - 1) * math.sqrt(g.n)
+    for n in range(max(2, g.n), max_seeds + 1):
+        if math.hypot(quantile(q, n - 1) * sd / math.sqrt(n), test) < distance:
+            return n
+    return None
+
+
 def bottom_line(rows: Sequence) -> str:
     """One sentence: how many claims hold, do not hold, or cannot be resolved, naming the latter two."""
     get = (lambda r, k: getattr(r, k)) if rows and isinstance(rows[0], Verdict) else (lambda r, k: r[k])
@@ -521,4 +557,4 @@ def verdicts_markdown(rows: Sequence[dict], resolvable_unit: str = "points", sca
 
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
            "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "p_value", "paired_gap",
-           "proportion_gap", "seed_interval", "stated", "verdict", "verdicts_markdown", "wilson_interval"]
+           "proportion_gap", "seed_interval", "seeds_needed", "stated", "verdict", "verdicts_markdown", "wilson_interval"]
