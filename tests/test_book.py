@@ -3,8 +3,9 @@
 Chapters are executed one test each (so a failing chapter names itself) into a session folder;
 the build test then assembles those executed notebooks into a copy of the book with execution
 switched off and runs ``jupyter-book build -W -n --keep-going``: a warning or a chapter that did
-not execute fails it. Results go to a temporary ``ITLIN_RESULTS``, so nothing cached elsewhere
-is reused.
+not execute fails it. Results go to the session's temporary ``ITLIN_RESULTS`` (``conftest.py``),
+shared with the test modules that run the same experiments, so nothing cached elsewhere is
+reused and nothing is computed twice.
 """
 
 import json
@@ -55,14 +56,41 @@ def _opens_files(chapter) -> bool:
 
 
 @pytest.fixture(scope="session")
-def book_dirs(tmp_path_factory):
+def book_dirs(tmp_path_factory, session_results):
     executed = tmp_path_factory.mktemp("executed")
-    results = tmp_path_factory.mktemp("results")
     mp = pytest.MonkeyPatch()
-    mp.setenv("ITLIN_RESULTS", str(results))
     mp.setenv("ITLIN_QUIET", "1")
     yield executed
     mp.undo()
+
+
+def _experiments_of(chapter) -> list:
+    """The experiments a chapter runs with its parameters cell (``runner.params_from("name", ...)``)."""
+    text = (ROOT / (chapter + ".md")).read_text()
+    return sorted(set(re.findall(r"params_from\(\s*[\"']([\w.-]+)[\"']", text)))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_parameters_cell_defaults_equal_the_experiments(chapter):
+    """A parameters cell holds what a reader changes, at the experiment's own defaults: a value
+    that differs would silently run (and cache) other settings than the experiment declares."""
+    from itlin.book import experiments
+
+    src = ROOT / (chapter + ".md")
+    namespace: dict = {}
+    exec(parameters_cell(_read(src)).source, {}, namespace)
+    checked = 0
+    for name in _experiments_of(chapter):
+        exp = experiments.get(name)
+        defaults = exp.params.from_dict({}).as_dict()
+        for key, value in namespace.items():
+            if key in defaults:
+                given = exp.params.from_dict({key: value}).as_dict()[key]
+                assert given == defaults[key], (f"{chapter}: parameters cell sets {key} = {value!r}, but "
+                                                f"{name}'s default is {defaults[key]!r}")
+                checked += 1
+    if _experiments_of(chapter):
+        assert checked >= 1, f"{chapter}'s parameters cell sets none of its experiments' parameters"
 
 
 def test_every_chapter_is_a_paired_myst_notebook_with_one_parameters_cell():
