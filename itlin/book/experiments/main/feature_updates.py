@@ -1,0 +1,217 @@
+"""How many feature updates reach K=1? The main paper's central number, measured directly.
+
+The journal version of the main paper says that "we get enough feature learning in 8-12 feature
+updates to achieve comparable generalisation to hundreds of thousands of feature updates when
+K=1" (Section 4.1); the workshop version, that "after 2-3 feature updates, each run seems to have
+approximately caught up with the K = 1 baseline". Figures 2-4 test one large K each, with one
+to three updates. This study fixes the training budget (learning rate x steps, the same for
+every run) and sweeps K so that the number of feature updates ``u`` runs through ``updates``
+(about 1, 2, 4, 8, 16, 32): the period of a run with ``u`` updates over ``steps`` steps is
+``K = ceil(steps / (u + 1))``, with no relinearisation after the last step (so it makes
+``ceil(steps / K) - 1`` updates, which is ``u`` or, where no period gives exactly ``u``, the
+nearest count below; the rows record the actual count).
+
+Each run is judged against K=1 of the same seed (the same initialisation and batches) on the
+final test accuracy of the model being trained: the gap with its interval as a function of
+``u``, "close" (within ``close_margin``) per ``u``, and whether the gap shrinks from the fewest
+to the most updates. The mini-batch sweep (learning rate / ``rescale``, K and steps x
+``rescale``, as in Fig. 2) is made for ``mini_updates``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import Derived, Experiment, param, register
+from ... import verdicts as V
+from ...labels import K_label
+from . import _rows as R
+from . import _setup as S
+
+NAME = "feature_updates"
+
+SCALES = {
+    "tiny": {"n_train": 256, "n_test": 200, "n_eval_train": 256, "channels": 4, "steps": 40, "eval_every": 10,
+             "updates": [1, 4], "mini_updates": [1], "learning_rate": 1e-2, "momentum": 0.9, "seeds": 2},
+    # the budget of Fig. 2's default full-batch sweep (K=1 fits its training set in it)
+    "default": {"n_train": 1000, "n_test": 1000, "n_eval_train": 1000, "channels": 16, "steps": 400,
+                "eval_every": 50, "updates": [1, 2, 4, 8, 16, 32], "mini_updates": [], "learning_rate": 1e-2,
+                "momentum": 0.9, "seeds": 5, "n_test_final": 15_000},
+    "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50, "steps": 100_000,
+              "eval_every": 1_000, "updates": [1, 2, 3, 4, 8, 12, 16, 32], "mini_updates": [1, 2, 4, 8, 16, 32],
+              "learning_rate": 1e-3, "momentum": 0.0, "seeds": 5},
+}
+
+
+def period(updates: int, steps: int) -> int:
+    """The period giving ``updates`` feature updates over ``steps`` steps with no relinearisation
+    after the last step: ``ceil(steps / (updates + 1))``.
+
+    >>> period(1, 400), period(8, 400), updates_of(period(8, 400), 400)
+    (200, 45, 8)
+    """
+    return max(1, math.ceil(int(steps) / (int(updates) + 1)))
+
+
+def updates_of(K, steps: int) -> int:
+    """Feature updates of a run of period ``K`` over ``steps`` steps (none after the last step)."""
+    K = float(K)
+    return 0 if math.isinf(K) else int(steps) if K == 1 else math.ceil(int(steps) / int(K)) - 1
+
+
+@dataclass(frozen=True)
+class UpdatesParams(S.SparseParams):
+    SCALES = SCALES
+    PAPER = {"dataset": "cifar10"}
+    DERIVED = S.SparseParams.DERIVED + (
+        Derived("periods K (full batch)", lambda r: [period(u, r["steps"]) for u in r["updates"]],
+                "K = ceil(steps / (u + 1))", after="updates"),
+        Derived("learning rate x steps", lambda r: r["learning_rate"] * r["steps"],
+                "the same for every run", after="learning_rate"),
+    )
+
+    updates: Optional[tuple[int, ...]] = param(
+        None, "feature updates of the large-K runs (full batch); None: from scale", min=1,
+        label="feature updates u", source="Section 4.1: 8-12 (journal), 2-3 (workshop)")
+    mini_updates: Optional[tuple[int, ...]] = param(
+        None, "the updates (among `updates`) also run mini-batch (lr / rescale, K and steps x rescale); "
+              "None: from scale (none at the default scale)", min=1, label="mini-batch: feature updates u",
+        source="Fig. 2 caption's rescaling")
+    steps: Optional[int] = param(None, "full-batch steps of every run; None: from scale", min=2,
+                                 label="steps (full batch)", source="our choice: the budget K=1 fits in")
+    learning_rate: Optional[float] = param(None, "full-batch learning rate; None: from scale", gt=0,
+                                           label="learning rate (full batch)", source="Fig. 2 caption")
+    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD; None: from scale", min=0,
+                                      max=0.999, label="momentum", source="our choice, as in Fig. 2")
+    rescale: int = param(10, "mini-batch: learning rate / rescale, K and steps x rescale", min=1)
+    batch_size: int = param(256, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+
+    def check(self):
+        r = self.resolved()
+        for name in ("updates", "mini_updates"):
+            if len(set(r[name])) != len(r[name]):
+                raise ValueError(f"{name} has repeated values: {list(r[name])}")
+        if r["eval_every"] > r["steps"]:
+            raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
+        missing = [u for u in r["mini_updates"] if u not in r["updates"]]
+        if missing:
+            raise ValueError(f"mini_updates must be among updates; {missing} are not in updates={r['updates']}")
+        too_many = [u for u in r["updates"] if u >= r["steps"]]
+        if too_many:
+            raise ValueError(f"updates {too_many} need more than steps={r['steps']} steps (K=1 makes steps updates)")
+
+
+def run(p, ctx):
+    from ....core.train import iterative_linearisation
+
+    r = S.resolve(p, SCALES)
+    setup = S.prepare(r, batch_size=r["batch_size"] if r["mini_updates"] else None)
+    runs = {}
+    plan = [("full", 1, r["learning_rate"], r["steps"], r["eval_every"], None)]
+    plan += [("full", period(u, r["steps"]), r["learning_rate"], r["steps"], r["eval_every"], None)
+             for u in r["updates"]]
+    f = int(r["rescale"])
+    if r["mini_updates"]:
+        plan.append(("mini", 1, r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f, r["batch_size"]))
+        plan += [("mini", period(u, r["steps"] * f), r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f,
+                  r["batch_size"]) for u in r["mini_updates"]]
+    done = set()
+    for sweep, K, lr, steps, every, bs in plan:
+        if (sweep, K) in done:  # two update counts that share a period
+            continue
+        done.add((sweep, K))
+        trainer = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K, steps))
+        info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": bs}
+        S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, r, steps, info, batch_size=bs, eval_every=every,
+                    runs=runs)
+    return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
+
+
+# ------------------------------------------------------------------------------ rows and claims
+def rows(rec) -> list:
+    """One row per training run: :func:`~._rows.rows_of`."""
+    return R.rows_of(rec)
+
+
+def curve(rows_, sweep: str = "full") -> list:
+    """``[(updates, K, [rows of that K]), ...]`` of a sweep's large-K runs, fewest updates first."""
+    Ks = sorted({r["K"] for r in rows_ if r["sweep"] == sweep and 1 < r["K"] < math.inf}, reverse=True)
+    out = []
+    for K in Ks:
+        g = R.select(rows_, sweep=sweep, K=K)
+        out.append((int(g[0]["updates"]), K, g))
+    return sorted(out, key=lambda t: t[0])
+
+
+#: what each paper says about a number of updates (the rows that test it carry it)
+PAPER_SAYS = {2: "workshop: caught up with K=1 after 2-3 feature updates",
+              3: "workshop: caught up with K=1 after 2-3 feature updates",
+              8: "journal: 8-12 feature updates give comparable generalisation",
+              12: "journal: 8-12 feature updates give comparable generalisation"}
+
+
+def judge_rows(rows_, *, n_test: int, margin: float) -> list:
+    """The claims on the rows, per sweep (``full``/``mini`` in the ids):
+
+    * ``<sweep>.u<u>``: the run with ``u`` feature updates ends within ``margin`` of K=1 (an
+      equivalence test; the rows at 2-3 and 8-12 updates test the two versions of the paper);
+    * ``<sweep>.closes``: the gap to K=1 is smaller at the most updates than at the fewest
+      (paired by seed: the accuracy at the most updates exceeds that at the fewest);
+    * ``<sweep>.first_close`` (stated, not a test): the fewest updates at which "close" holds
+      after the chapter's correction is read from the ``u`` rows by :func:`first_close`.
+    """
+    out = []
+    for sweep, name in (("full", "full batch"), ("mini", "mini-batch")):
+        base = R.select(rows_, sweep=sweep, K=1)
+        pts = curve(rows_, sweep)
+        if not base or not pts:
+            continue
+        for u, K, g in pts:
+            out.append(R.gap_verdict(
+                f"{sweep}.u{u}",
+                f"{name}: with {u} feature update{'s' if u != 1 else ''} ({K_label(K)}) the model ends close to K=1",
+                PAPER_SAYS.get(u, "a few feature updates match K=1"), g, base, n_test=n_test, rule="close",
+                margin=margin, label_a=f"u={u}", label_b="K=1", headline=u in (2, 8)))
+        if len(pts) >= 2:
+            (u0, K0, lo), (u1, K1, hi) = pts[0], pts[-1]
+            out.append(R.gap_verdict(
+                f"{sweep}.closes", f"{name}: {u1} updates end above {u0}",
+                "more feature updates close the gap to K=1", hi, lo, n_test=n_test, rule="exceeds", margin=0.0,
+                label_a=f"u={u1}", label_b=f"u={u0}"))
+    return out
+
+
+def first_close(verdicts, sweep: str = "full"):
+    """The fewest updates whose ``<sweep>.u<u>`` verdict holds, or ``None`` (never within the budget)."""
+    held = [int(v.id.split(".u")[1]) for v in verdicts if v.id.startswith(f"{sweep}.u") and v.verdict == V.HOLDS]
+    return min(held) if held else None
+
+
+def claims(rec) -> list:
+    r = rec.meta["resolved"]
+    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)))
+
+
+def summary(rec) -> list:
+    """Per sweep and period: feature updates and the final accuracies over seeds."""
+    rows_ = rows(rec)
+    out = []
+    for sweep in ("full", "mini"):
+        for K in sorted({r["K"] for r in rows_ if r["sweep"] == sweep}):
+            g = R.select(rows_, sweep=sweep, K=K)
+            out.append({"sweep": sweep, "run": K_label(K), "feature updates": g[0]["updates"],
+                        "test acc. (trained model)": R.mean_cell(g, "test"),
+                        "train acc. (trained model)": R.mean_cell(g, "train"),
+                        "seeds": f"{sum(x['status'] == 'completed' for x in g)} of {len(g)} completed"})
+    return out
+
+
+EXPERIMENT = register(Experiment(
+    NAME, UpdatesParams, run, version="1", summary=summary, claims=claims,
+    doc="The main paper's central number: at a fixed budget, the gap to K=1 as a function of the number of "
+        "feature updates (about 1 to 32), full batch and mini-batch."))
+
+__all__ = ["EXPERIMENT", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims", "curve", "first_close",
+           "judge_rows", "period", "rows", "summary", "updates_of"]

@@ -1,0 +1,74 @@
+"""The feature-updates sweep (book/feature_updates.md): periods that give the asked-for number of
+updates, and its claims on constructed rows (hold, fail, cannot resolve)."""
+
+import math
+
+import pytest
+
+from itlin.book import runner
+from itlin.book import verdicts as V
+from itlin.book.experiments import ParameterError
+from itlin.book.experiments.main import feature_updates as FU
+
+
+@pytest.mark.parametrize("steps", [40, 400, 1200, 3001])
+def test_periods_give_the_asked_for_updates_or_the_nearest_below(steps):
+    for u in (1, 2, 3, 4, 8, 12, 16, 32):
+        if u >= steps:
+            continue
+        K = FU.period(u, steps)
+        got = FU.updates_of(K, steps)
+        assert got <= u and K * (got + 1) >= steps  # the last phase runs to the end of the budget
+        if steps > u * (u + 1):                       # then a period gives exactly u
+            assert got == u
+    assert FU.updates_of(1, 400) == 400 and FU.updates_of(math.inf, 400) == 0
+
+
+def _rows(gaps: dict, *, sweep="full", steps=400, base=(0.80, 0.81, 0.79, 0.80, 0.805)):
+    rows = [{"sweep": sweep, "K": 1.0, "seed": s, "test": b, "updates": steps, "status": "completed"}
+            for s, b in enumerate(base)]
+    for u, gap in gaps.items():
+        K = float(FU.period(u, steps))
+        rows += [{"sweep": sweep, "K": K, "seed": s, "test": b + g, "updates": FU.updates_of(K, steps),
+                  "status": "completed"} for s, (b, g) in enumerate(zip(base, gap))]
+    return rows
+
+
+def test_claims_hold_fail_and_stay_unresolved_on_constructed_rows():
+    rows = _rows({1: [-0.10] * 5, 2: [0.04, -0.04, 0.03, -0.03, 0.0], 8: [0.001, -0.001, 0.0, 0.002, -0.002]})
+    vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))
+    assert vs.ids == ("full.u1", "full.u2", "full.u8", "full.closes")
+    assert [vs[i].verdict for i in vs.ids] == [V.FAILS, V.UNRESOLVED, V.HOLDS, V.HOLDS]
+    assert vs["full.u8"].headline and vs["full.u2"].headline and not vs["full.u1"].headline
+    assert "8-12" in vs["full.u8"].paper and "2-3" in vs["full.u2"].paper
+    assert FU.first_close(vs) == 8
+    assert FU.first_close(V.Verdicts([vs["full.u1"]])) is None
+
+
+def test_a_gap_that_does_not_shrink_fails_the_trend_claim():
+    rows = _rows({1: [-0.001] * 5, 16: [-0.05, -0.051, -0.049, -0.05, -0.05]})
+    vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))
+    assert vs["full.closes"].verdict == V.FAILS and vs["full.u16"].verdict == V.FAILS
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"updates": [1, 1]}, "repeated"),
+    ({"mini_updates": [3]}, "mini_updates must be among updates"),
+    ({"updates": [1, 400]}, "need more than steps=400"),
+    ({"steps": 10, "eval_every": 20}, "eval_every=20 is more than steps=10"),
+])
+def test_bad_parameters_fail_before_any_compute(params, message, tmp_path):
+    with pytest.raises(ParameterError, match=message):
+        runner.run("feature_updates", params, results_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_tiny_run_has_the_periods_and_the_claims():
+    rec = runner.run("feature_updates", {"scale": "tiny"}, progress=False, verbose=False)
+    assert rec.completed
+    runs = {(r["sweep"], int(r["K"]) if math.isfinite(r["K"]) else r["K"]) for r in FU.rows(rec)}
+    assert runs == {("full", 1), ("full", 20), ("full", 8), ("mini", 1), ("mini", 200)}
+    ids = V.Verdicts(FU.claims(rec)).ids
+    assert ids == ("full.u1", "full.u4", "full.closes", "mini.u1")
+    assert {r["updates"] for r in FU.rows(rec) if r["K"] == 8} == {4}
