@@ -386,7 +386,7 @@ def test_scale_defaults_are_part_of_the_version():
     v = scales_digest(table)
     assert v == scales_digest({"default": {"Ks": [1, 40, math.inf], "steps": 600}})
     assert v != scales_digest({"default": {"steps": 601, "Ks": [1, 40, math.inf]}})
-    assert fig2.EXPERIMENT.version == "2." + scales_digest(fig2.SCALES)
+    assert fig2.EXPERIMENT.version == "3." + scales_digest(fig2.SCALES)
 
 
 # ------------------------------------------------------------------------------ issue 15: resolvable claims

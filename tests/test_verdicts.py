@@ -72,3 +72,36 @@ def test_verdicts_markdown_formats_the_resolvable_gap_in_any_unit():
     assert "1.2 points" in V.verdicts_markdown(rows)
     table = V.verdicts_markdown(rows, resolvable_unit="RMSE", scale=1.0, digits=3)
     assert "0.012 RMSE" in table and "| — |" in table
+
+
+def test_paired_test_noise_of_two_runs_on_one_test_set():
+    rng = np.random.default_rng(0)
+    a = rng.random((5, 2000)) < 0.8
+    flip = rng.random((5, 2000)) < 0.05          # b disagrees with a on about 5% of the examples
+    b = a ^ flip
+    se = V.paired_accuracy_se(a, b)
+    e = (a.astype(float) - b.astype(float)).mean(axis=0)
+    assert se == pytest.approx(np.std(e, ddof=1) / math.sqrt(2000))
+    # far below the unpaired bound, which ignores that the runs agree on most examples
+    assert 1.96 * se < 0.4 * V.accuracy_noise(0.8, 2000)
+    assert V.paired_accuracy_se(a, a) == 0.0
+    g = V.paired_gap(a.mean(1), a.mean(1) - 0.001, test_se=0.0)
+    assert g.test_half == 0.0 and g.half == g.seed_half
+    with pytest.raises(ValueError, match="one shape"):
+        V.paired_accuracy_se(a, b[:, :10])
+
+
+def test_rows_with_per_example_results_get_the_paired_noise():
+    from itlin.book.experiments.main import _rows as R
+
+    rng = np.random.default_rng(1)
+    a = rng.random((5, 3000)) < 0.7
+    b = a ^ (rng.random((5, 3000)) < 0.02)
+    rows_a = [{"seed": s, "test": a[s].mean(), "status": "completed", "correct": a[s]} for s in range(5)]
+    rows_b = [{"seed": s, "test": b[s].mean(), "status": "completed", "correct": b[s]} for s in range(5)]
+    v = R.gap_verdict("x", "", "", rows_a, rows_b, n_test=3000, rule="close", margin=0.02, label_a="a", label_b="b")
+    assert v.gap.test_half == pytest.approx(1.959964 * V.paired_accuracy_se(a, b), rel=1e-6)
+    no_bits = [{k: r[k] for k in r if k != "correct"} for r in rows_a]
+    w = R.gap_verdict("x", "", "", no_bits, rows_b, n_test=3000, rule="close", margin=0.02, label_a="a", label_b="b")
+    assert w.gap.test_half == pytest.approx(V.accuracy_noise((a.mean() + b.mean()) / 2, 3000), rel=1e-6)
+    assert v.gap.test_half < 0.5 * w.gap.test_half

@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ... import verdicts as V
+from ._setup import correct_of
 
 def as_K(value) -> float:
     """A period as stored in a record's meta (``"inf"`` for infinity) back to a number, read by
@@ -77,6 +78,8 @@ def rows_of(rec) -> list:
         row["K"] = as_K(info["K"])
         if "final_test" in info:  # measured on the large test set (see prepare)
             row["test"], row["test_net"] = float(info["final_test"]), float(info["final_test_net"])
+            row.pop("final_correct", None)
+            row["correct"] = correct_of(info)
         row.setdefault("seed", int(rec.params.get("seed", 0)))
         row.setdefault("setting", name)
         out.append(row)
@@ -99,7 +102,9 @@ def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows
                 headline: bool = False) -> V.Verdict:
     """The verdict on the gap ``a - b`` of ``metric`` (an accuracy), paired by seed over the
     seeds where both settings completed: ``rule="close"`` (within ``margin``) or ``"exceeds"``
-    (``a`` above ``b`` by more than ``margin``). A seed whose run diverged on either side is
+    (``a`` above ``b`` by more than ``margin``). The test set's noise is the paired one when
+    both sides stored which examples they classify right (``row["correct"]``), else the
+    unpaired bound from ``n_test``. A seed whose run diverged on either side is
     left out and counted (``dropped``); an equivalence ("close") with any seed left out is at
     most *cannot resolve* (:func:`itlin.book.verdicts.judge`)."""
     done = lambda rows: {int(r["seed"]): r for r in rows if r["status"] == "completed" and math.isfinite(r[metric])}
@@ -107,7 +112,11 @@ def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows
     seeds = sorted(set(a) & set(b))
     dropped = len({int(r["seed"]) for r in (*rows_a, *rows_b)}) - len(seeds)
     va, vb = [a[s][metric] for s in seeds], [b[s][metric] for s in seeds]
-    gap = V.paired_gap(va, vb, n_test=n_test) if seeds else V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
+    test_se = None
+    if metric == "test" and seeds and all(x[s].get("correct") is not None for x in (a, b) for s in seeds):
+        test_se = V.paired_accuracy_se([a[s]["correct"] for s in seeds], [b[s]["correct"] for s in seeds])
+    gap = V.paired_gap(va, vb, n_test=n_test, test_se=test_se) if seeds else \
+        V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
     measured = f"{label_a} {V.fmt_mean(va)}, {label_b} {V.fmt_mean(vb)}" if seeds else "no completed pair"
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, headline=headline, dropped=dropped)
 

@@ -10,9 +10,12 @@ are in :mod:`~itlin.book.experiments.main._rows`, their figures in :mod:`itlin.b
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal, Mapping, NamedTuple, Optional
+
+import numpy as np
 
 from .. import Derived, Params, param
 
@@ -267,17 +270,62 @@ def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, in
 
 def final_metrics(trainer, state, final) -> dict:
     """The final test accuracies of a run on the large test set ``final = (x, y)``:
-    ``final_test`` (the model being trained), ``final_test_net`` (the network), ``n_test_final``."""
+    ``final_test`` (the model being trained), ``final_test_net`` (the network), ``n_test_final``,
+    and ``final_correct`` (which examples the model being trained classifies right, packed bits
+    in base64: :func:`correct_of` reads it back) so that gaps between runs get the paired noise
+    of the test set (:func:`itlin.book.verdicts.paired_accuracy_se`)."""
+    import base64
+
     from ....core.loop import evaluate
 
     m = evaluate(trainer, state, *final)
+    correct = correct_examples(trainer, state, *final)
     return {"final_test": float(m["accuracy_lin"]), "final_test_net": float(m["accuracy"]),
-            "n_test_final": int(final[0].shape[0])}
+            "n_test_final": int(final[0].shape[0]),
+            "final_correct": base64.b64encode(np.packbits(correct).tobytes()).decode("ascii")}
 
 
+def correct_examples(trainer, state, x, y, batch_size: int = 500) -> np.ndarray:
+    """Whether the model being trained (the linearised model; for K=1 the network) classifies
+    each example right: booleans, one per example."""
+    import jax.numpy as jnp
+
+    out = []
+    for i in range(0, int(x.shape[0]), batch_size):
+        out.append(np.asarray(_correct_jit()(trainer, state.params, state.anchor, state.model_state,
+                                       jnp.asarray(x[i:i + batch_size]), jnp.asarray(y[i:i + batch_size]))))
+    return np.concatenate(out) if out else np.zeros(0, bool)
+
+
+def correct_of(info: Mapping) -> Optional[np.ndarray]:
+    """The per-example results :func:`final_metrics` stored in a run's record (``None`` if none)."""
+    import base64
+
+    bits = info.get("final_correct")
+    if not bits:
+        return None
+    n = int(info["n_test_final"])
+    return np.unpackbits(np.frombuffer(base64.b64decode(bits), np.uint8))[:n].astype(bool)
+
+
+def _correct_fn(trainer, params, anchor, model_state, x, y):
+    import jax.numpy as jnp
+
+    from ....core.linearise import linearised_apply
+
+    f = trainer.model.bind(model_state)
+    out = f(params, x) if trainer.gd_path else linearised_apply(f, anchor, params, x)
+    return jnp.argmax(out, -1) == y
+
+
+@functools.lru_cache(maxsize=None)
+def _correct_jit():
+    import jax
+
+    return jax.jit(_correct_fn, static_argnums=0)
 
 
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
-           "augmenter", "check_periods", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "init_params",
+           "augmenter", "check_periods", "correct_examples", "correct_of", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "init_params",
            "load_data", "measured_sizes", "model_for", "n_test_judged", "prepare", "resolve", "schedule", "seed_list", "seed_tag",
            "sgd"]

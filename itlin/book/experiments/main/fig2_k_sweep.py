@@ -248,7 +248,7 @@ def late_gain(histories, metric: str = "test/accuracy_lin") -> float:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig2Params, run, version="2", summary=summary, claims=claims,
+    NAME, Fig2Params, run, version="3", summary=summary, claims=claims,
     doc="Main paper Fig. 2: full-batch and mini-batch sweeps over K (K=1, large K, K=inf) with the LeNet, "
         "mini-batch at learning rate /10 and K x10."))
 
