@@ -1,4 +1,4 @@
-"""Equations labelled and linked (issue 25, item 4).
+"""Equations labelled and linked, and the API page complete (issue 25, items 4 and 5).
 
 * Every display equation of the derivation chapters carries a MyST label, so that it is numbered
   and can be linked; none keeps a hand-written ``\\tag{}`` (Sphinx numbers them).
@@ -6,16 +6,24 @@
   book's equations is an ``{eq}`` link. "Eq. N" stays text only where it is a paper's number, and
   then the sentence names the paper ("the paper's Eq. 5", "their Eq. 9", "Appendix B (Eq. 9-19)").
 * Every ``{eq}`` link has a target, and no label is used twice.
+* The API page (book/api.md) documents every name of ``itlin.__all__`` and of the research
+  modules' ``__all__``, through the ``{api}`` directive of book/book_api.py.
 """
 
+import importlib
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+import yaml
+
+import itlin
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 DERIVATIONS = ("iterative_linearisation.md", "gradient_flow.md", "gauss_newton.md")
+RESEARCH = ("itlin.data", "itlin.models", "itlin.metrics", "itlin.augment")
 
 
 def _blank(m):
@@ -161,3 +169,73 @@ def test_the_derivations_link_the_equations_they_discuss():
         own = set(labels_of(text))
         linked = own & set(EQ_ROLE.findall(text))
         assert len(linked) >= len(own) // 3, f"{chapter}: links only {sorted(linked)} of {sorted(own)}"
+
+
+# ---------------------------------------------------------------------------------- API page
+
+def book_api():
+    spec = importlib.util.spec_from_file_location("book_api", BOOK / "book_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+API_DIRECTIVE = re.compile(r"^```\{api\}\s+(?P<ns>[\w.]+)\n(?P<opts>(?::[^\n]*\n)*)```", re.M)
+
+
+def api_sections(text: str):
+    """(namespace, from_modules, first) of every ``{api}`` directive of a page."""
+    for m in API_DIRECTIVE.finditer(text):
+        opts = dict(re.findall(r"^:([\w-]+):[ \t]*([^\n]*)$", m.group("opts"), re.M))
+        yield m.group("ns"), tuple(opts.get("from", "").split()), tuple(opts.get("first", "").split())
+
+
+def documented_names(text: str, api) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for namespace, from_modules, first in api_sections(text):
+        names = api.select(namespace, from_modules, first)
+        assert names, f"{{api}} {namespace} :from: {from_modules} selects nothing"
+        out.setdefault(namespace, set()).update(names)
+    return out
+
+
+def test_api_page_documents_every_name_of_every_all():
+    api = book_api()
+    text = (BOOK / "api.md").read_text(encoding="utf-8")
+    shown = documented_names(text, api)
+    missing = sorted(set(itlin.__all__) - shown.get("itlin", set()))
+    assert not missing, (f"names of itlin.__all__ on no section of book/api.md: {missing}; add a section "
+                         f"'{{api}} itlin' with ':from:' their module")
+    core = {id(getattr(itlin, n)) for n in itlin.__all__}
+    for name in RESEARCH:
+        module = importlib.import_module(name)
+        expected = {n for n in module.__all__ if id(getattr(module, n)) not in core}
+        assert expected and expected <= shown.get(name, set()), f"{name}: {sorted(expected - shown.get(name, set()))}"
+    toc = (ROOT / "_toc.yml").read_text()
+    assert "file: book/api" in toc
+
+
+def test_api_page_check_catches_a_name_from_a_module_without_a_section(monkeypatch):
+    """A new public name defined in a module the page has no section for is reported, not
+    silently left out; one defined in a module the page covers appears by itself."""
+    api = book_api()
+    text = (BOOK / "api.md").read_text(encoding="utf-8")
+
+    def new_function():
+        """A new public function."""
+
+    names = [*itlin.__all__, "new_function"]
+    monkeypatch.setattr(itlin, "new_function", new_function, raising=False)
+    monkeypatch.setattr(itlin, "__all__", names)
+    for module, covered in (("itlin.core.eigen", False), ("itlin.core.linearise", True)):
+        new_function.__module__ = module
+        assert ("new_function" in documented_names(text, api)["itlin"]) is covered, module
+
+
+def test_api_summary_ends_the_first_sentence_outside_literals():
+    api = book_api()
+    assert api.summary("Indices for steps ``start .. start+n-1`` (sorted). More.") == \
+        "Indices for steps ``start .. start+n-1`` (sorted)."
+    assert api.summary("Like e.g. the NTK of Arbel et al. Eq. 2 (their App. C) here.\n\nDetails.") == \
+        "Like e.g. the NTK of Arbel et al. Eq. 2 (their App. C) here."
+    assert api.summary("No full stop at all") == "No full stop at all"
