@@ -395,6 +395,7 @@ def _classification_dataset(name, x_train_raw, y_train, x_test_raw, y_test, *, m
 # quintic (main paper Appendix C, workshop Appendix D)
 # --------------------------------------------------------------------------------------------
 
+#: The input interval of :func:`quintic` (the paper does not state one).
 QUINTIC_INTERVAL = (-3.5, 3.5)
 
 
@@ -690,8 +691,9 @@ def write_idx(path, array, compress: Optional[bool] = None):
 # Fashion-MNIST
 # --------------------------------------------------------------------------------------------
 
-# Official location and md5 of the gzipped files, as published by Zalando Research.
+#: Official location of the gzipped Fashion-MNIST files, as published by Zalando Research.
 FASHION_MNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+#: Fashion-MNIST's file name and md5 per part (``part -> (file, md5)``), as published by Zalando Research.
 FASHION_MNIST_FILES = {
     "train_images": ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
     "train_labels": ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
@@ -792,8 +794,9 @@ def fashion_mnist(*, n_train: Optional[int] = None, n_test: Optional[int] = None
 # CIFAR-10 and CIFAR-2
 # --------------------------------------------------------------------------------------------
 
-# Official tarball and md5, as published by its authors (Krizhevsky, 2009).
+#: Official CIFAR-10 tarball, as published by its authors (Krizhevsky, 2009).
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+#: md5 of :data:`CIFAR10_URL`'s tarball, as published by its authors.
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_TARBALL = "cifar-10-python.tar.gz"
 CIFAR10_DIR = "cifar-10-batches-py"
@@ -965,7 +968,7 @@ def two_class(ds: Dataset, classes=(0, 1), *, target: str = "label", name: Optio
     and +1 (``b``), task ``"regression"`` — the single-output +-1 form used by Ortiz-Jimenez et
     al. (binary CIFAR-2; energy concentration of the labels, their Appendix E.2). The 0/1 labels
     are kept in ``meta['labels_train'/'labels_test']`` so subsets stay balanced;
-    :func:`itlin.metrics.accuracy` scores a single output by its sign. Inputs keep the parent's
+    :func:`itlin.accuracy` scores a single output by its sign. Inputs keep the parent's
     normalisation.
     """
     if ds.task != "classification":
@@ -1139,6 +1142,7 @@ def teacher_images(*, n_train: Optional[int] = None, n_test: Optional[int] = Non
 # registry
 # --------------------------------------------------------------------------------------------
 
+#: The datasets :func:`load` knows, ``name -> function`` returning a :class:`Dataset`.
 DATASETS = {
     "quintic": quintic,
     "teacher_student": teacher_student,

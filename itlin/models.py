@@ -35,7 +35,9 @@ from .core.model import Model  # noqa: E402  (re-exported: the trainer's model t
 class FlaxModel(Model):
     """A :class:`Model` built from a Flax module, which can also return hidden activations.
 
-    Attributes (beyond :class:`Model`'s):
+    It has the attributes of a :class:`Model`, and:
+
+    Attributes:
       module: the linen module (inference-mode ``apply`` of the model is
         ``module.apply(variables, x, train=False)``).
       layers: names of the activations :meth:`features` can return, input to output.
@@ -315,7 +317,7 @@ def mlp_ntk(params, x1, x2=None, *, activation: str = "relu", beta: float = 1.0,
     ``(W_l, b_l)`` is ``(a_{l-1,n}, 1) (x) D_{l,n,c}`` with ``D_l`` the derivative in the
     pre-activations, so ``K = sum_l (A_{l-1} A_{l-1}^T + 1) * (D_l D_l^T)``: ``O(N^2 width)`` per
     layer instead of ``O(N^2 width^2)`` for Jacobians. Same layout as
-    :func:`itlin.kernels.empirical_ntk` (``(N1*C, N2*C)`` example-major, or ``(N1, N2)`` with
+    :func:`itlin.ntk` (``(N1*C, N2*C)`` example-major, or ``(N1, N2)`` with
     ``trace``); equal to it to rounding (tested in float64).
     """
     if x2 is not None and x2.shape[1:] != x1.shape[1:]:
@@ -416,7 +418,7 @@ def mean_field_ntk(params, x1, x2=None, *, activation: str = "relu", beta: float
     (``*`` elementwise), which costs ``O(N_1 N_2 M)`` with plain matrix products. For ``C``
     outputs the readout term is the same for each output and zero across outputs, and the
     hidden term couples outputs ``c, c'`` through ``diag(v_c v_c')``; the result is
-    ``(N_1*C, N_2*C)`` example-major, as :func:`itlin.kernels.empirical_ntk` returns
+    ``(N_1*C, N_2*C)`` example-major, as :func:`itlin.ntk` returns
     (``O(N_1 N_2 M C^2)``), or ``(N_1, N_2)`` with ``trace=True`` (sum over outputs) or
     ``C == 1`` (``O(N_1 N_2 M)``). Jitted; at Arbel et al.'s scale (N=500, d=10, M=5000) it takes
     ~0.1 s on two CPU cores against ~15 s for the autodiff Jacobian route.
@@ -530,6 +532,7 @@ def resnet18(num_outputs: int = 10, width: int = 64, batch_norm: bool = True, bn
 
 
 # -------------------------------------------------------------------------------- registry
+#: The models :func:`get_model` builds by name, ``name -> constructor`` returning a :class:`Model`.
 MODELS = {
     "lenet": lenet,
     "lenet1d": lenet1d,

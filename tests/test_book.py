@@ -21,6 +21,7 @@ import nbformat
 import pytest
 import yaml
 
+import itlin
 from itlin.book.plotting import MIN_TEXT_PX
 from itlin.book.run import chapter_parameters, execute_chapter, main as run_main, parameters_cell, _read
 
@@ -45,7 +46,10 @@ def toc_files():
     return files
 
 
-CHAPTERS = toc_files()
+PAGES = toc_files()
+# pages without code: plain MyST, built but never executed (the API reference, from docstrings)
+PLAIN_PAGES = ["book/api"]
+CHAPTERS = [p for p in PAGES if p not in PLAIN_PAGES]
 
 
 def _opens_files(chapter) -> bool:
@@ -100,7 +104,10 @@ def test_every_chapter_is_a_paired_myst_notebook_with_one_parameters_cell():
         text = src.read_text()
         assert text.startswith("---\njupytext:"), f"{f}.md lacks the jupytext header"
         parameters_cell(_read(src))  # exactly one, else ValueError
-    listed = {ROOT / (f + ".md") for f in CHAPTERS}
+    for f in PLAIN_PAGES:
+        text = (ROOT / (f + ".md")).read_text()
+        assert f in PAGES and "code-cell" not in text and not text.startswith("---"), f
+    listed = {ROOT / (f + ".md") for f in PAGES}
     stray = [p.name for p in (ROOT / "book").glob("*.md") if p not in listed]
     assert not stray, f"chapters missing from _toc.yml: {stray}"
 
@@ -142,6 +149,8 @@ def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tm
     for extra in (ROOT / "book").iterdir():  # images or data files the chapters refer to
         if extra.suffix not in (".md", ".ipynb") and extra.is_file():
             shutil.copy(extra, site / "book" / extra.name)
+    for page in PLAIN_PAGES:
+        shutil.copy(ROOT / (page + ".md"), site / (page + ".md"))
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(site), "-W", "-n", "--keep-going"]
     t = time.perf_counter()
@@ -149,8 +158,10 @@ def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tm
     TIMES["build"] = time.perf_counter() - t
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     html = site / "_build" / "html"
-    for chapter in CHAPTERS:
-        assert (html / (chapter + ".html")).exists(), chapter
+    for page in PAGES:
+        assert (html / (page + ".html")).exists(), page
+    api = (html / "book" / "api.html").read_text(encoding="utf-8")  # an entry for every public name
+    assert all(f'id="itlin.{name}"' in api for name in itlin.__all__)
     # clean outputs: no local paths, no ipywidgets state, no scripts from the network
     local = [str(ROOT), os.environ["ITLIN_RESULTS"], str(book_dirs), str(Path.home())]
     for page in html.rglob("*.html"):

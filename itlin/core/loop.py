@@ -446,7 +446,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         points per run).
       blowup: also count as divergence a training loss above ``blowup`` times the run's first
         loss (``None``: only non-finite losses).
-      loop, chunk_size: see :func:`device_loop` and :data:`CHUNK`.
+      loop, chunk_size: see :func:`device_loop` and ``itlin.core.loop.CHUNK``.
 
     Returns:
       :class:`FitResult`. A divergence at step ``s`` (the first step whose loss was not finite,

@@ -43,7 +43,7 @@ def parse_period(value, name: str = "K"):
     """A relinearisation period: an integer >= 1, or ``math.inf`` for "never".
 
     The one parser of periods, used by the trainer and by the book's parameters: integers (or
-    whole floats such as ``1e5``), ``math.inf``, or the strings in :data:`INF_WORDS`.
+    whole floats such as ``1e5``), ``math.inf``, or the strings in ``itlin.core.schedules.INF_WORDS``.
 
     >>> parse_period(10), parse_period(1e3), parse_period("inf"), parse_period(float("inf"))
     (10, 1000, inf, inf)
