@@ -154,7 +154,11 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
       schedule: when to relinearise: a period ``K`` (integer >= 1 or ``"inf"``), a rule
         ``step -> bool`` (:class:`itlin.Every`, :class:`itlin.AtSteps`, any function) or an
         adaptive :class:`itlin.Schedule` (:func:`itlin.loss_drift`, :func:`itlin.kernel_drift`).
-      loss: ``"cross_entropy"`` (softmax inside the loss, never linearised) or ``"squared"``.
+      loss: every loss of :func:`itlin.get_loss`: ``"cross_entropy"`` (softmax inside the loss,
+        never linearised; outputs ``(N, C)``, ``C >= 2``, integer labels ``0..C-1`` or
+        probabilities), ``"squared"`` (targets shaped like the outputs),
+        ``"binary_cross_entropy"`` (sigmoid, one output per example, 0/1 or +-1 targets), or an
+        :class:`itlin.Loss` of one's own.
       reduction: ``"mean"`` over the batch (the library's default everywhere) or ``"sum"``.
       augment: optional jittable ``augment(key, x) -> x`` applied to the batch when ``step``
         gets a ``key``.
