@@ -93,10 +93,11 @@ def _suggest(word, options) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None):
+def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None, allow_inf: bool = False):
     """A dataclass field with a default, a ``doc`` string and numeric bounds (``min`` <= v,
-    ``gt`` < v, v <= ``max``, v < ``lt``; elementwise for tuples)."""
-    meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt}
+    ``gt`` < v, v <= ``max``, v < ``lt``; elementwise for tuples). A float parameter is finite
+    unless ``allow_inf`` (NaN never)."""
+    meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt, "allow_inf": bool(allow_inf)}
     if isinstance(default, (list, dict, set)):
         raise TypeError("a parameter default must be immutable: use a tuple, not a list.")
     return dataclasses.field(default=default, metadata=meta)
@@ -158,14 +159,23 @@ def _coerce(name: str, tp, value, meta: Mapping):
             raise ParameterError(f"{name} must be a string, got {value!r}.")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
-                or float(value) != int(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ParameterError(f"{name} must be an integer, got {value!r}.")
+        if not isinstance(value, numbers.Integral) and not (math.isfinite(value) and value == int(value)):
             raise ParameterError(f"{name} must be an integer, got {value!r}.")
         return _bounded(name, int(value), meta)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ParameterError(f"{name} must be a number, got {value!r}.")
-        return _bounded(name, float(value), meta)
+        try:
+            v = float(value)
+        except OverflowError:
+            v = math.inf if value > 0 else -math.inf
+        if math.isnan(v):
+            raise ParameterError(f"{name} must be a number, got {value!r}.")
+        if math.isinf(v) and not meta.get("allow_inf"):
+            raise ParameterError(f"{name} must be a finite number, got {_fmt(v)}.")
+        return _bounded(name, v, meta)
     raise TypeError(f"parameter {name}: unsupported annotation {tp!r}.")
 
 
