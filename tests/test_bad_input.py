@@ -289,3 +289,35 @@ def test_float_parameters_refuse_non_finite_values_unless_allowed():
     with pytest.raises(ParameterError, match="must be an integer"):
         _coerce("steps", int, 2.7, {})
     assert _coerce("steps", int, 10 ** 30, {}) == 10 ** 30
+
+
+# ------------------------------------------------------------------------------ Gauss-Newton
+def test_gauss_newton_bad_inputs_are_one_line_errors_before_work():
+    f, x = _linear()
+    y = jnp.asarray([1.0, 0.0, 2.0])
+    p0 = jnp.zeros(2)
+    _raises(ValueError, "learning_rate \\(eta\\) must be finite", gauss_newton_step, f, p0, x, y,
+            learning_rate=jnp.asarray(jnp.nan))
+    _raises(ValueError, "learning_rate \\(eta\\) must be finite", gauss_newton_fit, f, p0, x, y, 3,
+            learning_rate=float("nan"))
+    _raises(ValueError, "steps must be an integer >= 1, got 0", gauss_newton_fit, f, p0, x, y, 0)
+    _raises(ValueError, "steps must be a whole number", gauss_newton_fit, f, p0, x, y, 2.7)
+    _raises(TypeError, "float32 or float64 parameters, got float16", gauss_newton_step, f, p0.astype(jnp.float16),
+            x.astype(jnp.float16), y.astype(jnp.float16))
+    _raises(ValueError, "non-finite", gauss_newton_step, f, p0, x, y.at[0].set(jnp.nan))
+    # a traced learning rate is not checked (jit and vmap still work) and gives the same step
+    traced = jax.jit(lambda lr: gauss_newton_step(f, p0, x, y, learning_rate=lr, damping=0.5)[0])(0.5)
+    np.testing.assert_allclose(traced, gauss_newton_step(f, p0, x, y, learning_rate=0.5, damping=0.5)[0], rtol=1e-6)
+
+
+def test_arbel_damping_reduction_counterexample_of_the_issue():
+    # n = 2, width 2, alpha = 0, eps0 = 0.0625 used to differ by 2% between the reductions
+    x = jnp.asarray([[1.0, 0.5], [-0.3, 2.0]])
+    y = jnp.asarray([[0.3], [-0.7]])
+    f = lambda p, x: jnp.tanh(x @ p["w"]) @ p["v"]
+    p0 = {"w": jnp.asarray([[0.4, -0.2], [0.1, 0.3]]), "v": jnp.asarray([[0.5], [-0.6]])}
+    damping = itlin.ArbelDamping(alpha=0.0, eps0=0.0625)
+    d_mean, _ = gauss_newton_direction(f, p0, x, y, damping=damping, reduction="mean")
+    d_sum, _ = gauss_newton_direction(f, p0, x, y, damping=damping, reduction="sum")
+    for a, b in zip(jax.tree_util.tree_leaves(d_mean), jax.tree_util.tree_leaves(d_sum)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
