@@ -153,21 +153,32 @@ def prepare(r: Mapping, batch_size: Optional[int] = None) -> Setup:
     gaps and costs one evaluation per run."""
     import jax.numpy as jnp
 
-    big = r.get("n_test_final")
-    if big:
-        gen = MNIST1D_LARGE if r["dataset"] == "mnist1d" and int(big) > MNIST1D_TEST else None
-        ds = load_data(r["dataset"], r["n_train"], int(big), r["seed"], generation=gen)
-        final = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
-        if r["n_test"] < ds.n_test:
-            ds = ds.subset(None, int(r["n_test"]), seed=r["seed"])
-    else:
-        ds, final = load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
+    ds, final = load_with_final(r)
     if batch_size is not None and batch_size > ds.n_train:
         raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
     model = model_for(r["dataset"], r["channels"], ds.num_outputs)
     params, model_state = init_params(model, ds.x_train, r["seed"])
     return Setup(ds, model, params, model_state, eval_sets(ds, r["n_eval_train"]),
                  jnp.asarray(ds.x_train), jnp.asarray(ds.y_train), final)
+
+
+def load_with_final(r: Mapping, generation: Optional[Mapping] = None) -> tuple:
+    """``(ds, final)``: the data of :func:`prepare` for resolved parameters ``r`` (``dataset``,
+    ``n_train``, ``n_test``, ``seed`` and optionally ``n_test_final``), and the large test set
+    ``final = (x, y)`` the final accuracies are measured on (``None`` without ``n_test_final``).
+    ``generation``: the MNIST-1D generator's arguments when ``n_test_final`` exceeds the standard
+    split (default :data:`MNIST1D_LARGE`)."""
+    import jax.numpy as jnp
+
+    big = r.get("n_test_final")
+    if not big:
+        return load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
+    gen = (generation or MNIST1D_LARGE) if r["dataset"] == "mnist1d" and int(big) > MNIST1D_TEST else None
+    ds = load_data(r["dataset"], r["n_train"], int(big), r["seed"], generation=gen)
+    final = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
+    if r["n_test"] < ds.n_test:
+        ds = ds.subset(None, int(r["n_test"]), seed=r["seed"])
+    return ds, final
 
 
 def measured_sizes(setup: Setup) -> dict:
@@ -275,9 +286,62 @@ def final_metrics(trainer, state, final) -> dict:
             "n_test_final": int(final[0].shape[0])}
 
 
+# ------------------------------------------------------------------------------ Figs 4-5: one program for every K
+def period_schedule():
+    """One :class:`itlin.Schedule` for every fixed period: its state is ``(K, steps)`` and it
+    relinearises after steps ``K, 2K, ...`` below ``steps`` (never after the last step, as
+    :func:`schedule`); ``K = inf`` never. Runs of different periods then share one compiled
+    step. Set the state with :func:`start`."""
+    import jax.numpy as jnp
+
+    from ....core.schedules import Schedule
+
+    def init(f, params):
+        return jnp.asarray(jnp.inf, jnp.float32), jnp.asarray(0, jnp.int32)
+
+    def update(state, info):
+        K, steps = state
+        return jnp.logical_and(info.since.astype(jnp.float32) >= K, info.step < steps), state
+
+    return Schedule(init, update, None, "fixed K in the state", ("period_in_state",))
+
+
+def sgd_in_state(momentum: float):
+    """SGD whose learning rate lives in its state (set by :func:`start`); heavy-ball momentum
+    ``momentum`` (0: plain SGD)."""
+    import optax
+
+    return optax.inject_hyperparams(optax.sgd)(learning_rate=0.0, momentum=float(momentum))
+
+
+def start(trainer, params, model_state, K, steps: int, learning_rate: float):
+    """``trainer.init`` with the period ``K`` and ``steps`` written into the schedule's state (a
+    trainer on :func:`period_schedule`) and ``learning_rate`` into the optimiser's
+    (:func:`sgd_in_state`)."""
+    import jax.numpy as jnp
+
+    st = trainer.init(params, model_state)
+    if trainer.schedule.spec == ("period_in_state",):
+        st = st._replace(schedule=(jnp.asarray(float(K), jnp.float32), jnp.asarray(int(steps), jnp.int32)))
+    opt = st.opt_state
+    hp = dict(opt.hyperparams)
+    hp["learning_rate"] = jnp.asarray(learning_rate, hp["learning_rate"].dtype)
+    return st._replace(opt_state=opt._replace(hyperparams=hp))
+
+
+def updates_of(K, steps: int) -> int:
+    """Feature updates of a run of ``steps`` steps at period ``K`` without a relinearisation
+    after the last step: ``ceil(steps / K) - 1``; 0 for ``K = inf`` (``K = 1`` takes the
+    network's own gradient steps, which count ``steps``).
+
+    >>> updates_of(10, 30), updates_of(7, 30), updates_of(float("inf"), 30)
+    (2, 4, 0)
+    """
+    K = float(K)
+    return 0 if math.isinf(K) else int(math.ceil(steps / K)) - 1
 
 
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "init_params",
-           "load_data", "measured_sizes", "model_for", "n_test_judged", "prepare", "resolve", "schedule", "seed_list", "seed_tag",
-           "sgd"]
+           "load_data", "load_with_final", "measured_sizes", "model_for", "n_test_judged", "period_schedule",
+           "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start", "updates_of"]
