@@ -114,6 +114,7 @@ def test_filter_claims_measure_the_fraction_and_the_speed():
     assert all(n["move_k1"] / n["move_big"] == pytest.approx(5.0) for n in nums)
     v = _by_id(rows)
     assert v["filters.faster"].verdict == V.HOLDS and v["filters.early"].verdict == V.HOLDS
+    assert v["filters.faster"].headline and v["filters.early"].headline and not v["filters.ten_percent"].headline
     # 20% is not "about 10%" read as 5-15%, but at a snapshot spacing of 10% it is not outside it either
     assert v["filters.ten_percent"].verdict == V.UNRESOLVED and v["filters.ten_percent"].half == pytest.approx(0.05)
     # large-K filters that move further than K=1's: not faster, and closest at K=1's end
@@ -153,7 +154,8 @@ def test_kernel_claims_compare_neighbouring_finite_periods_only():
     assert all(held[i].verdict == V.HOLDS and held[i].unit == "(log ratio)" for i in kernel)
     assert held["kernel.change.K1_K100"].gap.mean == pytest.approx(math.log(1.0 / 0.6), abs=0.03)
     bad = _by_id(_rows(move={1: 0.5, 100: 0.9, math.inf: 0.0}))
-    assert bad["kernel.change.K1_K100"].verdict == V.FAILS and "K=1 (1,000 updates)" in bad["kernel.change.K1_K100"].claim
+    worse = bad["kernel.change.K1_K100"]
+    assert worse.verdict == V.FAILS and "K=1 (1,000 updates)" in worse.claim
     # equal movements: the rotation (0.05 both, no noise) cannot be shown to rise, nor to fall
     flat = _by_id(_rows(move={1: 0.5, 100: 0.5, math.inf: 0.0}))
     assert flat["kernel.rotation.K1_K100"].verdict == V.UNRESOLVED
@@ -247,5 +249,17 @@ def test_tiny_run_keeps_every_snapshot_and_resumes_with_them(tmp_path, monkeypat
     assert "kernel.change.K1_K10" in ids and "filters.ten_percent" in ids
     for draw in (figures.fig6, figures.fig7, figures.fig7_distances, figures.kernel_movement):
         fig = draw(whole)
-        assert fig.axes and all(ax.lines or ax.images for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>")
+        drawn = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+        assert drawn and all(ax.lines or ax.images for ax in drawn)
         plt.close(fig)
+
+
+def test_the_chapters_parameters_cell_holds_the_experiments_defaults():
+    from pathlib import Path
+
+    from itlin.book.run import chapter_parameters
+
+    cell = chapter_parameters(Path(__file__).resolve().parents[1] / "book" / "feature_learning.md")
+    defaults = fl.EXPERIMENT.defaults()
+    assert set(cell) <= set(defaults)
+    assert all(fl.EXPERIMENT.resolve({k: v})[k] == defaults[k] for k, v in cell.items())

@@ -91,7 +91,7 @@ def test_bn_modes_keep_or_refresh_the_statistics_at_relinearisations(mode):
     y = jnp.arange(32) % 3
     state = model.calibrate(params, state, x[:8])
     m = f4.model_for(model, mode)
-    tr = itlin.iterative_linearisation(m, S.sgd_in_state(0.0), S.period_schedule())
+    tr = itlin.iterative_linearisation(m, S.sgd_in_state(0.0), itlin.periodic())
     st, log = itlin.run(tr, S.start(tr, params, state, 4, 100, 0.5), x, y, 8, batch_size=8, seed=0)
     assert int(st.updates) == 2
     same = all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(st.model_state),
@@ -111,9 +111,11 @@ def _toy():
 
 
 def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_the_same_numbers():
+    """itlin.periodic with the run's horizon (what Figs 4-5 start their trainers with) against the
+    book's fixed schedule of each period, which never relinearises after the last step."""
     f, x, y, p0 = _toy()
     steps = 30
-    ours = itlin.iterative_linearisation(f, S.sgd_in_state(0.9), S.period_schedule(), loss="squared")
+    ours = itlin.iterative_linearisation(f, S.sgd_in_state(0.9), itlin.periodic(), loss="squared")
     for K in (3, 7, math.inf):
         ref = itlin.iterative_linearisation(f, optax.sgd(0.05, momentum=0.9), S.schedule(K, steps), loss="squared")
         st_ref, log_ref = itlin.run(ref, ref.init(p0), x, y, steps)
@@ -122,6 +124,36 @@ def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_t
         assert int(st.updates) == S.updates_of(K, steps) == int(st_ref.updates)
         np.testing.assert_allclose(log.loss, log_ref.loss, rtol=1e-5)
     assert S.updates_of(1, 30) == 29 and S.updates_of(10, 30) == 2 and S.updates_of(math.inf, 30) == 0
+    # the gradient path (K=1) has no period to set; its learning rate still lives in the state
+    gd = itlin.iterative_linearisation(f, S.sgd_in_state(0.9), 1, loss="squared")
+    assert float(S.start(gd, p0, None, 1, steps, 0.05).opt_state.hyperparams["learning_rate"]) == pytest.approx(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [f4.NAME, f5.NAME])
+def test_periodic_in_the_core_gives_the_home_made_schedules_numbers_bit_for_bit(name, tmp_path):
+    """Figs 4-5 moved from a book-made schedule with K in its state to itlin.periodic (issue 25):
+    the tiny runs' arrays are those the book-made schedule gave, bit for bit, on the CPU."""
+    import json
+    from pathlib import Path
+
+    ref = json.loads((Path(__file__).parent / "data" / "fig45_tiny_digests.json").read_text())[name]
+    rec = runner.run(name, {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+    assert _digests(rec) == ref
+
+
+def _digests(rec) -> dict:
+    """One digest per training run: its arrays (times left out) and its final or chosen accuracies."""
+    import hashlib
+
+    out = {}
+    for tag, info in sorted(rec.meta["runs"].items()):
+        h = hashlib.sha256()
+        for k in sorted(k for k in rec.arrays if k.startswith(f"_fits/{tag}/") and "seconds" not in k):
+            h.update(k.encode() + np.ascontiguousarray(rec.arrays[k]).tobytes())
+        h.update(repr(sorted((k, v) for k, v in info.items() if k.startswith(("final_", "chosen_")))).encode())
+        out[tag] = h.hexdigest()[:16]
+    return out
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -295,7 +327,8 @@ def _fig5_rows(slopes, seeds=5, noise=0.002, status=lambda label, n, s: "complet
         for n in SIZES:
             for s in range(seeds):
                 acc = 0.5 + b * math.log10(n / 400) + noise * rng.standard_normal()
-                rows.append({"tag": f"{label} n={n} seed={s}", "setting": label, "n": n, "seed": s, "test": acc, "train": 1.0, "updates": 1, "status": status(label, n, s),
+                rows.append({"tag": f"{label} n={n} seed={s}", "setting": label, "n": n, "seed": s, "test": acc,
+                             "train": 1.0, "updates": 1, "status": status(label, n, s),
                              "K": 1.0})
     return rows
 
@@ -450,3 +483,17 @@ def test_near_relinearisation_counts_divergences_just_after_a_relinearisation():
     rows[0]["diverged_at"], rows[1]["diverged_at"], rows[2]["diverged_at"] = 52, 40, 203
     assert f4.near_relinearisation(rows) == (2, 3)
     assert f4.near_relinearisation(rows, within=20) == (3, 3)
+
+
+def test_the_chapters_parameters_cell_holds_the_experiments_defaults():
+    from pathlib import Path
+
+    from itlin.book.run import chapter_parameters
+
+    cell = chapter_parameters(Path(__file__).resolve().parents[1] / "book" / "resnet_and_data.md")
+    for exp in (f4.EXPERIMENT, f5.EXPERIMENT):
+        defaults = exp.defaults()
+        for name, value in cell.items():
+            if name in defaults:
+                assert exp.resolve({name: value})[name] == defaults[name], (exp.name, name)
+    assert set(cell) <= set(f4.EXPERIMENT.defaults()) | set(f5.EXPERIMENT.defaults())

@@ -287,25 +287,6 @@ def final_metrics(trainer, state, final) -> dict:
 
 
 # ------------------------------------------------------------------------------ Figs 4-5: one program for every K
-def period_schedule():
-    """One :class:`itlin.Schedule` for every fixed period: its state is ``(K, steps)`` and it
-    relinearises after steps ``K, 2K, ...`` below ``steps`` (never after the last step, as
-    :func:`schedule`); ``K = inf`` never. Runs of different periods then share one compiled
-    step. Set the state with :func:`start`."""
-    import jax.numpy as jnp
-
-    from ....core.schedules import Schedule
-
-    def init(f, params):
-        return jnp.asarray(jnp.inf, jnp.float32), jnp.asarray(0, jnp.int32)
-
-    def update(state, info):
-        K, steps = state
-        return jnp.logical_and(info.since.astype(jnp.float32) >= K, info.step < steps), state
-
-    return Schedule(init, update, None, "fixed K in the state", ("period_in_state",))
-
-
 def sgd_in_state(momentum: float):
     """SGD whose learning rate lives in its state (set by :func:`start`); heavy-ball momentum
     ``momentum`` (0: plain SGD)."""
@@ -315,18 +296,16 @@ def sgd_in_state(momentum: float):
 
 
 def start(trainer, params, model_state, K, steps: int, learning_rate: float):
-    """``trainer.init`` with the period ``K`` and ``steps`` written into the schedule's state (a
-    trainer on :func:`period_schedule`) and ``learning_rate`` into the optimiser's
-    (:func:`sgd_in_state`)."""
+    """``trainer.init`` with the period ``K`` and the run's ``steps`` (its horizon: no
+    relinearisation after the last step) written into the schedule's state (a trainer on
+    :func:`itlin.periodic`, so every K shares one compiled step; the gradient path of ``K = 1``
+    has no such state) and ``learning_rate`` into the optimiser's (:func:`sgd_in_state`)."""
     import jax.numpy as jnp
 
-    st = trainer.init(params, model_state)
-    if trainer.schedule.spec == ("period_in_state",):
-        st = st._replace(schedule=(jnp.asarray(float(K), jnp.float32), jnp.asarray(int(steps), jnp.int32)))
-    opt = st.opt_state
-    hp = dict(opt.hyperparams)
+    st = trainer.init(params, model_state, **({"period": K, "horizon": int(steps)} if trainer.schedule.set else {}))
+    hp = dict(st.opt_state.hyperparams)
     hp["learning_rate"] = jnp.asarray(learning_rate, hp["learning_rate"].dtype)
-    return st._replace(opt_state=opt._replace(hyperparams=hp))
+    return st._replace(opt_state=st.opt_state._replace(hyperparams=hp))
 
 
 def updates_of(K, steps: int) -> int:
@@ -341,7 +320,13 @@ def updates_of(K, steps: int) -> int:
     return 0 if math.isinf(K) else int(math.ceil(steps / K)) - 1
 
 
+def missing(what: str, path):
+    """Raise for a sub-result (a snapshot, a chosen state) that a run restored from its checkpoint
+    no longer has: the run must be made again."""
+    raise RuntimeError(f"{what} was not kept with its checkpoint; delete the run's folder {path} to recompute it.")
+
+
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "init_params",
-           "load_data", "load_with_final", "measured_sizes", "model_for", "n_test_judged", "period_schedule",
+           "load_data", "load_with_final", "measured_sizes", "missing", "model_for", "n_test_judged",
            "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start", "updates_of"]

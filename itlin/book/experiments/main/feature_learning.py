@@ -1,31 +1,16 @@
 """Main paper Figs. 6 and 7, and how far the kernel moves: does K control *how much* feature learning happens?
 
-One sweep over the relinearisation period ``K`` (mini-batch SGD with the augmentation of Fig. 3,
-the paper's LeNet, several seeds; every ``K`` of a seed starts from the same initialisation and
-sees the same batches) gives three measurements, all taken at ``snapshots`` evenly spaced points
-of training (the evaluation steps) and at the end:
+One sweep over ``K`` (mini-batch SGD with Fig. 3's augmentation, the paper's LeNet, several seeds;
+every ``K`` of a seed starts from one initialisation and sees the same batches), measured at
+``snapshots`` evenly spaced steps (kept with ``ctx.stage``, so an interrupted run resumes with them):
 
-* **Fig. 6, linear probes.** The network's own hidden activations after the first and the second
-  convolution (``conv1``, ``conv2``: after ReLU and pooling) are frozen, a ridge classifier is
-  fitted on them in closed form on the training examples evaluated (``n_eval_train``) and tested on
-  the test set (:func:`itlin.metrics.layer_probe_accuracy`). The paper: separability improves
-  during training, and the large-``K`` features improve more slowly and level off lower.
-* **Fig. 7, filters.** The first convolution's kernel at every snapshot. The paper: ``K=1``'s
-  filters move much faster, and the final filters of the large-``K`` run look like ``K=1``'s at
-  about 10% of training: here the fraction of ``K=1``'s run at which its first-layer filters are
-  closest (Euclidean distance) to the large-``K`` run's final ones (:func:`closest_fraction`).
-* **Kernel movement.** The empirical NTK (:func:`itlin.ntk`, all ten outputs) on a fixed,
-  class-balanced probe set of ``n_kernel`` training examples at initialisation and at the end:
-  the relative Frobenius change and the rotation of the kernel *of the model being trained* (the
-  network linearised at its last anchor; zero for ``K=inf`` by construction) and of the network's
-  own kernel at its final weights, and the centred kernel-target alignment
-  (:func:`itlin.metrics.kernel_target_alignment`) of both. The paper's Definition 1 counts
-  feature updates as a proxy for how far the features move; :func:`judge_rows` checks that the
-  kernel moves further with more feature updates, among the finite periods (``K=inf``'s model
-  kernel cannot move, so a comparison with it could only fail by noise).
-
-Snapshots are taken by a callback of :func:`itlin.fit` at each evaluation and kept with
-``ctx.stage``, so an interrupted run resumes with every snapshot it had.
+* **Fig. 6**: ridge probes on the frozen activations after the first and second convolution
+  (:func:`itlin.metrics.layer_probe_accuracy`), fitted on ``n_eval_train`` training examples;
+* **Fig. 7**: the first-layer filters; the fraction of ``K=1``'s run at which they are closest to
+  the large ``K``'s final ones (:func:`closest_fraction`; the paper: "about 10%");
+* **the kernel**: the empirical NTK on ``n_kernel`` training examples, at initialisation and at the
+  end, of the model being trained (the network at its last anchor; unmoved for ``K=inf`` by
+  construction) and of the network: relative change, rotation and kernel-target alignment.
 """
 
 from __future__ import annotations
@@ -84,60 +69,52 @@ class FeatureParams(S.SparseParams):
     DERIVED = S.SparseParams.DERIVED[:1]
 
     dataset: Optional[Literal["mnist1d", "fashion_mnist", "cifar10"]] = param(
-        None, "mnist1d (1D LeNet, shifts); fashion_mnist or cifar10 (2D LeNet, crops, flips); None: from scale "
-              "(mnist1d; paper: cifar10)", label="dataset", source="Section 4 (Figs. 6-7 are the Fig. 3 runs)")
-    n_test: Optional[int] = param(None, "test examples (accuracies, probes); None: from scale", min=1,
+        None, "mnist1d (1D LeNet, shifts), fashion_mnist or cifar10 (2D LeNet, crops, flips)", label="dataset",
+        source="Section 4 (Figs. 6-7 are the Fig. 3 runs)")
+    n_test: Optional[int] = param(None, "test examples (accuracies, probes)", min=1,
                                   label="test examples (accuracies, probes)", source="the whole test set")
-    n_eval_train: Optional[int] = param(None, "training examples the probes are fitted on; None: from scale", min=1,
+    n_eval_train: Optional[int] = param(None, "training examples the probes are fitted on", min=1,
                                         label="probe training examples", source="our choice: not stated")
     eval_every: Optional[int] = param(None, "unused: evaluations are at the snapshots")
-    Ks: Optional[tuple[Period, ...]] = param(None, "periods K (K=1 and at least one larger K; 'inf' allowed); "
-                                                   "None: from scale", label="K",
+    Ks: Optional[tuple[Period, ...]] = param(None, "periods (K=1 and a finite K > 1; 'inf' allowed)", label="K",
                                              source="Figs. 6-7: K=1 and K=5e6; the sweep for the kernel is ours")
-    steps: Optional[int] = param(None, "training steps; None: from scale", min=1, label="steps",
+    steps: Optional[int] = param(None, "training steps", min=1, label="steps",
                                  source="our choice: not stated (10 x the largest finite K)")
-    snapshots: Optional[int] = param(None, "evenly spaced snapshots (probes, filters) after step 0; None: from "
-                                           "scale", min=2, max=1000, label="snapshots",
-                                     source="Fig. 7: one column per 10,000 epochs; ours evenly spaced")
-    learning_rate: Optional[float] = param(None, "SGD learning rate; None: from scale (paper 1e-5)", gt=0,
-                                           label="learning rate", source="Fig. 3")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD; None: from scale (default 0.9, "
-                                            "paper 0)", min=0, max=0.999, label="momentum",
-                                      source="our choice: none stated")
+    snapshots: Optional[int] = param(None, "evenly spaced snapshots after step 0", min=2, max=1000,
+                                     label="snapshots", source="Fig. 7: a column per 10,000 epochs; ours even")
+    learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="learning rate", source="Fig. 3")
+    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
+                                      label="momentum", source="our choice: none stated")
     batch_size: int = param(256, "mini-batch size", min=1)
-    augment: bool = param(True, "the augmentation of Fig. 3 (MNIST-1D: random circular shifts; images: crops, "
-                                "flips)", label="augmentation", source="Fig. 3 (flips and random crops)")
-    n_kernel: Optional[int] = param(None, "training examples (class-balanced) on which the NTK is measured; None: "
-                                          "from scale", min=2, max=5000, label="NTK probe set",
-                                    source="ours (Definition 1 has no measurement)")
+    augment: bool = param(True, "the augmentation of Fig. 3", label="augmentation", source="Fig. 3 (flips, crops)")
+    n_kernel: Optional[int] = param(None, "training examples (class-balanced) on which the NTK is measured", min=2,
+                                    max=5000, label="NTK probe set", source="ours (Definition 1 has no measurement)")
     ridge: float = param(1e-3, "linear probes: ridge penalty relative to the standardised features", gt=0)
 
     def check(self):
         r = self.resolved()
         S.check_periods({**r, "eval_every": 1}, "the SGD baseline")
-        if not any(math.isfinite(K) and K > 1 for K in r["Ks"]):
-            raise ValueError("Ks must include a finite K > 1 (the large K that Figs. 6 and 7 compare with K=1).")
-        if r["snapshots"] > r["steps"]:
-            raise ValueError(f"snapshots={r['snapshots']} is more than steps={r['steps']}.")
-        if r["steps"] % r["snapshots"]:
-            raise ValueError(f"steps={r['steps']} must be a multiple of snapshots={r['snapshots']} (evenly spaced "
-                             "snapshots).")
+        for bad, msg in ((not any(math.isfinite(K) and K > 1 for K in r["Ks"]), "Ks must include a finite K > 1 (the "
+                          "large K that Figs. 6 and 7 compare with K=1)."),
+                         (r["snapshots"] > r["steps"], f"snapshots={r['snapshots']} is more than steps={r['steps']}."),
+                         (r["steps"] % r["snapshots"], f"steps={r['steps']} must be a multiple of snapshots="
+                          f"{r['snapshots']} (evenly spaced snapshots).")):
+            if bad:
+                raise ValueError(msg)
 
 
 # ------------------------------------------------------------------------------ measurements
 def first_layer_kernel(params) -> np.ndarray:
-    """The first convolution's kernel with the output filters first: ``(filters, *window, in_channels)``
-    (LeNet: ``Conv_0``; ResNet-18: ``stem_conv``)."""
-    for name in ("Conv_0", "stem_conv"):
+    """The first convolution's kernel, filters first: ``(filters, *window, in_channels)``."""
+    for name in ("Conv_0", "stem_conv"):  # LeNet, ResNet-18
         if name in params:
-            k = np.asarray(params[name]["kernel"], np.float64)
-            return np.moveaxis(k, -1, 0)
+            return np.moveaxis(np.asarray(params[name]["kernel"], np.float64), -1, 0)
     raise ValueError(f"no first convolution (Conv_0 or stem_conv) in the parameters: {sorted(params)}.")
 
 
 def closest_fraction(traj: np.ndarray, steps: np.ndarray, target: np.ndarray) -> float:
-    """Where along a trajectory of filters ``traj`` (one per snapshot, taken at ``steps``) the
-    filters are closest to ``target``, as a fraction of the last step (main paper Fig. 7).
+    """Where along a trajectory of filters ``traj`` (one per snapshot, at ``steps``) they are
+    closest to ``target``, as a fraction of the last step (main paper Fig. 7).
 
     >>> t = np.array([[0.0], [1.0], [2.0], [3.0]])
     >>> closest_fraction(t, np.array([0, 10, 20, 30]), np.array([1.1]))
@@ -158,8 +135,7 @@ def relative_change(k, k0) -> float:
 
 
 def rotation(k, k0) -> float:
-    """``1 - <K, K0>_F / (||K||_F ||K0||_F)``: how far a kernel turned, whatever its size (0 for a
-    kernel that only grew or shrank; the kernel distance of Fort et al., 2020).
+    """``1 - <K, K0>_F / (||K||_F ||K0||_F)``: how far a kernel turned, whatever its size (Fort et al., 2020).
 
     >>> rotation(np.eye(2) * 3, np.eye(2)), rotation(np.array([[1.0, 0], [0, 0]]), np.array([[0, 0], [0, 1.0]]))
     (0.0, 1.0)
@@ -186,11 +162,6 @@ def kernel_stats(model, params, model_state, x, labels, num_outputs: int) -> dic
     traced = k.reshape(n, num_outputs, n, num_outputs).trace(axis1=1, axis2=3) if num_outputs > 1 else k
     onehot = np.eye(num_outputs)[np.asarray(labels)] if num_outputs > 1 else np.asarray(labels, np.float64)
     return {"kernel": k, "alignment": metrics.kernel_target_alignment(traced, onehot)}
-
-
-def _missing(name: str, step: int, path) -> dict:
-    raise RuntimeError(f"the snapshot at step {step} of run {name!r} was not kept with its checkpoint; delete the "
-                       f"run's folder {path} to recompute it.")
 
 
 def run(p, ctx):
@@ -240,7 +211,7 @@ def run(p, ctx):
             for step in res.history.eval_array("step").astype(int).tolist():
                 if step not in got:
                     got[step] = ctx.stage(f"{name} snap={step}", lambda st=res.state, t=step: snapshot(st) if t == final
-                                          else _missing(name, t, ctx.path))
+                                          else S.missing(f"the snapshot at step {t} of run {name!r}", ctx.path))
             steps_done = sorted(got)
             snaps[name] = {"step": np.asarray(steps_done, np.int64),
                            "filters": np.stack([got[t]["filters"] for t in steps_done]),
@@ -268,9 +239,8 @@ EXPERIMENT_DOC = ("Main paper Figs. 6 and 7 and kernel movement: linear probes o
 
 # ------------------------------------------------------------------------------ rows and summary
 def rows(rec) -> list:
-    """One row per training run: :func:`~._rows.rows_of` (accuracies, feature updates, status)
-    plus its snapshots (``snap_step``, ``probe_conv1``, ``probe_conv2``, ``filters``) and kernel
-    measurements (``movement_anchor``, ``rotation_anchor``, ``alignment_anchor``, ... ``_net``)."""
+    """One row per run: :func:`~._rows.rows_of` plus its snapshots (``snap_step``, ``probe_<layer>``,
+    ``filters``) and kernel measurements (``movement_anchor``, ``rotation_anchor``, ... ``_net``)."""
     snaps, kern = rec["snapshots"], rec["kernel"]
     out = []
     for row in R.rows_of(rec):
@@ -357,22 +327,16 @@ def claims(rec) -> list:
 
 def judge_rows(rows_, *, n_test: int) -> list:
     """Every claim of the chapter, a pure function of the rows (paired by seed; a diverged run
-    leaves its seed out, counted in ``dropped``):
-
-    * Fig. 6, per layer ``L`` of :data:`LAYERS`: ``probe.L.improves`` (K=1's final probe accuracy
-      above its step-0 one), ``probe.L.slower`` (the large K's probe accuracy averaged over the
-      snapshots after step 0 below K=1's), ``probe.L.lower`` (its final probe accuracy below
-      K=1's); the interval adds the probe's test-set noise;
-    * Fig. 7: ``filters.faster`` (the log of K=1's over the large K's filter movement above 0),
-      ``filters.early`` (the large K's final filters closest to K=1's before half of its run) and
-      ``filters.ten_percent`` (that fraction within :data:`PAPER_FRACTION_MARGIN` of 10%, a
-      ``close`` test); half the snapshot spacing is added to the fraction's interval;
-    * the kernel, per measure of :data:`MEASURES` and pair of neighbouring finite K (by feature
-      updates): ``kernel.<measure>.K<more>_K<fewer>``, the kernel of the model being trained moves
-      further with more feature updates: the log of the ratio of the two measures is above 0
-      (the measures span orders of magnitude; ``K=inf`` is left out: its model kernel cannot move,
-      so a comparison with it could only fail by noise).
-    """
+    leaves its seed out, counted in ``dropped``). Fig. 6, per layer ``L``: ``probe.L.improves``
+    (K=1's final probe accuracy above its step-0 one), ``probe.L.slower`` (the large K's mean over
+    the snapshots after step 0 below K=1's), ``probe.L.lower`` (its final one below K=1's), with
+    the probe's test-set noise. Fig. 7: ``filters.faster`` (log of K=1's over the large K's filter
+    movement above 0), ``filters.early`` (the large K's final filters closest to K=1's before half
+    its run) and ``filters.ten_percent`` (within :data:`PAPER_FRACTION_MARGIN` of 10%), half the
+    snapshot spacing added. The kernel, per measure of :data:`MEASURES` and neighbouring finite K:
+    ``kernel.<measure>.K<more>_K<fewer>``, the log ratio of the two movements above 0 (``K=inf``
+    is left out: its model kernel cannot move, so such a verdict could only fail by noise).
+    Headline: ``filters.faster`` and ``filters.early``."""
     base, finite = R.select(rows_, K=1), [r for r in rows_ if math.isfinite(r["K"]) and r["K"] > 1]
     if not base or not finite:
         return []
@@ -408,10 +372,10 @@ def judge_rows(rows_, *, n_test: int) -> list:
         V.judge("filters.faster", f"K=1's first-layer filters move further than {K_label(Kb)}'s", "the evolution of "
                 "the filters for K=1 is much faster", V.paired_gap(lr, [0.0] * len(lr)) if nums else nan, "exceeds",
                 measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: {ratio}; log ratio"
-                if nums else "no completed pair", unit="(log ratio)", scale=1.0, digits=2, dropped=dropped),
+                if nums else "no completed pair", unit="(log ratio)", scale=1.0, digits=2, dropped=dropped, headline=True),
         V.judge("filters.early", f"{K_label(Kb)}'s final filters are K=1's early in training (before half of it)",
                 about, snapped(V.paired_gap([0.5] * len(frac), frac)) if nums else nan, "exceeds", measured=closest,
-                unit="% of the run", digits=0, dropped=dropped),
+                unit="% of the run", digits=0, dropped=dropped, headline=True),
         V.judge("filters.ten_percent", f"{K_label(Kb)}'s final filters are K=1's at about {PAPER_FRACTION:.0%} of its "
                 f"run (within {band})", about, snapped(V.paired_gap(frac, [PAPER_FRACTION] * len(frac))) if nums
                 else nan, "close", PAPER_FRACTION_MARGIN, measured=closest + f"; minus {PAPER_FRACTION:.0%}" if nums

@@ -10,7 +10,7 @@ BatchNorm layer"; :func:`itlin.models.batch_stats_model`). The statistics at the
 measured on the seed's first batch. ``K = 1`` is the network's own training mode, so its batch-norm
 runs are made once, the baseline of every mode. A run has diverged once its training loss is not
 finite or exceeds ``blowup`` times its first loss. The period and the learning rate live in the
-state (:func:`~._setup.period_schedule`), so all periods share one compiled program. The final
+state (:func:`itlin.periodic`), so all periods share one compiled program. The final
 accuracies of the runs the "close" claims judge (no batch norm, and ``bn_mode``) are measured on
 ``n_test_final`` test signals.
 """
@@ -159,6 +159,7 @@ def run(p, ctx):
 
     from .... import models
     from ....core.loop import batch_indices
+    from ....core.schedules import periodic
     from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
@@ -180,7 +181,7 @@ def run(p, ctx):
             path = "gd" if float(K) == 1 else "lin"
             if path not in trainers:
                 trainers[path] = iterative_linearisation(model, S.sgd_in_state(r["momentum"]),
-                                                         1 if path == "gd" else S.period_schedule(), augment=aug)
+                                                         1 if path == "gd" else periodic(), augment=aug)
             trainer = trainers[path]
             for s in S.seed_list(r):
                 params, state = model.init(jax.random.PRNGKey(s), x[:2])
@@ -262,7 +263,8 @@ def summarise(rows_) -> list:
             out.append({"configuration": CONFIG_LABELS[c], "run": K_label(K), "feature updates": g[0]["updates"],
                         "test acc. (model being trained)": R.mean_cell(g, "test"),
                         "test acc. (network)": R.mean_cell(g, "test_net"), "train acc.": R.mean_cell(g, "train"),
-                        "diverged": f"{len(at)} of {len(g)}" + (f" (median step {int(np.median(at)):,})" if at else "")})
+                        "diverged": f"{len(at)} of {len(g)}" + (f" (median step {int(np.median(at)):,})" if at
+                                                                 else "")})
     return out
 
 

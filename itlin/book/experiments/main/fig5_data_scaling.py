@@ -1,20 +1,13 @@
 """Main paper Fig. 5: how test accuracy grows with the training-set size, for K=1, a large K and K=inf.
 
-The paper's LeNet (1-D on MNIST-1D by default) is trained on nested, class-balanced subsets of the
-training set of every size in ``sizes``, from several seeds (a seed fixes the subsets, the
-initialisation and the batch order), in four settings: ``K = 1`` (SGD) and a large finite ``K`` at
-learning rate ``lr``; ``K = inf`` at the larger ``lr_inf``, as the paper did "for computational
-reasons"; and ``K = 1`` at ``lr_inf``, the paper's control that the learning rate is not what
-separates ``K = inf`` from the rest.
-
-A run of ``n`` examples takes ``max(min_steps, epochs * n / batch_size)`` steps. The paper used
-"optimal early stopping" (Appendix C). Here the evaluation a run reports (``metric="best"``) is
-chosen on a **validation** set of ``n_val`` training examples held out of every subset, and its
-accuracy is then measured once on the test set, which never selects anything; ``metric="final"``
-reports the last step instead. MNIST-1D is generated with :data:`GENERATION` (5,000 training
-signals, so 1,000 are held out and the subsets still reach 4,000). Per setting and seed the claims
-fit a straight line to accuracy against ``log10(n)``: the slope is the accuracy gained per tenfold
-more data. Runs of every period share one compiled step per size (:func:`~._setup.period_schedule`).
+The paper's LeNet is trained on nested, class-balanced subsets of every size in ``sizes``, from
+several seeds (a seed fixes the subsets, the initialisation and the batches), in four settings:
+``K = 1`` and a large ``K`` at learning rate ``lr``; ``K = inf`` at the larger ``lr_inf`` (the
+paper's "for computational reasons"); and ``K = 1`` at ``lr_inf``, the paper's control. A run of
+``n`` examples takes ``max(min_steps, epochs * n / batch_size)`` steps. The paper's "optimal early
+stopping": the evaluation a run reports (``metric="best"``) is chosen on a validation set of
+``n_val`` training examples held out of every subset, then tested once; the test set selects
+nothing. The claims compare slopes of accuracy against ``log10(n)`` (accuracy per tenfold data).
 """
 
 from __future__ import annotations
@@ -77,12 +70,10 @@ class Fig5Params(Params):
         None, "mnist1d (1D LeNet); fashion_mnist or cifar10 (2D LeNet); None: from scale (mnist1d; paper: cifar10)",
         label="dataset", source="Section 4")
     sizes: Optional[tuple[int, ...]] = param(None, "training-set sizes (nested subsets); None: from scale", min=1,
-                                             label="training-set sizes",
-                                             source="our choice: not stated (nested, class-balanced subsets)")
+                                             label="training-set sizes", source="our choice: not stated")
     n_val: Optional[int] = param(None, "training examples held out of every subset, on which the reported "
-                                       "evaluation is chosen; None: from scale", min=1,
-                                 label="validation examples (held out of training)",
-                                 source="ours: \"optimal early stopping\" does not say on which data")
+                                       "evaluation is chosen; None: from scale", min=1, label="validation examples "
+                                 "(held out of training)", source="ours: \"optimal early stopping\" says not on what")
     n_test: Optional[int] = param(None, "test examples (the verdicts'); None: from scale", min=1,
                                   label="test examples", source="the whole test set")
     channels: Optional[int] = param(None, "LeNet convolution channels; None: from scale (paper: 50)", min=1)
@@ -113,20 +104,19 @@ class Fig5Params(Params):
     def check(self):
         r = self.resolved()
         sizes = list(r["sizes"])
-        if len(sizes) < MIN_SIZES:
-            raise ValueError(f"sizes needs at least {MIN_SIZES} training-set sizes (a slope with an error, over a "
-                             f"span of at least {MIN_SPAN}x), got {sizes}")
-        if sorted(set(sizes)) != sizes:
-            raise ValueError(f"sizes must be increasing without repeats, got {sizes}")
-        if sizes[-1] < MIN_SPAN * sizes[0]:
-            raise ValueError(f"sizes must span at least {MIN_SPAN}x (largest / smallest), got {sizes}: "
-                             f"{sizes[-1] / sizes[0]:.3g}x")
-        if r["batch_size"] > sizes[0]:
-            raise ValueError(f"batch_size={r['batch_size']} is more than the smallest size {sizes[0]}")
-        if r["lr_inf"] == r["lr"]:
-            raise ValueError(f"lr_inf must differ from lr (K=1 runs at both, as the control), got {r['lr']:g} for both")
-        if float(r["K"]) == 1 or math.isinf(float(r["K"])):
-            raise ValueError(f"K must be a finite period above 1 (K=1 and K=inf are always run), got {r['K']}")
+        for bad, msg in ((len(sizes) < MIN_SIZES, f"sizes needs at least {MIN_SIZES} training-set sizes (a slope with "
+                          f"an error, over a span of at least {MIN_SPAN}x), got {sizes}"),
+                         (sorted(set(sizes)) != sizes, f"sizes must be increasing without repeats, got {sizes}"),
+                         (sizes[-1] < MIN_SPAN * sizes[0], f"sizes must span at least {MIN_SPAN}x (largest/smallest), "
+                          f"got {sizes}: {sizes[-1] / sizes[0]:.3g}x"),
+                         (r["batch_size"] > sizes[0], f"batch_size={r['batch_size']} is more than the smallest size "
+                          f"{sizes[0]}"),
+                         (r["lr_inf"] == r["lr"], f"lr_inf must differ from lr (K=1 runs at both, as the control), "
+                          f"got {r['lr']:g} for both"),
+                         (float(r["K"]) == 1 or math.isinf(float(r["K"])), "K must be a finite period above 1 (K=1 and "
+                          f"K=inf are always run), got {r['K']}")):
+            if bad:
+                raise ValueError(msg)
 
 
 def settings(r) -> list:
@@ -151,6 +141,7 @@ def run(p, ctx):
     import jax.numpy as jnp
 
     from ....core.loop import evaluate
+    from ....core.schedules import periodic
     from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
@@ -172,7 +163,7 @@ def run(p, ctx):
             path = "gd" if K == 1 else "lin"
             if path not in trainers:
                 trainers[path] = iterative_linearisation(model, S.sgd_in_state(r["momentum"]),
-                                                         1 if path == "gd" else S.period_schedule())
+                                                         1 if path == "gd" else periodic())
             trainer = trainers[path]
             for s in S.seed_list(r):
                 ds = pool.subset(n, seed=s) if n < pool.n_train else pool
@@ -197,8 +188,7 @@ def run(p, ctx):
 
                 def measure(chosen=chosen, at=at, name=name):
                     if chosen is None:
-                        raise RuntimeError(f"run {name!r} was restored from a checkpoint taken after its best "
-                                           f"validation step {at}; delete its folder {ctx.path} to recompute it.")
+                        S.missing(f"the state at step {at} (best on validation) of run {name!r}", ctx.path)
                     return {"test": evaluate(trainer, chosen, *test)["accuracy_lin"], "step": at}
 
                 m = ctx.stage(f"{name} test", measure)
@@ -254,10 +244,9 @@ def slope(sizes, accuracies) -> float:
 
 
 def slope_test_half(sizes, p_a, p_b, n_test: int, level: float = V.LEVEL) -> float:
-    """Half-width of the interval that the finite test set alone puts on a difference of two
-    slopes fitted to accuracies ``p_a`` / ``p_b`` (one per size) measured on ``n_test`` examples:
-    ``z sqrt(sum_i w_i^2 (p_a,i (1 - p_a,i) + p_b,i (1 - p_b,i)) / n_test)`` with the least-squares
-    weights ``w_i = (u_i - mean u) / sum_j (u_j - mean u)^2``, ``u = log10(size)`` (conservative:
+    """Half-width the finite test set alone puts on a difference of two slopes fitted to accuracies
+    ``p_a`` / ``p_b`` (one per size) on ``n_test`` examples: ``z sqrt(sum_i w_i^2 (p_a,i (1 - p_a,i) +
+    p_b,i (1 - p_b,i)) / n_test)``, ``w`` the least-squares weights of ``log10(size)`` (conservative:
     the two settings share the test set).
 
     >>> round(slope_test_half([100, 1000, 10000], [0.5] * 3, [0.5] * 3, 1000), 4)
@@ -307,18 +296,12 @@ def claims(rec) -> list:
 
 
 def judge_rows(rows_, *, n_test: int, margin: float) -> list:
-    """Fig. 5's claims on the slopes of accuracy against ``log10(n)``, paired by seed (a pure
-    function of the rows; a seed enters a comparison only when all its runs of both settings
-    completed, and a seed left out keeps a "close" claim from holding):
-
-    * ``finite_close`` (headline): the large finite K has the slope of K=1 at the same learning
-      rate (``close``, ``margin``);
-    * ``inf_worse`` (headline): K=inf's slope is below that of K=1 at the same (larger) learning
-      rate (``exceeds`` 0);
-    * ``inf_worse_finite``: K=inf's slope is below the large finite K's (the paper's comparison,
-      across learning rates);
-    * ``control_close``: K=1's slope does not depend on the learning rate (``close``, ``margin``).
-    """
+    """Fig. 5's claims on the slopes, paired by seed (a seed enters a comparison only when all its
+    runs of both settings completed; one left out keeps a "close" claim from holding):
+    ``finite_close`` (headline: the large K's slope within ``margin`` of K=1's at the same learning
+    rate), ``inf_worse`` (headline: K=inf's below K=1's at the same, larger rate),
+    ``inf_worse_finite`` (K=inf's below the large K's) and ``control_close`` (K=1's the same at
+    both rates)."""
     labels = labels_of(rows_)
     if len(labels) != 4:
         return []
@@ -330,7 +313,7 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
              "close"),
             ("inf_worse", "K=∞ scales worse than K=1 at its learning rate",
              "worse for K=∞ (with K=1 at lr 1e-3 as the control)", k1_hi, kinf, "exceeds"),
-            ("inf_worse_finite", "K=∞ scales worse than the large finite K", "worse for K=∞ than for every finite K",
+            ("inf_worse_finite", "K=∞ scales worse than the large finite K", "worse for K=∞ than any finite K",
              kbig, kinf, "exceeds"),
             ("control_close", "K=1 scales the same at both learning rates (the control)",
              "\"not relevant to the comparison\"", k1_hi, k1, "close")):
