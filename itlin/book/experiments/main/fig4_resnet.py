@@ -76,48 +76,41 @@ class Fig4Params(Params):
     )
 
     dataset: Optional[Literal["mnist1d", "fashion_mnist", "cifar10"]] = param(
-        None, "mnist1d (1-D ResNet-18, circular shifts); fashion_mnist or cifar10 (2-D ResNet-18, crops, flips); "
-              "None: from scale (mnist1d; paper: cifar10)", label="dataset", source="Section 4")
-    n_train: Optional[int] = param(None, "training examples (balanced subset; more than the split keeps it whole); "
-                                         "None: from scale", min=1, label="training examples",
+        None, "mnist1d (1-D ResNet-18, shifts), fashion_mnist or cifar10 (2-D, crops, flips)", label="dataset",
+        source="Section 4")
+    n_train: Optional[int] = param(None, "training examples (balanced subset)", min=1, label="training examples",
                                    source="the whole training set")
-    n_test: Optional[int] = param(None, "test examples of the curves; None: from scale", min=1,
-                                  label="test examples (curves)", source="the whole test set")
-    n_test_final: Optional[int] = param(None, "test examples the final accuracies (and verdicts) are measured on; "
-                                              "None: from scale (none: the curves' test set)", min=1)
-    n_eval_train: Optional[int] = param(None, "training examples evaluated for train accuracy; None: from scale",
-                                        min=1)
-    width: Optional[int] = param(None, "ResNet-18 first-stage width (standard: 64); None: from scale", min=1)
-    Ks: Optional[tuple[Period, ...]] = param(None, "periods K (K=1 included; 'inf' allowed); None: from scale",
-                                             label="K", source="Appendix C: 1e6 without BN, 1e5 with BN")
-    steps: Optional[int] = param(None, "training steps per run; None: from scale", min=1, label="steps",
+    n_test: Optional[int] = param(None, "test examples of the curves", min=1, label="test examples (curves)",
+                                  source="the whole test set")
+    n_test_final: Optional[int] = param(None, "test examples of the final accuracies (None: the curves')", min=1)
+    n_eval_train: Optional[int] = param(None, "training examples evaluated for train accuracy", min=1)
+    width: Optional[int] = param(None, "ResNet-18 first-stage width (standard: 64)", min=1)
+    Ks: Optional[tuple[Period, ...]] = param(None, "periods (K=1 included; 'inf' allowed)", label="K",
+                                             source="Appendix C: 1e6 without BN, 1e5 with BN")
+    steps: Optional[int] = param(None, "training steps per run", min=1, label="steps",
                                  source="our choice: not stated (10 x the largest K)")
-    eval_every: Optional[int] = param(None, "steps between evaluations; None: from scale", min=1)
-    lr_no_bn: Optional[float] = param(None, "SGD learning rate without batch norm; None: from scale", gt=0,
-                                      label="learning rate, no BN", source="Appendix C")
-    lr_bn: Optional[float] = param(None, "SGD learning rate with batch norm; None: from scale", gt=0,
-                                   label="learning rate, BN", source="Appendix C")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD; None: from scale", min=0,
-                                      max=0.999, label="momentum", source="our choice: none stated")
-    batch_size: Optional[int] = param(None, "mini-batch size; None: from scale", min=1, label="mini-batch size",
+    eval_every: Optional[int] = param(None, "steps between evaluations", min=1)
+    lr_no_bn: Optional[float] = param(None, "SGD learning rate without batch norm", gt=0, label="learning rate, no BN",
                                       source="Appendix C")
-    bn_mode: BNMode = param("recalibrate", "how batch norm is treated while linearised in the headline comparison",
+    lr_bn: Optional[float] = param(None, "SGD learning rate with batch norm", gt=0, label="learning rate, BN",
+                                   source="Appendix C")
+    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
+                                      label="momentum", source="our choice: none stated")
+    batch_size: Optional[int] = param(None, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+    bn_mode: BNMode = param("recalibrate", "batch norm while linearised, in the headline comparison",
                             label="BN while linearised (headline)", source="workshop App. C: \"stats were frozen\"; "
                             "journal: \"linearising the BatchNorm layer\"")
-    bn_modes: tuple[BNMode, ...] = param(BN_MODES, "the batch-norm modes run for the divergence comparison "
-                                                   "(bn_mode among them)", label="BN modes compared",
-                                         source="ours (the paper ran one, not stated which)")
+    bn_modes: tuple[BNMode, ...] = param(BN_MODES, "the modes compared for divergence (bn_mode among them)",
+                                         label="BN modes compared", source="ours (the paper ran one, not stated which)")
     augment: bool = param(True, "augment every batch (paper: with batch norm yes, without batch norm no)")
     max_shift: int = param(4, "MNIST-1D: largest random circular shift", min=0)
     pad: int = param(4, "images: zero padding before the random crop", min=0)
     flip: bool = param(True, "images: random horizontal flips")
-    seeds: Optional[int] = param(None, "seeds per setting; None: from scale", min=1, max=100_000, label="seeds",
+    seeds: Optional[int] = param(None, "seeds per setting", min=1, max=100_000, label="seeds",
                                  source="our choice: the paper shows one run each")
-    close_margin: float = param(0.02, "two final accuracies count as close when the interval of their gap lies "
-                                      "within this (the book's 2 points, about twice the paper's Fig. 3 gap)",
-                                gt=0, lt=1)
-    blowup: float = param(100.0, "a run has diverged once its training loss exceeds this multiple of its first "
-                                 "loss (or is not finite)", gt=1)
+    close_margin: float = param(0.02, "final accuracies are close when their gap's interval lies within this (the "
+                                      "book's 2 points, about twice the paper's Fig. 3 gap)", gt=0, lt=1)
+    blowup: float = param(100.0, "a run diverged once its training loss exceeds this multiple of its first", gt=1)
 
     def check(self):
         r = self.resolved()

@@ -67,39 +67,36 @@ class Fig5Params(Params):
     )
 
     dataset: Optional[Literal["mnist1d", "fashion_mnist", "cifar10"]] = param(
-        None, "mnist1d (1D LeNet); fashion_mnist or cifar10 (2D LeNet); None: from scale (mnist1d; paper: cifar10)",
-        label="dataset", source="Section 4")
-    sizes: Optional[tuple[int, ...]] = param(None, "training-set sizes (nested subsets); None: from scale", min=1,
+        None, "mnist1d (1D LeNet), fashion_mnist or cifar10 (2D LeNet)", label="dataset", source="Section 4")
+    sizes: Optional[tuple[int, ...]] = param(None, "training-set sizes (nested subsets)", min=1,
                                              label="training-set sizes", source="our choice: not stated")
     n_val: Optional[int] = param(None, "training examples held out of every subset, on which the reported "
-                                       "evaluation is chosen; None: from scale", min=1, label="validation examples "
-                                 "(held out of training)", source="ours: \"optimal early stopping\" says not on what")
-    n_test: Optional[int] = param(None, "test examples (the verdicts'); None: from scale", min=1,
-                                  label="test examples", source="the whole test set")
-    channels: Optional[int] = param(None, "LeNet convolution channels; None: from scale (paper: 50)", min=1)
-    K: Optional[Period] = param(None, "the large finite period; None: from scale", label="large K",
+                                       "evaluation is chosen", min=1, label="validation examples (held out of "
+                                 "training)", source="ours: \"optimal early stopping\" says not on what")
+    n_test: Optional[int] = param(None, "test examples (the verdicts')", min=1, label="test examples",
+                                  source="the whole test set")
+    channels: Optional[int] = param(None, "LeNet convolution channels", min=1)
+    K: Optional[Period] = param(None, "the large finite period", label="large K",
                                 source="our choice: Fig. 5's K values are not stated")
-    lr: Optional[float] = param(None, "SGD learning rate of K=1 and the large K; None: from scale", gt=0,
+    lr: Optional[float] = param(None, "SGD learning rate of K=1 and the large K", gt=0,
                                 label="learning rate, K=1 and large K", source="Fig. 5 caption")
-    lr_inf: Optional[float] = param(None, "learning rate of K=inf and of the K=1 control; None: from scale", gt=0,
+    lr_inf: Optional[float] = param(None, "learning rate of K=inf and of the K=1 control", gt=0,
                                     label="learning rate, K=∞ and the K=1 control", source="Fig. 5 caption")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD; None: from scale", min=0,
-                                      max=0.999, label="momentum", source="our choice: none stated")
-    batch_size: Optional[int] = param(None, "mini-batch size; None: from scale", min=1, label="mini-batch size",
+    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
+                                      label="momentum", source="our choice: none stated")
+    batch_size: Optional[int] = param(None, "mini-batch size", min=1, label="mini-batch size",
                                       source="Appendix C (256 or full batch)")
-    epochs: Optional[float] = param(None, "passes over the training set per run (at least min_steps steps); "
-                                          "None: from scale", gt=0)
-    min_steps: Optional[int] = param(None, "fewest steps of any run; None: from scale", min=1)
-    n_evals: Optional[int] = param(None, "evaluations on the validation set per run; None: from scale", min=1)
-    metric: Literal["best", "final"] = param("best", "the evaluation a run reports: the best on the validation set "
+    epochs: Optional[float] = param(None, "passes over the training set per run (at least min_steps steps)", gt=0)
+    min_steps: Optional[int] = param(None, "fewest steps of any run", min=1)
+    n_evals: Optional[int] = param(None, "evaluations on the validation set per run", min=1)
+    metric: Literal["best", "final"] = param("best", "the evaluation reported: the best on the validation set "
                                                      "(early stopping) or the final one", label="accuracy reported",
                                              source="Appendix C: \"optimal early stopping\"")
-    seeds: Optional[int] = param(None, "seeds per setting (subsets, initialisation, batches); None: from scale",
-                                 min=1, max=100_000, label="seeds", source="our choice: the paper shows one run each")
-    slope_margin: float = param(0.05, "two slopes (accuracy per tenfold data) count as close when the interval of "
-                                      "their difference lies within this", gt=0, lt=1)
-    blowup: float = param(100.0, "a run has diverged once its training loss exceeds this multiple of its first "
-                                 "loss (or is not finite)", gt=1)
+    seeds: Optional[int] = param(None, "seeds per setting (subsets, initialisation, batches)", min=1, max=100_000,
+                                 label="seeds", source="our choice: the paper shows one run each")
+    slope_margin: float = param(0.05, "two slopes (accuracy per tenfold data) are close when their difference's "
+                                      "interval lies within this", gt=0, lt=1)
+    blowup: float = param(100.0, "a run diverged once its training loss exceeds this multiple of its first", gt=1)
 
     def check(self):
         r = self.resolved()
