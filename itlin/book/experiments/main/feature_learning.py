@@ -78,11 +78,11 @@ class FeatureParams(S.SparseParams):
     eval_every: Optional[int] = param(None, "unused: evaluations are at the snapshots")
     Ks: Optional[tuple[Period, ...]] = param(None, "periods (K=1 and a finite K > 1; 'inf' allowed)", label="K",
                                              source="Figs. 6-7: K=1 and K=5e6; the sweep for the kernel is ours")
+    learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="learning rate", source="Fig. 3")
     steps: Optional[int] = param(None, "training steps", min=1, label="steps",
                                  source="our choice: not stated (10 x the largest finite K)")
     snapshots: Optional[int] = param(None, "evenly spaced snapshots after step 0", min=2, max=1000,
                                      label="snapshots", source="Fig. 7: a column per 10,000 epochs; ours even")
-    learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="learning rate", source="Fig. 3")
     momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
                                       label="momentum", source="our choice: none stated")
     batch_size: int = param(256, "mini-batch size", min=1)
