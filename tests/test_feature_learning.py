@@ -11,6 +11,7 @@ from itlin import models
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
+from itlin.book.experiments.main import _rows as R
 from itlin.book.experiments.main import feature_learning as fl
 
 
@@ -60,7 +61,7 @@ def _rows(*, probe_gap=0.05, gain=0.1, move={1: 1.0, 100: 0.6, math.inf: 0.0}, b
     rng = np.random.default_rng(0)
     steps = np.arange(11) * 100
     rows = []
-    updates = {1: 1000, 100: 9, math.inf: 0}
+    updates = {1: 1000, 100: 9, 500: 1, math.inf: 0}
     for s in range(seeds):
         w0 = rng.normal(size=(4, 5, 1))
         direction = rng.normal(size=(4, 5, 1))
@@ -82,20 +83,28 @@ def _rows(*, probe_gap=0.05, gain=0.1, move={1: 1.0, 100: 0.6, math.inf: 0.0}, b
     return rows
 
 
+def _by_id(rows, n_test=100_000):
+    return {v.id: v for v in fl.judge_rows(rows, n_test=n_test)}
+
+
+PROBE_IDS = [f"probe.{layer}.{what}" for layer in fl.LAYERS for what in ("improves", "slower", "lower")]
+
+
 def test_probe_claims_hold_fail_and_cannot_resolve():
-    held = fl.probe_claims(_rows(), n_test=100_000)
-    assert [c["verdict"] for c in held] == [V.HOLDS] * 6
-    failed = fl.probe_claims(_rows(probe_gap=-0.08, gain=-0.1), n_test=100_000)
-    assert [c["verdict"] for c in failed] == [V.FAILS] * 6
-    small = fl.probe_claims(_rows(probe_gap=0.01, gain=0.01), n_test=300)  # a small test set resolves little
-    assert all(c["verdict"] == V.UNRESOLVED for c in small)
-    assert all(c["resolvable"] > 0.05 for c in small)
+    held = _by_id(_rows())
+    assert [held[i].verdict for i in PROBE_IDS] == [V.HOLDS] * 6
+    failed = _by_id(_rows(probe_gap=-0.08, gain=-0.1))
+    assert [failed[i].verdict for i in PROBE_IDS] == [V.FAILS] * 6
+    small = _by_id(_rows(probe_gap=0.01, gain=0.01), n_test=300)  # a small test set resolves little
+    assert all(small[i].verdict == V.UNRESOLVED and small[i].half > 0.05 for i in PROBE_IDS)
+    assert held["probe.conv2.lower"].rule == "exceeds" and held["probe.conv2.lower"].gap.test_half > 0
 
 
-def test_probe_claims_leave_diverged_runs_out_and_say_so():
-    out = fl.probe_claims(_rows(status="diverged at step 300"), n_test=100_000)
-    assert out[1]["verdict"] == V.UNRESOLVED and "left out" in out[1]["detail"]
-    assert out[0]["verdict"] == V.HOLDS  # K=1's own improvement still has its runs
+def test_probe_claims_leave_diverged_runs_out_and_count_them():
+    out = _by_id(_rows(status="diverged at step 300"))
+    assert out["probe.conv1.slower"].verdict == V.UNRESOLVED and out["probe.conv1.slower"].dropped == 5
+    assert out["probe.conv1.improves"].verdict == V.HOLDS  # K=1's own improvement still has its runs
+    assert out["probe.conv1.improves"].dropped == 0
 
 
 def test_filter_claims_measure_the_fraction_and_the_speed():
@@ -103,15 +112,16 @@ def test_filter_claims_measure_the_fraction_and_the_speed():
     nums = fl.filter_numbers(rows)
     assert [n["fraction"] for n in nums] == pytest.approx([0.2] * 5)
     assert all(n["move_k1"] / n["move_big"] == pytest.approx(5.0) for n in nums)
-    faster, early, ten = fl.filter_claims(rows)
-    assert faster["verdict"] == V.HOLDS and early["verdict"] == V.HOLDS
+    v = _by_id(rows)
+    assert v["filters.faster"].verdict == V.HOLDS and v["filters.early"].verdict == V.HOLDS
+    assert v["filters.faster"].headline and v["filters.early"].headline and not v["filters.ten_percent"].headline
     # 20% is not "about 10%" read as 5-15%, but at a snapshot spacing of 10% it is not outside it either
-    assert ten["verdict"] == V.UNRESOLVED and ten["resolvable"] == pytest.approx(0.05)
+    assert v["filters.ten_percent"].verdict == V.UNRESOLVED and v["filters.ten_percent"].half == pytest.approx(0.05)
     # large-K filters that move further than K=1's: not faster, and closest at K=1's end
-    slow, late, far = fl.filter_claims(_rows(big_filters_at=1.3))
-    assert slow["verdict"] == V.FAILS and late["verdict"] == V.FAILS and far["verdict"] == V.FAILS
+    w = _by_id(_rows(big_filters_at=1.3))
+    assert [w[i].verdict for i in ("filters.faster", "filters.early", "filters.ten_percent")] == [V.FAILS] * 3
     # half the snapshot spacing is part of the fraction's interval
-    assert early["resolvable"] >= 0.05
+    assert v["filters.early"].half >= 0.05
 
 
 def _with_fractions(rows, fractions):
@@ -126,44 +136,53 @@ def _with_fractions(rows, fractions):
 
 
 def test_filter_fraction_is_compared_with_the_papers_ten_percent_and_can_fail():
-    at = lambda fr: fl.filter_claims(_with_fractions(_rows(), fr))[2]
+    at = lambda fr: _by_id(_with_fractions(_rows(), fr))["filters.ten_percent"]
     held = at([0.1] * 5)
-    assert held["verdict"] == V.HOLDS and "10%" in held["claim"] and "5% to 15%" in held["claim"]
-    assert "closest at 10" in held["measured"] and "half the snapshot spacing (5.0%)" in held["measured"]
-    assert at([0.4] * 5)["verdict"] == V.FAILS          # 40% of the run: not about 10%
-    spread = at([0.1, 0.2, 0.1, 0.2, 0.1])              # seeds disagree: the interval is wider than the band
-    assert spread["verdict"] == V.UNRESOLVED and spread["resolvable"] > fl.PAPER_FRACTION_MARGIN
+    assert held.verdict == V.HOLDS and "10%" in held.claim and "5% to 15%" in held.claim
+    assert "closest at 10" in held.measured and held.rule == "close" and held.margin == fl.PAPER_FRACTION_MARGIN
+    assert at([0.4] * 5).verdict == V.FAILS          # 40% of the run: not about 10%
+    spread = at([0.1, 0.2, 0.1, 0.2, 0.1])           # seeds disagree: the interval is wider than the band
+    assert spread.verdict == V.UNRESOLVED and spread.half > fl.PAPER_FRACTION_MARGIN
     assert [n["fraction"] for n in fl.filter_numbers(_with_fractions(_rows(), [0.3] * 5))] == pytest.approx([0.3] * 5)
 
 
-def test_kernel_claims_name_the_pair_that_is_not_monotone():
-    held = fl.kernel_claims(_rows())
-    assert [c["verdict"] for c in held] == [V.HOLDS] * 3
-    bad = fl.kernel_claims(_rows(move={1: 0.5, 100: 0.9, math.inf: 0.0}))
-    assert bad[-1]["verdict"] == V.FAILS
-    assert "K=1 (1,000 updates)" in bad[-1]["measured"] and "1 of 2" in bad[-1]["measured"]
-    # the rotation is judged by the same rule on its own measure (equal rotations: not shown)
-    flat = fl.kernel_claims(_rows(move={1: 0.5, 100: 0.5, math.inf: 0.0}), "rotation_anchor")
-    assert flat[0]["verdict"] == V.HOLDS and flat[1]["verdict"] != V.HOLDS and flat[-1]["verdict"] != V.HOLDS
-    assert flat[-1]["claim"].startswith("rotation")
+def test_kernel_claims_compare_neighbouring_finite_periods_only():
+    held = _by_id(_rows())
+    kernel = [i for i in held if i.startswith("kernel.")]
+    # K=inf's model kernel cannot move: no verdict compares with it (it could only fail by noise)
+    assert kernel == ["kernel.change.K1_K100", "kernel.rotation.K1_K100"]
+    assert all(held[i].verdict == V.HOLDS and held[i].unit == "(log ratio)" for i in kernel)
+    assert held["kernel.change.K1_K100"].gap.mean == pytest.approx(math.log(1.0 / 0.6), abs=0.03)
+    bad = _by_id(_rows(move={1: 0.5, 100: 0.9, math.inf: 0.0}))
+    worse = bad["kernel.change.K1_K100"]
+    assert worse.verdict == V.FAILS and "K=1 (1,000 updates)" in worse.claim
+    # equal movements: the rotation (0.05 both, no noise) cannot be shown to rise, nor to fall
+    flat = _by_id(_rows(move={1: 0.5, 100: 0.5, math.inf: 0.0}))
+    assert flat["kernel.rotation.K1_K100"].verdict == V.UNRESOLVED
+    # three finite periods: two neighbouring pairs per measure
+    three = _rows(move={1: 1.0, 100: 0.6, 500: 0.2, math.inf: 0.0})
+    assert [i for i in _by_id(three) if i.startswith("kernel.change")] == ["kernel.change.K100_K500",
+                                                                          "kernel.change.K1_K100"]
     table = fl.kernel_table(_rows())
     assert [t["updates"] for t in table] == [0, 9, 1000]
     assert math.isnan(table[0]["per_update"]) and table[1]["per_update"] > table[2]["per_update"]
 
 
-def test_claims_markdown_writes_each_verdict_in_its_own_unit():
-    text = fl.claims_markdown(fl.filter_claims(_rows()) + fl.kernel_claims(_rows()))
-    assert "(log ratio)" in text and "% of the run" in text and "(relative change)" in text
-    assert "claims hold" in text
+def test_claims_table_writes_each_verdict_in_its_own_unit():
+    from itlin.book import render
+
+    text = render.claims(fl.judge_rows(_rows(), n_test=100_000))
+    assert "(log ratio)" in text and "% of the run" in text and "points" in text
+    assert "At these settings" in text
 
 
 # ------------------------------------------------------------------------------ parameters
 def test_paper_scale_resolves_without_running():
-    resolve = lambda p: fl.S.resolve(fl.EXPERIMENT.resolve(p), fl.SCALES)
+    resolve = lambda p: fl.FeatureParams.from_dict(p).resolved()
     assert resolve({"scale": "paper", "dataset": None})["dataset"] == "cifar10"  # the chapter passes None
     assert resolve({"scale": "default"})["dataset"] == "mnist1d"
     assert resolve({"scale": "paper", "dataset": "fashion_mnist"})["dataset"] == "fashion_mnist"
-    pp = fl.paper_settings()
+    pp = fl.FeatureParams.paper_resolved()
     assert pp["dataset"] == "cifar10" and pp["channels"] == 50 and pp["learning_rate"] == 1e-5
     assert 5_000_000 in pp["Ks"] and pp["steps"] % pp["snapshots"] == 0
 
@@ -182,16 +201,17 @@ def test_bad_parameters_fail_before_any_compute(bad, match, tmp_path):
 
 
 # ------------------------------------------------------------------------------ a tiny run, interrupted
+@pytest.mark.slow
 def test_tiny_run_keeps_every_snapshot_and_resumes_with_them(tmp_path, monkeypatch):
     params = {"scale": "tiny", "Ks": [1, 10], "seeds": 2}
     whole = runner.run("feature_learning", params, results_dir=tmp_path / "a")
-    rows = fl.rows_of(whole)
+    rows = fl.rows(whole)
     assert len(rows) == 4
     for r in rows:
         assert list(r["snap_step"]) == [0, 10, 20, 30, 40]
         assert r["probe_conv1"].shape == (5,) and np.all((r["probe_conv1"] >= 0) & (r["probe_conv1"] <= 1))
-    k1 = fl.S.select(rows, K=1)[0]
-    k10 = fl.S.select(rows, K=10)[0]
+    k1 = R.select(rows, K=1)[0]
+    k10 = R.select(rows, K=10)[0]
     assert np.array_equal(k1["filters"][0], k10["filters"][0])  # one initialisation per seed
     assert k1["updates"] == 40 and k10["updates"] == 3
 
@@ -209,7 +229,37 @@ def test_tiny_run_keeps_every_snapshot_and_resumes_with_them(tmp_path, monkeypat
         runner.run("feature_learning", params, results_dir=tmp_path / "b")
     monkeypatch.setattr(fl, "kernel_stats", real)
     again = runner.run("feature_learning", params, results_dir=tmp_path / "b")
-    for a, b in zip(fl.rows_of(whole), fl.rows_of(again)):
+    for a, b in zip(fl.rows(whole), fl.rows(again)):
         np.testing.assert_array_equal(a["filters"], b["filters"])
         np.testing.assert_array_equal(a["probe_conv2"], b["probe_conv2"])
         assert a["movement_anchor"] == b["movement_anchor"]
+    # the contract's tables and figures on the tiny record
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from itlin.book import render
+    from itlin.book.figures import main as figures
+
+    assert [row["run"] for row in fl.summary(whole)] == ["K=1", "K=10"]
+    assert "| NTK probe set | 10 | 200 |" in render.settings(whole)
+    ids = fl.EXPERIMENT.verdicts(whole).ids
+    assert ids[:3] == ("probe.conv1.improves", "probe.conv1.slower", "probe.conv1.lower")
+    assert "kernel.change.K1_K10" in ids and "filters.ten_percent" in ids
+    for draw, panels in ((figures.fig6, 2), (figures.fig7, 6), (figures.fig7_distances, 2),
+                         (figures.kernel_movement, 3)):
+        fig = draw(whole)
+        assert sum(bool(ax.lines or ax.images) for ax in fig.axes) == panels, draw.__name__
+        plt.close(fig)
+
+
+def test_the_chapters_parameters_cell_holds_the_experiments_defaults():
+    from pathlib import Path
+
+    from itlin.book.run import chapter_parameters
+
+    cell = chapter_parameters(Path(__file__).resolve().parents[1] / "book" / "feature_learning.md")
+    defaults = fl.EXPERIMENT.defaults()
+    assert set(cell) <= set(defaults)
+    assert all(fl.EXPERIMENT.resolve({k: v})[k] == defaults[k] for k, v in cell.items())

@@ -13,10 +13,10 @@ import pytest
 
 import itlin
 from itlin import models
-from itlin.book import runner
+from itlin.book import render, runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments.main import _sparse as S
+from itlin.book.experiments.main import _setup as S
 from itlin.book.experiments.main import fig4_resnet as f4
 from itlin.book.experiments.main import fig5_data_scaling as f5
 from itlin.core.linearise import linearised_apply
@@ -91,8 +91,8 @@ def test_bn_modes_keep_or_refresh_the_statistics_at_relinearisations(mode):
     y = jnp.arange(32) % 3
     state = model.calibrate(params, state, x[:8])
     m = f4.model_for(model, mode)
-    tr = itlin.iterative_linearisation(m, f4.optimizer(0.0), f4.period_schedule())
-    st, log = itlin.run(tr, f4.start(tr, params, state, 4, 100, 0.5), x, y, 8, batch_size=8, seed=0)
+    tr = itlin.iterative_linearisation(m, S.sgd_in_state(0.0), itlin.periodic())
+    st, log = itlin.run(tr, S.start(tr, params, state, 4, 100, 0.5), x, y, 8, batch_size=8, seed=0)
     assert int(st.updates) == 2
     same = all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(st.model_state),
                                                     jax.tree_util.tree_leaves(state)))
@@ -111,17 +111,49 @@ def _toy():
 
 
 def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_the_same_numbers():
+    """itlin.periodic with the run's horizon (what Figs 4-5 start their trainers with) against the
+    book's fixed schedule of each period, which never relinearises after the last step."""
     f, x, y, p0 = _toy()
     steps = 30
-    ours = itlin.iterative_linearisation(f, f4.optimizer(0.9), f4.period_schedule(), loss="squared")
+    ours = itlin.iterative_linearisation(f, S.sgd_in_state(0.9), itlin.periodic(), loss="squared")
     for K in (3, 7, math.inf):
         ref = itlin.iterative_linearisation(f, optax.sgd(0.05, momentum=0.9), S.schedule(K, steps), loss="squared")
         st_ref, log_ref = itlin.run(ref, ref.init(p0), x, y, steps)
-        st, log = itlin.run(ours, f4.start(ours, p0, None, K, steps, 0.05), x, y, steps)
+        st, log = itlin.run(ours, S.start(ours, p0, None, K, steps, 0.05), x, y, steps)
         assert np.flatnonzero(log.relinearised).tolist() == np.flatnonzero(log_ref.relinearised).tolist()
-        assert int(st.updates) == f4.updates_of(K, steps) == int(st_ref.updates)
+        assert int(st.updates) == S.updates_of(K, steps) == int(st_ref.updates)
         np.testing.assert_allclose(log.loss, log_ref.loss, rtol=1e-5)
-    assert f4.updates_of(1, 30) == 29 and f4.updates_of(10, 30) == 2 and f4.updates_of(math.inf, 30) == 0
+    assert S.updates_of(1, 30) == 29 and S.updates_of(10, 30) == 2 and S.updates_of(math.inf, 30) == 0
+    # the gradient path (K=1) has no period to set; its learning rate still lives in the state
+    gd = itlin.iterative_linearisation(f, S.sgd_in_state(0.9), 1, loss="squared")
+    assert float(S.start(gd, p0, None, 1, steps, 0.05).opt_state.hyperparams["learning_rate"]) == pytest.approx(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [f4.NAME, f5.NAME])
+def test_periodic_in_the_core_gives_the_home_made_schedules_numbers_bit_for_bit(name, tmp_path):
+    """Figs 4-5 moved from a book-made schedule with K in its state to itlin.periodic (issue 25):
+    the tiny runs' arrays are those the book-made schedule gave, bit for bit, on the CPU."""
+    import json
+    from pathlib import Path
+
+    ref = json.loads((Path(__file__).parent / "data" / "fig45_tiny_digests.json").read_text())[name]
+    rec = runner.run(name, {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+    assert _digests(rec) == ref
+
+
+def _digests(rec) -> dict:
+    """One digest per training run: its arrays (times left out) and its final or chosen accuracies."""
+    import hashlib
+
+    out = {}
+    for tag, info in sorted(rec.meta["runs"].items()):
+        h = hashlib.sha256()
+        for k in sorted(k for k in rec.arrays if k.startswith(f"_fits/{tag}/") and "seconds" not in k):
+            h.update(k.encode() + np.ascontiguousarray(rec.arrays[k]).tobytes())
+        h.update(repr(sorted((k, v) for k, v in info.items() if k.startswith(("final_", "chosen_")))).encode())
+        out[tag] = h.hexdigest()[:16]
+    return out
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -158,13 +190,13 @@ def test_batch_mode_accepts_evaluation_sizes_that_are_whole_batches():
 @pytest.mark.parametrize("mod", [f4, f5])
 def test_scale_selects_the_dataset_paper_scale_is_cifar10(mod):
     # the experiment's own resolution, nothing added: the chapters pass dataset=None
-    resolve = lambda p: S.resolve(mod.EXPERIMENT.resolve(p), mod.SCALES)
+    resolve = lambda p: mod.EXPERIMENT.params.from_dict(p).resolved()
     assert resolve({"scale": "paper", "dataset": None})["dataset"] == "cifar10"
     assert resolve({"scale": "paper"})["dataset"] == "cifar10"
     assert resolve({"scale": "default"})["dataset"] == resolve({"scale": "tiny"})["dataset"] == "mnist1d"
     assert resolve({"scale": "paper", "dataset": "fashion_mnist"})["dataset"] == "fashion_mnist"
     assert runner.plan(mod.NAME, {"scale": "paper"}).params["dataset"] is None
-    assert mod.paper_settings()["dataset"] == "cifar10"
+    assert mod.EXPERIMENT.params.paper_resolved()["dataset"] == "cifar10"
 
 
 def test_fig5_default_and_tiny_sizes_pass_the_size_rule():
@@ -175,12 +207,12 @@ def test_fig5_default_and_tiny_sizes_pass_the_size_rule():
 
 
 def test_paper_scale_resolves_to_the_papers_settings_without_running():
-    pp = f4.paper_settings()
+    pp = f4.Fig4Params.paper_resolved()
     assert (pp["lr_no_bn"], pp["lr_bn"]) == (f4.PAPER["lr_no_bn"], f4.PAPER["lr_bn"]) == (7e-7, 1e-5)
     assert {f4.PAPER["K_bn"], f4.PAPER["K_no_bn"]} <= set(pp["Ks"]) and pp["width"] == 64
     assert pp["dataset"] == "cifar10" and pp["batch_size"] == 256 and pp["momentum"] == 0
     assert runner.plan(f4.NAME, {"scale": "paper"}).params["scale"] == "paper"
-    qq = f5.paper_settings()
+    qq = f5.Fig5Params.paper_resolved()
     assert (qq["lr"], qq["lr_inf"]) == (f5.PAPER["lr"], f5.PAPER["lr_inf"]) == (1e-5, 1e-3)
     assert qq["dataset"] == "cifar10" and qq["channels"] == 50 and qq["metric"] == "best"
     assert qq["sizes"][-1] / qq["sizes"][0] >= 10
@@ -211,74 +243,75 @@ def _fig4_rows(gap, spread=0.002, seeds=5, diverge=None):
     return rows
 
 
-@pytest.mark.parametrize("gap,expected", [(0.0, V.HOLDS), (-0.2, V.FAILS), (-0.05, V.UNRESOLVED)])
+def _judge4(rows, margin=0.02):
+    return {v.id: v for v in f4.judge_rows(rows, n_test=100_000, margin=margin, bn_mode="recalibrate")}
+
+
+@pytest.mark.parametrize("gap,expected", [(0.0, V.HOLDS), (-0.2, V.FAILS), (-0.02, V.UNRESOLVED), (0.1, V.FAILS)])
 def test_fig4_close_claims_hold_fail_and_cannot_resolve(gap, expected):
-    c = f4.claims(_fig4_rows(gap), n_test=100_000, margin=0.05, bn_mode="recalibrate")
-    assert [x["verdict"] for x in c[:2]] == [expected, expected]
-    assert "K=100" in c[0]["measured"] and "recalibrated" in c[1]["claim"]
+    c = _judge4(_fig4_rows(gap))
+    assert c["nobn.large_close"].verdict == c["bn.large_close"].verdict == expected
+    assert c["nobn.large_close"].rule == "close" and c["nobn.large_close"].margin == 0.02
+    assert c["bn.large_close"].headline and "K=100" in c["nobn.large_close"].measured
+    assert "recalibrated" in c["bn.large_close"].claim
 
 
 def test_fig4_divergence_claims_hold_fail_and_cannot_resolve():
     # frozen: every large-K run diverges; batch: none; no BN: K=25 always; recalibrate: K=25 in odd seeds
     rule = lambda c, s, K: (c == "frozen") or (c == f4.NO_BN and K == 25) or \
         (c == "recalibrate" and K == 25 and s % 2 == 1)
-    c = f4.claims(_fig4_rows(0.0, diverge=rule), n_test=100_000, margin=0.05, bn_mode="recalibrate")
-    by = {x["claim"]: x for x in c}
-    assert by["with batch norm (BN, frozen), large-K runs diverge more often"]["verdict"] == V.HOLDS
-    assert "10 of 10 diverged" in by["with batch norm (BN, frozen), large-K runs diverge more often"]["measured"]
-    assert by["with batch norm (BN, batch statistics), large-K runs diverge more often"]["verdict"] == V.FAILS
-    assert by["with batch norm (BN, recalibrated), large-K runs diverge more often"]["verdict"] == V.UNRESOLVED
-    # diverged runs leave the accuracy comparison, and the detail says so
-    close = by["with batch norm (BN, recalibrated), a large K ends close to K=1"]
-    assert "left out" not in close["detail"]  # K=100 never diverges here
-    counts = f4.divergence_counts(_fig4_rows(0.0, diverge=rule))
-    assert counts[("frozen", 25.0)][:2] == (5, 5) and counts[("batch", 100.0)][:2] == (0, 5)
-    assert counts[(f4.NO_BN, 25.0)][:2] == (5, 5) and counts[("recalibrate", 25.0)][:2] == (2, 5)
-    md = f4.divergence_markdown(_fig4_rows(0.0, diverge=rule))
-    assert "| BN, frozen | as BN, K=1 | 5 of 5 (median step 50) | 5 of 5 (median step 50) |" in md
+    rows = _fig4_rows(0.0, diverge=rule)
+    c = _judge4(rows)
+    assert c["diverge.frozen"].verdict == V.HOLDS and "10 of 10 diverged" in c["diverge.frozen"].measured
+    assert c["diverge.batch"].verdict == V.FAILS
+    assert c["diverge.recalibrate"].verdict == V.UNRESOLVED
+    assert c["diverge.frozen"].gap == V.proportion_gap(10, 10, 5, 10)
+    # K=100 never diverges here, so the "close" claims judge every seed
+    assert c["bn.large_close"].dropped == 0 and c["bn.large_close"].verdict == V.HOLDS
+    assert f4.divergences(rows) == {f4.NO_BN: (5, 10), "recalibrate": (2, 10), "frozen": (10, 10), "batch": (0, 10)}
+    summary = {(x["configuration"], x["run"]): x for x in f4.summarise(rows)}
+    assert summary[("BN, frozen", "K=25")]["diverged"] == "5 of 5 (median step 50)"
+    assert summary[("BN, batch statistics", "K=100")]["diverged"] == "0 of 5"
 
 
 def test_fig4_modes_are_judged_against_each_other_with_intervals():
     # frozen: every large-K run diverges; recalibrate: K=25 only; batch: none (10 runs each)
     rule = lambda c, s, K: c == "frozen" or (c == "recalibrate" and K == 25)
-    rows = _fig4_rows(0.0, diverge=rule)
-    assert f4.mode_divergence(rows) == {"recalibrate": (5, 10), "frozen": (10, 10), "batch": (0, 10)}
-    out = f4.mode_claims(rows)
-    by = {p["claim"]: p for p in out["pairs"]}
-    assert len(out["pairs"]) == 3
-    assert by["BN, recalibrated diverges more often than BN, frozen"]["verdict"] == V.FAILS
-    assert by["BN, frozen diverges more often than BN, batch statistics"]["verdict"] == V.HOLDS
-    # 5 of 10 against 0 of 10 is resolved; the interval is Newcombe's, as for the no-BN comparison
+    c = _judge4(_fig4_rows(0.0, diverge=rule))
+    assert [i for i in c if i.startswith("modes.")] == ["modes.recalibrate.frozen", "modes.recalibrate.batch",
+                                                       "modes.frozen.batch"]
+    assert c["modes.recalibrate.frozen"].verdict == V.FAILS
+    assert c["modes.frozen.batch"].verdict == V.HOLDS
     gap = V.proportion_gap(5, 10, 0, 10)
-    assert by["BN, recalibrated diverges more often than BN, batch statistics"]["verdict"] == V.exceeds(gap)
-    assert by["BN, recalibrated diverges more often than BN, batch statistics"]["resolvable"] == gap.half
-    assert out["most"] == "frozen" and out["least"] == ("batch" if V.exceeds(gap) == V.HOLDS else None)
-    assert "`frozen` diverged more often than every other mode" in f4.mode_sentence(out)
+    assert c["modes.recalibrate.batch"].verdict == V.exceeds(gap) and c["modes.recalibrate.batch"].gap == gap
+    most, least = f4.mode_ranking(c.values())
+    assert most == "frozen" and least == ("batch" if V.exceeds(gap) == V.HOLDS else None)
 
 
 def test_fig4_modes_that_overlap_cannot_be_ranked_and_ties_are_not_broken():
     # frozen 2 of 10, recalibrate 1 of 10, batch 1 of 10: the raw counts have a top but no interval separates it
     rule = lambda c, s, K: (c == "frozen" and K == 25 and s < 2) or (c in ("recalibrate", "batch") and K == 25
                                                                        and s == 0)
-    out = f4.mode_claims(_fig4_rows(0.0, diverge=rule))
-    assert all(p["verdict"] == V.UNRESOLVED for p in out["pairs"])
-    assert out["most"] is None and out["least"] is None
-    text = f4.mode_sentence(out)
-    assert "which mode diverges most *cannot be resolved*" in text and "diverges least *cannot be resolved*" in text
-    assert "0 of 3 pairs" in text
+    c = _judge4(_fig4_rows(0.0, diverge=rule))
+    assert all(v.verdict == V.UNRESOLVED for i, v in c.items() if i.startswith("modes."))
+    assert f4.mode_ranking(c.values()) == (None, None)
     # all modes equal (a tie): nothing is picked
-    tie = f4.mode_claims(_fig4_rows(0.0, diverge=lambda c, s, K: c != f4.NO_BN))
-    assert tie["most"] is None and tie["least"] is None
+    assert f4.mode_ranking(_judge4(_fig4_rows(0.0, diverge=lambda c, s, K: c != f4.NO_BN)).values()) == (None, None)
     # one mode only: no comparison
-    one = f4.mode_claims([r for r in _fig4_rows(0.0) if r["config"] in (f4.NO_BN, "BN", "batch")])
-    assert one == {"pairs": [], "most": None, "least": None} and "fewer than two" in f4.mode_sentence(one)
-    assert "| claim |" in f4.mode_claims_markdown(_fig4_rows(0.0, diverge=rule))
+    one = _judge4([r for r in _fig4_rows(0.0) if r["config"] in (f4.NO_BN, "BN", "recalibrate")])
+    assert not any(i.startswith("modes.") for i in one) and f4.mode_ranking(one.values()) == (None, None)
 
 
-def test_fig4_close_claim_leaves_out_diverged_seeds():
+def test_fig4_close_claim_counts_a_diverged_seed_and_cannot_hold():
     rule = lambda c, s, K: c == "recalibrate" and K == 100 and s == 0
-    c = f4.claims(_fig4_rows(0.0, diverge=rule), n_test=100_000, margin=0.05, bn_mode="recalibrate")
-    assert c[1]["detail"] == "1 seed(s) left out: a run diverged" and "(4 seeds)" in c[1]["measured"]
+    c = _judge4(_fig4_rows(0.0, diverge=rule))
+    assert c["bn.large_close"].dropped == 1 and c["bn.large_close"].gap.n == 4
+    assert c["bn.large_close"].verdict == V.UNRESOLVED       # it would hold on the four survivors alone
+    assert c["nobn.large_close"].verdict == V.HOLDS and c["nobn.large_close"].dropped == 0
+    assert "1 seed(s) left out" in render.measured(c["bn.large_close"])
+    # survivors far from K=1 still refute it
+    far = _judge4(_fig4_rows(-0.2, diverge=rule))
+    assert far["bn.large_close"].verdict == V.FAILS and far["bn.large_close"].dropped == 1
 
 
 # ------------------------------------------------------------------------------ Fig. 5 claims on synthetic rows
@@ -294,8 +327,8 @@ def _fig5_rows(slopes, seeds=5, noise=0.002, status=lambda label, n, s: "complet
         for n in SIZES:
             for s in range(seeds):
                 acc = 0.5 + b * math.log10(n / 400) + noise * rng.standard_normal()
-                rows.append({"tag": f"{label} n={n} seed={s}", "setting": label, "n": n, "seed": s, "best": acc,
-                             "final": acc, "test": acc, "train": 1.0, "updates": 1, "status": status(label, n, s),
+                rows.append({"tag": f"{label} n={n} seed={s}", "setting": label, "n": n, "seed": s, "test": acc,
+                             "train": 1.0, "updates": 1, "status": status(label, n, s),
                              "K": 1.0})
     return rows
 
@@ -318,10 +351,11 @@ def test_slope_and_its_test_noise():
 def test_fig5_claims_hold_fail_and_cannot_resolve(finite, inf, expected_close, expected_worse):
     noise = 0.03 if expected_close == V.UNRESOLVED else 0.002
     rows = _fig5_rows([0.30, finite, 0.30, inf], noise=noise, seeds=5 if noise < 0.01 else 3)
-    c = f5.claims(rows, n_test=10 ** 6, margin=0.05)
-    assert [x["verdict"] for x in c[:2]] == [expected_close, expected_worse]
-    assert c[3]["verdict"] == (V.HOLDS if noise < 0.01 else V.UNRESOLVED)  # the control: same slope at both rates
-    assert "per tenfold data" in c[0]["measured"]
+    c = {v.id: v for v in f5.judge_rows(rows, n_test=10 ** 6, margin=0.05)}
+    assert [c["finite_close"].verdict, c["inf_worse"].verdict] == [expected_close, expected_worse]
+    assert c["control_close"].verdict == (V.HOLDS if noise < 0.01 else V.UNRESOLVED)  # same slope at both rates
+    assert "per tenfold data" in c["finite_close"].measured and c["finite_close"].unit == "points per tenfold data"
+    assert c["finite_close"].headline and c["inf_worse"].headline and not c["control_close"].headline
 
 
 def test_fig5_test_set_noise_widens_the_interval():
@@ -332,18 +366,30 @@ def test_fig5_test_set_noise_widens_the_interval():
     assert small.half == pytest.approx(math.hypot(small.seed_half, small.test_half))
 
 
-def test_fig5_diverged_runs_drop_their_seed_and_say_so():
+def test_fig5_diverged_runs_drop_their_seed_and_are_counted():
     bad = lambda label, n, s: "diverged at step 9" if (label.startswith("K=200") and n == 4000 and s == 0) else \
         "completed"
-    rows = _fig5_rows([0.3, 0.3, 0.3, 0.1], status=bad)
-    c = f5.claims(rows, n_test=10 ** 6, margin=0.05)
-    assert "(4 seeds)" in c[0]["measured"] and c[0]["detail"] == "1 seed(s) left out: a run diverged"
-    assert "(5 seeds)" in c[1]["measured"] and c[1]["detail"] == ""
+    c = {v.id: v for v in f5.judge_rows(_fig5_rows([0.3, 0.3, 0.3, 0.1], status=bad), n_test=10 ** 6, margin=0.05)}
+    assert c["finite_close"].gap.n == 4 and c["finite_close"].dropped == 1
+    assert c["finite_close"].verdict == V.UNRESOLVED  # it holds on the survivors, but a seed is missing
+    assert c["inf_worse"].gap.n == 5 and c["inf_worse"].dropped == 0 and c["inf_worse"].verdict == V.HOLDS
 
 
 def test_fig5_claims_need_all_four_settings():
     rows = [r for r in _fig5_rows([0.3, 0.3, 0.3, 0.1]) if not r["setting"].startswith("K=∞")]
-    assert f5.claims(rows, n_test=1000, margin=0.05) == []
+    assert f5.judge_rows(rows, n_test=1000, margin=0.05) == []
+
+
+def test_fig5_validation_set_is_held_out_of_every_subset_and_class_balanced():
+    from itlin import data
+
+    full = data.load("mnist1d")
+    pool, (xv, yv) = f5.split(full, 500, seed=3)
+    assert pool.n_train + len(xv) == full.n_train and np.bincount(yv).tolist() == [50] * 10
+    seen = {x.tobytes() for x in pool.x_train}
+    assert not any(x.tobytes() in seen for x in xv)
+    again, (xv2, _) = f5.split(full, 500, seed=3)
+    assert np.array_equal(xv, xv2) and np.array_equal(again.x_train, pool.x_train)
 
 
 # ------------------------------------------------------------------------------ the experiments at tiny scale
@@ -359,14 +405,17 @@ def tiny5(tmp_path_factory):
                       verbose=False)
 
 
+@pytest.mark.slow
 def test_fig4_tiny_runs_every_configuration_and_draws(tiny4):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from itlin.book.figures import main as figures
+
     sc = f4.SCALES["tiny"]
-    rows = f4.summary(tiny4)
+    rows = f4.rows(tiny4)
     seeds = set(range(sc["seeds"]))
     big = [K for K in sc["Ks"] if K != 1]
     assert {(r["config"], r["K"]) for r in rows} == {(f4.NO_BN, 1.0), ("BN", 1.0)} | \
@@ -375,42 +424,57 @@ def test_fig4_tiny_runs_every_configuration_and_draws(tiny4):
         assert {x["seed"] for x in rows if x["setting"] == r["setting"]} == seeds
         if r["status"] == "completed":
             assert r["steps"] == sc["steps"]
-            assert r["updates"] == (sc["steps"] if r["K"] == 1 else f4.updates_of(r["K"], sc["steps"]))
-    r = f4.resolved(tiny4)
-    assert r["bn_mode"] == "recalibrate" and r["n_test"] == sc["n_test"]
+            assert r["updates"] == (sc["steps"] if r["K"] == 1 else S.updates_of(r["K"], sc["steps"]))
+    r = tiny4.meta["resolved"]
+    assert r["bn_mode"] == "recalibrate" and r["n_test"] == sc["n_test"] and r["close_margin"] == 0.02
     assert tiny4.meta["model"] == "resnet18_1d" and tiny4.meta["model_meta"]["width"] == sc["width"]
-    c = f4.claims_of(tiny4)
-    assert len(c) == 2 + len(f4.BN_MODES) and all(x["verdict"] in (V.HOLDS, V.FAILS, V.UNRESOLVED) for x in c)
-    assert "| configuration |" in f4.summary_markdown(rows) and "diverged at K=" in f4.divergence_markdown(rows)
-    assert "paper-scale source" in f4.settings_markdown(tiny4) and "7e-07" in f4.settings_markdown(tiny4)
-    plt.close(f4.figure(tiny4))
+    ids = f4.EXPERIMENT.verdicts(tiny4).ids
+    assert ids == ("nobn.large_close", "bn.large_close", "diverge.recalibrate", "diverge.frozen", "diverge.batch",
+                   "modes.recalibrate.frozen", "modes.recalibrate.batch", "modes.frozen.batch")
+    assert [x["configuration"] for x in f4.summary(tiny4)] == ["no batch norm", "no batch norm",
+                                                                 "BN (K=1, all modes)", "BN, recalibrated",
+                                                                 "BN, frozen", "BN, batch statistics"]
+    settings = render.settings(tiny4)
+    assert "| learning rate, no BN | 0.001 | 7e-07 | Appendix C |" in settings
+    assert "| network | ResNet-18 1-D, width 2 | ResNet-18 2-D, width 64 |" in settings
+    fig = figures.fig4(tiny4)
+    assert sum(ax.get_visible() for ax in fig.axes) == 4 and all(ax.lines for ax in fig.axes if ax.get_visible())
+    plt.close(fig)
 
 
-def test_fig5_tiny_runs_every_setting_and_size_and_draws(tiny5):
+@pytest.mark.slow
+def test_fig5_tiny_runs_every_setting_and_size_chooses_on_validation_and_draws(tiny5):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from itlin.book.figures import main as figures
+
     sc = f5.SCALES["tiny"]
-    rows = f5.summary(tiny5)
+    rows = f5.rows(tiny5)
     assert len(rows) == 4 * len(sc["sizes"]) * sc["seeds"]
+    r = tiny5.meta["resolved"]
     labels = f5.labels_of(rows)
-    assert labels == [x[0] for x in f5.settings(f5.resolved(tiny5))]
-    steps = f5.resolved(tiny5)["steps"]
-    for r in rows:
-        assert r["steps"] == steps[str(r["n"])] == f5.steps_for(r["n"], sc)
-        want = r["steps"] if r["K"] == 1 else f4.updates_of(r["K"], r["steps"])
-        assert r["updates"] == want
-        assert r["best"] >= r["final"] - 1e-12 and 0 <= r["train"] <= 1
-    lrs = {r["setting"]: r["learning_rate"] for r in rows}
+    assert labels == [x[0] for x in f5.settings(r)] and r["n_val"] == sc["n_val"] and r["n_test"] == sc["n_test"]
+    for row in rows:
+        assert row["steps"] == f5.steps_for(row["n"], sc)
+        assert row["updates"] == (row["steps"] if row["K"] == 1 else S.updates_of(row["K"], row["steps"]))
+        h = tiny5.history(row["tag"])
+        val = h.eval_array("val/accuracy_lin")
+        # the evaluation reported is the first with the best validation accuracy, never chosen on the test set
+        assert row["chosen_step"] == int(h.eval_array("step")[int(np.argmax(val))]) and row["val"] == val.max()
+        assert "test/accuracy_lin" not in h.evals and 0 <= row["test"] <= 1
+    lrs = {x["setting"]: x["learning_rate"] for x in rows}
     assert lrs[labels[0]] == lrs[labels[1]] == sc["lr"] and lrs[labels[2]] == lrs[labels[3]] == sc["lr_inf"]
     sl = f5.slopes(rows)
     assert set(sl) == set(labels) and all(len(v) == sc["seeds"] for v in sl.values())
-    c = f5.claims_of(tiny5)
-    assert len(c) == 4 and all(x["verdict"] in (V.HOLDS, V.FAILS, V.UNRESOLVED) for x in c)
-    assert "final train acc." in f5.summary_markdown(rows) and "paper-scale source" in f5.settings_markdown(tiny5)
-    plt.close(f5.figure(tiny5))
+    assert f5.EXPERIMENT.verdicts(tiny5).ids == ("finite_close", "inf_worse", "inf_worse_finite", "control_close")
+    assert len(f5.summary(tiny5)) == 4 * len(sc["sizes"])
+    assert "| validation examples (held out of training) | 100 |" in render.settings(tiny5)
+    fig = figures.fig5(tiny5)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 4
+    plt.close(fig)
 
 
 def test_near_relinearisation_counts_divergences_just_after_a_relinearisation():
@@ -419,3 +483,17 @@ def test_near_relinearisation_counts_divergences_just_after_a_relinearisation():
     rows[0]["diverged_at"], rows[1]["diverged_at"], rows[2]["diverged_at"] = 52, 40, 203
     assert f4.near_relinearisation(rows) == (2, 3)
     assert f4.near_relinearisation(rows, within=20) == (3, 3)
+
+
+def test_the_chapters_parameters_cell_holds_the_experiments_defaults():
+    from pathlib import Path
+
+    from itlin.book.run import chapter_parameters
+
+    cell = chapter_parameters(Path(__file__).resolve().parents[1] / "book" / "resnet_and_data.md")
+    for exp in (f4.EXPERIMENT, f5.EXPERIMENT):
+        defaults = exp.defaults()
+        for name, value in cell.items():
+            if name in defaults:
+                assert exp.resolve({name: value})[name] == defaults[name], (exp.name, name)
+    assert set(cell) <= set(f4.EXPERIMENT.defaults()) | set(f5.EXPERIMENT.defaults())

@@ -74,3 +74,231 @@ def fig2(rec):
 
 
 __all__ = ["fig2"]
+
+
+# --- Figs 4-7 (main paper Figs. 4-7: ResNet-18 and batch norm, data scaling, probes, filters, the kernel)
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from ..experiments.main import feature_learning as _fl  # noqa: E402
+from ..experiments.main import fig4_resnet as _fig4  # noqa: E402
+from ..experiments.main import fig5_data_scaling as _fig5  # noqa: E402
+from ..plotting import shared_legend  # noqa: E402
+from ..verdicts import seed_interval  # noqa: E402
+
+
+def fig4(rec):
+    """Main paper Fig. 4: test accuracy against steps, one panel per configuration (no batch norm,
+    then each batch-norm mode): ``K = 1`` (the network, black) and each larger K (the model being
+    trained), mean over the seeds that completed with a band from the lowest to the highest; the
+    legend counts diverged runs, and a cross marks the step where each diverged run stopped."""
+    rows = _fig4.rows(rec)
+    panels = [c for c in _fig4.configs_of(rows) if c != "BN"]
+    nrow = math.ceil(len(panels) / 2)
+    fig, axes = plt.subplots(nrow, 2, figsize=(COLUMN_WIDTH, 2.7 * nrow + 0.9), sharex=True, sharey=True,
+                             squeeze=False)
+    Ks = sorted({r["K"] for r in rows})
+    col = colours(Ks)
+    for ax, c in zip(axes.flat, panels):
+        for K in Ks:
+            g = R.select(rows, config="BN" if (c != _fig4.NO_BN and K == 1) else c, K=K)
+            if not g:
+                continue
+            done = [r for r in g if not _fig4.diverged(r)]
+            label = K_label(K) + (f", {len(g) - len(done)} of {len(g)} diverged" if len(done) < len(g) else "")
+            metric = "test/accuracy" if K == 1 else "test/accuracy_lin"
+            if seed_band(ax, [rec.history(r["tag"]) for r in done], metric, color=col[float(K)], label=label) is None:
+                ax.plot([], [], color=col[float(K)], label=label)
+            for r in g:
+                if _fig4.diverged(r) and r["diverged_at"]:
+                    ax.plot([r["diverged_at"]], [0.02], marker="x", ms=7, mew=1.8, color=col[float(K)],
+                            linestyle="none", transform=ax.get_xaxis_transform(), clip_on=False)
+        ax.set_title(_fig4.CONFIG_LABELS[c])
+        ax.legend(loc="best", fontsize=9, frameon=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test accuracy")
+    fig.tight_layout()
+    return fig
+
+
+def fig5(rec):
+    """Main paper Fig. 5. Left: test accuracy (at the evaluation the record's metric chose)
+    against training-set size on a log axis, one line per setting (mean over seeds, band from the
+    lowest to the highest); right: each seed's slope per tenfold data (dots) and the mean with its
+    95% seed interval, per setting."""
+    rows = _fig5.rows(rec)
+    r = rec.meta["resolved"]
+    labels, sizes = _fig5.labels_of(rows), sorted({int(x["n"]) for x in rows})
+    palette = colours([1, float(r["K"]), math.inf])
+    style = dict(zip(labels, [(palette[1.0], "-", "o"), (palette[float(r["K"])], "-", "s"),
+                              (palette[1.0], "--", "^"), (palette[math.inf], "--", "D")]))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9), gridspec_kw={"width_ratios": [1.5, 1]})
+    sl = _fig5.slopes(rows)
+    seeds = sorted({int(x["seed"]) for x in rows})
+    for i, label in enumerate(labels):
+        c, ls, mk = style[label]
+        ys = np.array([[next((x["test"] for x in rows if x["setting"] == label and int(x["n"]) == n
+                              and int(x["seed"]) == s and x["status"] == "completed"), np.nan) for n in sizes]
+                       for s in seeds])
+        ax.plot(sizes, np.nanmean(ys, 0), color=c, linestyle=ls, marker=mk, label=label)
+        if ys.shape[0] > 1:
+            ax.fill_between(sizes, np.nanmin(ys, 0), np.nanmax(ys, 0), color=c, alpha=0.15, lw=0)
+        vals = list(sl.get(label, {}).values())
+        if vals:
+            bx.plot(100 * np.asarray(vals), np.full(len(vals), i) + np.linspace(-0.12, 0.12, len(vals)),
+                    linestyle="none", marker=mk, color=c, alpha=0.6)
+            m, h = seed_interval(vals)
+            bx.errorbar([100 * m], [i], xerr=[[100 * h]] if math.isfinite(h) else None, color=c, marker="|",
+                        ms=14, mew=2.2, capsize=4, lw=2)
+    ax.set_xscale("log")
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([f"{n:,}" for n in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("training examples")
+    ax.set_ylabel("test accuracy (" + ("best on validation" if r["metric"] == "best" else "final") + ")")
+    ax.legend(fontsize=9, frameon=False, loc="lower right")
+    bx.set_yticks(range(len(labels)))
+    bx.set_yticklabels([lab.replace(", ", "\n") for lab in labels])
+    bx.invert_yaxis()
+    bx.set_xlabel("slope (points per tenfold data)")
+    fig.tight_layout()
+    return fig
+
+
+def _by_K(rows):
+    return {K: [r for r in R.select(rows, K=K) if r["status"] == "completed"] for K in sorted({r["K"] for r in rows})}
+
+
+def fig6(rec):
+    """Main paper Fig. 6: linear-probe test accuracy on the first (left) and second (right)
+    layer's features against steps, mean over seeds with a band from the lowest to the highest."""
+    groups = _by_K(_fl.rows(rec))
+    col = colours(groups)
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.6), sharey=True)
+    for ax, layer in zip(axes, _fl.LAYERS):
+        for K, g in groups.items():
+            if g:
+                x = g[0]["snap_step"]
+                ys = np.stack([r[f"probe_{layer}"][:len(x)] for r in g])
+                ax.plot(x, ys.mean(0), color=col[K], lw=1.8, label=legend_label(K, g[0]["updates"]))
+                if len(g) > 1:
+                    ax.fill_between(x, ys.min(0), ys.max(0), color=col[K], alpha=0.18, lw=0)
+        ax.set_title(f"probe on {layer} features")
+        ax.set_xlabel("step")
+    axes[0].set_ylabel("probe test accuracy")
+    shared_legend(fig, axes[0], ncol=3)
+    return fig
+
+
+def fig7(rec, seed=None, n_filters: int = 3):
+    """Main paper Fig. 7: the first ``n_filters`` first-layer filters' change from initialisation
+    at every snapshot, for K=1 and the large K (one seed), on one colour range shared by every
+    panel. A 1-D filter is drawn as a column of taps per snapshot (time runs left to right); a
+    2-D filter as an image (the mean over input channels) at eight snapshots."""
+    rows = _fl.rows(rec)
+    Kb = _fl.large_K(rows)
+    a, b, _ = _fl.pairs(R.select(rows, K=1), R.select(rows, K=Kb))
+    ra, rb = next((x, y) for x, y in zip(a, b) if seed is None or x["seed"] == seed)
+    steps = ra["snap_step"]
+    n = len(steps)
+    cols = np.unique(np.linspace(0, n - 1, min(8, n)).round().astype(int))
+    deltas = {lab: r["filters"] - r["filters"][:1] for lab, r in (("K=1", ra), (K_label(Kb), rb))}
+    vmax = max(float(np.abs(d[:, :n_filters]).max()) for d in deltas.values()) or 1.0
+    one_d = ra["filters"].ndim == 4  # (snapshots, filters, taps, in); 2-D: (snapshots, filters, h, w, in)
+    fig, axes = plt.subplots(2 * n_filters, 1 if one_d else len(cols), figsize=(COLUMN_WIDTH, 1.5 * n_filters + 1.2),
+                             squeeze=False)
+    for i in range(n_filters):
+        for j, (lab, d) in enumerate(deltas.items()):
+            row = axes[2 * i + j]
+            kw = dict(cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
+            if one_d:
+                img = d[:, i].reshape(n, -1).T  # taps x snapshots
+                im = row[0].imshow(img, aspect="auto", extent=(0, steps[-1], img.shape[0] - 0.5, -0.5), **kw)
+            else:
+                for ax, t in zip(row, cols):
+                    im = ax.imshow(d[t, i].mean(-1), **kw)
+                    ax.set_xlabel(f"{steps[t]:,}" if 2 * i + j == 2 * n_filters - 1 else "", fontsize=9)
+            for ax in row:
+                ax.set_yticks([])
+                ax.grid(False)
+                if not one_d or 2 * i + j < 2 * n_filters - 1:
+                    ax.set_xticks([]) if not one_d else ax.set_xticklabels([])
+            row[0].set_ylabel(f"filter {i + 1}\n{lab}", rotation=0, ha="right", va="center", fontsize=9)
+    if one_d:
+        axes[-1, 0].set_xlabel("step")
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    fig.colorbar(im, cax=fig.add_axes((0.86, 0.15, 0.02, 0.7))).set_label("change from initialisation", fontsize=9)
+    return fig
+
+
+def fig7_distances(rec):
+    """Fig. 7 as numbers: left, the first-layer filters' distance from initialisation against steps
+    for every K; right, the distance of K=1's filters at each snapshot to the large K's final
+    filters (one line per seed), the closest point marked and the paper's 10% dotted."""
+    rows = _fl.rows(rec)
+    groups, Kb = _by_K(rows), _fl.large_K(rows)
+    col = colours(groups)
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.4))
+    for K, g in groups.items():
+        if g:
+            x = g[0]["snap_step"]
+            ys = np.stack([np.linalg.norm((r["filters"] - r["filters"][:1]).reshape(len(x), -1), axis=1) for r in g])
+            axes[0].plot(x, ys.mean(0), color=col[K], lw=1.8, label=legend_label(K, g[0]["updates"]))
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("||W(t) − W(0)||, first layer")
+    a, b, _ = _fl.pairs(R.select(rows, K=1), R.select(rows, K=Kb))
+    for i, (ra, rb) in enumerate(zip(a, b)):
+        x = ra["snap_step"] / ra["snap_step"][-1]
+        d = np.linalg.norm((ra["filters"] - rb["filters"][-1:]).reshape(len(x), -1), axis=1)
+        line = axes[1].plot(x, d, lw=1.4, color="black", ls=("-", "--", ":", "-.")[i % 4], label=f"seed {ra['seed']}")
+        axes[1].plot(x[np.argmin(d)], d.min(), "o", color=line[0].get_color())
+    axes[1].axvline(_fl.PAPER_FRACTION, color="tab:red", ls=":", lw=1.4, label="paper: about 10%")
+    axes[1].set_xlabel("fraction of K=1's run")
+    axes[1].set_ylabel(f"distance to {K_label(Kb)}'s final")
+    axes[1].legend(fontsize=9, frameon=False)
+    shared_legend(fig, axes[0], ncol=3)
+    return fig
+
+
+def kernel_movement(rec):
+    """The NTK's movement against feature updates, one point per seed and K: left, its relative
+    change from initialisation (model being trained: filled; network at its final weights:
+    open); middle, its rotation (1 − cosine); right, the centred kernel-target alignment of the
+    model being trained, the value at initialisation dashed. K=inf (no update) sits at the left
+    edge of the symlog axes; a grey line joins the means."""
+    rows = _fl.rows(rec)
+    groups = _by_K(rows)
+    col = colours(groups)
+    fig, axes = plt.subplots(1, 3, figsize=(COLUMN_WIDTH, 3.4))
+    panels = (("movement", "relative NTK change"), ("rotation", "NTK rotation (1 − cos)"),
+              ("alignment", "kernel-target alignment"))
+    for K, g in groups.items():
+        u = np.array([r["updates"] for r in g], float)
+        for ax, (key, _) in zip(axes, panels):
+            ax.plot(u, [r[f"{key}_anchor"] for r in g], "o", color=col[K], ms=5,
+                    label=legend_label(K, g[0]["updates"]) if key == "movement" and g else None)
+            if key != "alignment":
+                ax.plot(u, [r[f"{key}_net"] for r in g], "o", mfc="none", color=col[K], ms=7)
+    tab = _fl.kernel_table(rows)
+    for ax, (key, label) in zip(axes, panels):
+        ax.plot([t["updates"] for t in tab], [t[f"{key}_anchor"] for t in tab], color="0.4", lw=1, zorder=0)
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(-0.4, 2.5 * max([t["updates"] for t in tab] or [1]))
+        ax.set_xlabel("feature updates")
+        ax.set_ylabel(label)
+    if tab:
+        axes[2].axhline(np.mean([t["alignment_init"] for t in tab]), color="0.5", ls="--", lw=1,
+                        label="at initialisation")
+        axes[2].legend(fontsize=9, frameon=False)
+    axes[0].set_yscale("symlog", linthresh=1)
+    axes[0].set_ylim(bottom=-0.2)
+    shared_legend(fig, axes[0], ncol=3)
+    return fig
+
+
+__all__ += ["fig4", "fig5", "fig6", "fig7", "fig7_distances", "kernel_movement"]

@@ -156,21 +156,32 @@ def prepare(r: Mapping, batch_size: Optional[int] = None) -> Setup:
     gaps and costs one evaluation per run."""
     import jax.numpy as jnp
 
-    big = r.get("n_test_final")
-    if big:
-        gen = MNIST1D_LARGE if r["dataset"] == "mnist1d" and int(big) > MNIST1D_TEST else None
-        ds = load_data(r["dataset"], r["n_train"], int(big), r["seed"], generation=gen)
-        final = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
-        if r["n_test"] < ds.n_test:
-            ds = ds.subset(None, int(r["n_test"]), seed=r["seed"])
-    else:
-        ds, final = load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
+    ds, final = load_with_final(r)
     if batch_size is not None and batch_size > ds.n_train:
         raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
     model = model_for(r["dataset"], r["channels"], ds.num_outputs)
     params, model_state = init_params(model, ds.x_train, r["seed"])
     return Setup(ds, model, params, model_state, eval_sets(ds, r["n_eval_train"]),
                  jnp.asarray(ds.x_train), jnp.asarray(ds.y_train), final)
+
+
+def load_with_final(r: Mapping, generation: Optional[Mapping] = None) -> tuple:
+    """``(ds, final)``: the data of :func:`prepare` for resolved parameters ``r`` (``dataset``,
+    ``n_train``, ``n_test``, ``seed`` and optionally ``n_test_final``), and the large test set
+    ``final = (x, y)`` the final accuracies are measured on (``None`` without ``n_test_final``).
+    ``generation``: the MNIST-1D generator's arguments when ``n_test_final`` exceeds the standard
+    split (default :data:`MNIST1D_LARGE`)."""
+    import jax.numpy as jnp
+
+    big = r.get("n_test_final")
+    if not big:
+        return load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
+    gen = (generation or MNIST1D_LARGE) if r["dataset"] == "mnist1d" and int(big) > MNIST1D_TEST else None
+    ds = load_data(r["dataset"], r["n_train"], int(big), r["seed"], generation=gen)
+    final = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
+    if r["n_test"] < ds.n_test:
+        ds = ds.subset(None, int(r["n_test"]), seed=r["seed"])
+    return ds, final
 
 
 def measured_sizes(setup: Setup) -> dict:
@@ -325,7 +336,48 @@ def _correct_jit():
     return jax.jit(_correct_fn, static_argnums=0)
 
 
+# ------------------------------------------------------------------------------ Figs 4-5: one program for every K
+def sgd_in_state(momentum: float):
+    """SGD whose learning rate lives in its state (set by :func:`start`); heavy-ball momentum
+    ``momentum`` (0: plain SGD)."""
+    import optax
+
+    return optax.inject_hyperparams(optax.sgd)(learning_rate=0.0, momentum=float(momentum))
+
+
+def start(trainer, params, model_state, K, steps: int, learning_rate: float):
+    """``trainer.init`` with the period ``K`` and the run's ``steps`` (its horizon: no
+    relinearisation after the last step) written into the schedule's state (a trainer on
+    :func:`itlin.periodic`, so every K shares one compiled step; the gradient path of ``K = 1``
+    has no such state) and ``learning_rate`` into the optimiser's (:func:`sgd_in_state`)."""
+    import jax.numpy as jnp
+
+    st = trainer.init(params, model_state, **({"period": K, "horizon": int(steps)} if trainer.schedule.set else {}))
+    hp = dict(st.opt_state.hyperparams)
+    hp["learning_rate"] = jnp.asarray(learning_rate, hp["learning_rate"].dtype)
+    return st._replace(opt_state=st.opt_state._replace(hyperparams=hp))
+
+
+def updates_of(K, steps: int) -> int:
+    """Feature updates of a run of ``steps`` steps at period ``K`` without a relinearisation
+    after the last step: ``ceil(steps / K) - 1``; 0 for ``K = inf`` (``K = 1`` takes the
+    network's own gradient steps, which count ``steps``).
+
+    >>> updates_of(10, 30), updates_of(7, 30), updates_of(float("inf"), 30)
+    (2, 4, 0)
+    """
+    K = float(K)
+    return 0 if math.isinf(K) else int(math.ceil(steps / K)) - 1
+
+
+def missing(what: str, path):
+    """Raise for a sub-result (a snapshot, a chosen state) that a run restored from its checkpoint
+    no longer has: the run must be made again."""
+    raise RuntimeError(f"{what} was not kept with its checkpoint; delete the run's folder {path} to recompute it.")
+
+
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
-           "augmenter", "check_periods", "correct_examples", "correct_of", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "init_params",
-           "load_data", "measured_sizes", "model_for", "n_test_judged", "prepare", "resolve", "schedule", "seed_list", "seed_tag",
-           "sgd"]
+           "augmenter", "check_periods", "correct_examples", "correct_of", "data_meta", "eval_sets", "final_metrics",
+           "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
+           "n_test_judged", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
+           "updates_of"]
