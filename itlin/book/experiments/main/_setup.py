@@ -203,23 +203,27 @@ def init_params(model, x, seed: int):
     return params, model_state
 
 
-def schedule(K, steps: int):
-    """The relinearisation schedule of period ``K`` over a run of ``steps`` steps, without a
-    relinearisation after the very last step.
+def schedule(K):
+    """The schedule a run of period ``K`` trains with: :class:`itlin.Every` ``(1)`` for ``K = 1``
+    (the network's own gradient steps), else :func:`itlin.periodic`, whose state holds the
+    period and the run's horizon (written by :func:`fit_seeds`), so that one compiled step
+    serves every ``K`` and no run relinearises after its last step.
 
-    That one would change nothing in training (no step follows it) but would replace, at the
-    final evaluation, the linearised model that training produced by the network at the same
-    parameters: the end of the run would show the network instead of the model being trained.
-    So ``K = 1`` and ``K = inf`` are :class:`itlin.Every`; any other ``K``
-    relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`itlin.AtSteps`),
-    giving ``ceil(steps / K) - 1`` feature updates.
+    That last relinearisation would change nothing in training (no step follows it) but would
+    replace, at the final evaluation, the linearised model that training produced by the network
+    at the same parameters. A run of ``steps`` steps at a finite ``K > 1`` therefore makes
+    ``ceil(steps / K) - 1`` feature updates (:func:`updates_of`).
     """
-    from ....core.schedules import AtSteps, Every
+    from ....core.schedules import Every, periodic
 
-    K = float(K)
-    if K == 1 or math.isinf(K):
-        return Every(math.inf if math.isinf(K) else 1)
-    return AtSteps.of(range(int(K), int(steps), int(K)))
+    return Every(1) if float(K) == 1 else periodic()
+
+
+def init_state(trainer, params, model_state, K, steps: int):
+    """``trainer.init`` with the period ``K`` and the horizon ``steps`` written into a periodic
+    schedule's state (a ``K = 1`` trainer has no such state)."""
+    values = {"period": K, "horizon": int(steps)} if trainer.schedule.set is not None else {}
+    return trainer.init(params, model_state, **values)
 
 
 def sgd(learning_rate: float, momentum: float):
@@ -262,6 +266,8 @@ def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, in
               batch_size: Optional[int], eval_every: int, runs: dict) -> None:
     """Train ``trainer`` once per seed of ``r`` (each from its own initialisation, with its own
     batch order), as runs ``"<tag> seed=<s>"``; records ``info`` plus the seed for each in ``runs``.
+    A periodic trainer (:func:`schedule`) starts with the period ``info["K"]`` and the horizon
+    ``steps`` in its state.
 
     The seeds run one after another with the same trainer, so it compiles once. (Vectorising
     them with ``jax.vmap`` was measured slower on the CPU for the LeNet's linearised step: 6.3x
@@ -271,7 +277,7 @@ def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, in
         params, model_state = (setup.params, setup.model_state) if s == int(r["seed"]) else \
             init_params(setup.model, setup.x, s)
         name = seed_tag(tag, s)
-        res = ctx.fit(name, trainer, trainer.init(params, model_state), setup.x, setup.y, steps,
+        res = ctx.fit(name, trainer, init_state(trainer, params, model_state, info.get("K", 1), steps), setup.x, setup.y, steps,
                       batch_size=batch_size, eval_sets=setup.evals, eval_every=eval_every, seed=s,
                       blowup=float(r["blowup"]))
         runs[name] = {**info, "seed": s, "setting": tag}
@@ -352,7 +358,7 @@ def start(trainer, params, model_state, K, steps: int, learning_rate: float):
     has no such state) and ``learning_rate`` into the optimiser's (:func:`sgd_in_state`)."""
     import jax.numpy as jnp
 
-    st = trainer.init(params, model_state, **({"period": K, "horizon": int(steps)} if trainer.schedule.set else {}))
+    st = init_state(trainer, params, model_state, K, steps)
     hp = dict(st.opt_state.hyperparams)
     hp["learning_rate"] = jnp.asarray(learning_rate, hp["learning_rate"].dtype)
     return st._replace(opt_state=st.opt_state._replace(hyperparams=hp))
@@ -379,5 +385,5 @@ def missing(what: str, path):
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "correct_examples", "correct_of", "data_meta", "eval_sets", "final_metrics",
            "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
-           "n_test_judged", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
+           "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
            "updates_of"]

@@ -186,15 +186,17 @@ def run(p, ctx):
         return out
 
     runs, snaps, kern = {}, {}, {}
+    # one trainer for K = 1 and one for every larger K (the period lives in the state)
+    trainers = {gd: iterative_linearisation(model, S.sgd(r["learning_rate"], r["momentum"]), S.schedule(1 if gd else 2),
+                                            augment=aug) for gd in (True, False)}
     for s in S.seed_list(r):
         params, model_state = (setup.params, setup.model_state) if s == int(r["seed"]) else \
             S.init_params(model, setup.x, s)
         k0 = ctx.stage(f"kernel seed={s}", lambda: kernel_stats(model, params, model_state, xk, yk, C))
         for K in r["Ks"]:
-            trainer = iterative_linearisation(model, S.sgd(r["learning_rate"], r["momentum"]),
-                                              S.schedule(K, r["steps"]), augment=aug)
+            trainer = trainers[float(K) == 1]
             name = tag(K, s)
-            state0 = trainer.init(params, model_state)
+            state0 = S.init_state(trainer, params, model_state, K, r["steps"])
             got = {0: ctx.stage(f"{name} snap=0", lambda: snapshot(state0))}
 
             def callback(st, hist, name=name, got=got):
@@ -393,7 +395,7 @@ def judge_rows(rows_, *, n_test: int) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="2", summary=summary, claims=claims,
+EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="3", summary=summary, claims=claims,
                                  doc=EXPERIMENT_DOC))
 
 __all__ = ["EXPERIMENT", "FeatureParams", "LAYERS", "MEASURES", "NAME", "PAPER_FRACTION", "PAPER_FRACTION_MARGIN",

@@ -49,16 +49,10 @@ def period(updates: int, steps: int) -> int:
     """The period giving ``updates`` feature updates over ``steps`` steps with no relinearisation
     after the last step: ``ceil(steps / (updates + 1))``.
 
-    >>> period(1, 400), period(8, 400), updates_of(period(8, 400), 400)
+    >>> period(1, 400), period(8, 400), S.updates_of(period(8, 400), 400)
     (200, 45, 8)
     """
     return max(1, math.ceil(int(steps) / (int(updates) + 1)))
-
-
-def updates_of(K, steps: int) -> int:
-    """Feature updates of a run of period ``K`` over ``steps`` steps (none after the last step)."""
-    K = float(K)
-    return 0 if math.isinf(K) else int(steps) if K == 1 else math.ceil(int(steps) / int(K)) - 1
 
 
 @dataclass(frozen=True)
@@ -117,12 +111,15 @@ def run(p, ctx):
         plan.append(("mini", 1, r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f, r["batch_size"]))
         plan += [("mini", period(u, r["steps"] * f), r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f,
                   r["batch_size"]) for u in r["mini_updates"]]
-    done = set()
+    done, trainers = set(), {}
     for sweep, K, lr, steps, every, bs in plan:
         if (sweep, K) in done:  # two update counts that share a period
             continue
         done.add((sweep, K))
-        trainer = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K, steps))
+        key = (lr, K == 1)  # one trainer (one compiled step) per learning rate for every K > 1
+        if key not in trainers:
+            trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K))
+        trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": bs}
         S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, r, steps, info, batch_size=bs, eval_every=every,
                     runs=runs)
@@ -214,4 +211,4 @@ EXPERIMENT = register(Experiment(
         "feature updates (about 1 to 32), full batch and mini-batch."))
 
 __all__ = ["EXPERIMENT", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims", "curve", "first_close",
-           "judge_rows", "period", "rows", "summary", "updates_of"]
+           "judge_rows", "period", "rows", "summary"]

@@ -118,10 +118,13 @@ def run(p, ctx):
     r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
     f = int(r["rescale"])
-    runs = {}
+    runs, trainers = {}, {}
 
     def train(name, sweep, K, lr, steps, eval_every, batch_size, control=False):
-        trainer = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K, steps))
+        key = (lr, float(K) == 1)  # one trainer (one compiled step) per learning rate for every K > 1
+        if key not in trainers:
+            trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K))
+        trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": batch_size,
                 "control": control}
         S.fit_seeds(ctx, name, trainer, setup, r, steps, info, batch_size=batch_size, eval_every=eval_every,

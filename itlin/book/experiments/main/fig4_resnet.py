@@ -325,7 +325,7 @@ def mode_ranking(verdicts) -> tuple:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig4Params, run, version="2", summary=summary, claims=claims,
+    NAME, Fig4Params, run, version="3", summary=summary, claims=claims,
     doc="Main paper Fig. 4: ResNet-18 with and without batch norm at K=1 and large K, with data augmentation; "
         "three treatments of batch norm while linearised and how often each diverges."))
 
