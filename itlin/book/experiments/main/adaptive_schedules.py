@@ -268,7 +268,7 @@ def _kernel_movement(trainer, setup, probe, family, value, r, lr, mom, steps):
     return {"step": np.asarray(rec["step"], np.int64), "from_anchor": np.asarray(rec["from_anchor"]),
             "from_init": np.asarray(rec["from_init"]), "phase_end": np.asarray(phases["end"], np.int64),
             "phase_moved": np.asarray(phases["moved"]), "relin_steps": np.asarray(res.history.relin_steps, np.int64),
-            "status": res.history.status}
+            "status": res.history.describe()}
 
 
 def run(p, ctx):
@@ -300,7 +300,7 @@ def run(p, ctx):
                           eval_every=int(r["eval_every"]), seed=s, blowup=float(r["blowup"]))
             runs[name] = {"group": group, "family": family, "value": value, "learning_rate": lr, "momentum": mom,
                           "seed": s}
-            statuses.append(res.history.status)
+            statuses.append(res.history.describe())
         return statuses
 
     lr, mom = float(r["learning_rate"]), float(r["momentum"])

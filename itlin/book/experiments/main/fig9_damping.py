@@ -194,7 +194,7 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, lr: float, train_t
         return jnp.sqrt(jnp.mean((apply(p, a) - b) ** 2))
 
     def one(p0, lam):
-        p, trace = gauss_newton_fit(apply, p0, x, y, gn_steps, damping=lam, lr=lr, tol=tol, ntk_fn=model.ntk_fn,
+        p, trace = gauss_newton_fit(apply, p0, x, y, gn_steps, damping=lam, learning_rate=lr, tol=tol, ntk_fn=model.ntk_fn,
                                     reduction="sum", solve="cholesky", blowup=blowup)
         final_loss = 0.5 * jnp.sum((apply(p, x) - y) ** 2)
         reached = ~trace.diverged & (final_loss < tol)

@@ -166,7 +166,7 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
 
     return DemoRun(K=float(K), lr=float(lr), steps=int(steps), x_train=ds.x_train[:, 0], y_train=ds.y_train[:, 0],
                    x_grid=x_grid[:, 0], y_grid=quintic_function(x_grid[:, 0]), f_net=f_net, f_lin=f_lin,
-                   f_init=f_init, history=res.history, feature_updates=int(st.feature_updates), status=res.status,
+                   f_init=f_init, history=res.history, feature_updates=int(st.feature_updates), status=res.history.describe(),
                    ntk_max_init=ntk_max(params), ntk_max_end=ntk_max(st.params), meta={"seed": int(seed), "width": int(width), "depth": int(depth)})
 
 
@@ -198,7 +198,7 @@ def setting_from_record(record, K, lr) -> DemoRun:
                    y_train=record["y_train"], x_grid=record["x_grid"], y_grid=record["y_grid"],
                    f_net=np.asarray(s["f_net"]), f_lin=np.asarray(s["f_lin"]), f_init=record["f_init"],
                    history=record.history(tag), feature_updates=int(np.asarray(s["feature_updates"])),
-                   status=run["status"], ntk_max_init=float(np.asarray(s["ntk_max_init"])),
+                   status=record.history(tag).describe(), ntk_max_init=float(np.asarray(s["ntk_max_init"])),
                    ntk_max_end=float(np.asarray(s["ntk_max_end"])))
 
 

@@ -1,5 +1,5 @@
 """What the two Ortiz-Jimenez experiments share: their binary task, their one-output models and
-initialisations, the blockwise NTK Gram matrix and its spectrum, their training recipe, and the
+initialisations, the blockwise NTK Gram matrix, their training recipe, and the
 gaps their claims are judged on.
 """
 
@@ -135,14 +135,6 @@ def gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray:
     return out[:n, :n]
 
 
-def spectrum(kernel) -> tuple:
-    """``(eigenvalues, eigenvectors)`` of a symmetric kernel, eigenvalues decreasing (index 0 is
-    the largest), in float64 on the host."""
-    k = np.asarray(kernel, np.float64)
-    s, v = np.linalg.eigh(0.5 * (k + k.T))
-    return s[::-1].copy(), v[:, ::-1].copy()
-
-
 def sign_targets(vectors, indices) -> np.ndarray:
     """``sign(phi_j)`` (+1 where ``phi_j >= 0``) for each ``j`` of ``indices``: ``(J, N)`` float32."""
     v = np.asarray(vectors)[:, list(indices)].T
@@ -195,4 +187,4 @@ def fmt_finite(values, scale: float = 100.0, unit: str = "%", digits: int = 1) -
 __all__ = ["ALL", "GROUPS", "LABELS", "MNIST1D_LARGE", "ModelName", "ORDER", "OrtizParams", "batch_seed", "block_size",
            "build_model", "fmt_finite", "gap_claim", "gram", "init_key", "init_many",
            "load_binary", "optimizer", "predict", "sign_accuracy",
-           "sign_targets", "spectrum"]
+           "sign_targets"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...labels import K_label
 from .. import Derived, Experiment, Period, param, register
+from ....core.linearise import kernel_eigh
 from . import _common as C
 
 NAME = "ortiz_concentration"
@@ -110,16 +111,6 @@ def grams_per_seed(r: Mapping, name: str) -> int:
     return n + (sum(1 for K in r["Ks"] if float(K) != 1 and math.isfinite(float(K))) if name == r["link_model"] else 0)
 
 
-def schedule(K, steps: int):
-    """Period ``K`` over ``steps`` steps, without a relinearisation after the last step."""
-    from ....core.schedules import AtSteps, Every
-
-    K = float(K)
-    if K == 1 or math.isinf(K):
-        return Every(math.inf if math.isinf(K) else 1)
-    return AtSteps.of(range(int(K), int(steps), int(K)))
-
-
 def key_K(K) -> str:
     """The results key of period ``K``: ``"K=70"``, ``"K=inf"``."""
     return "K=inf" if math.isinf(float(K)) else f"K={int(K)}"
@@ -138,7 +129,7 @@ def kernel_summary(kernel, y, k: int, spec: Optional[tuple] = None) -> dict:
     alignment and leading eigenvalues of a Gram matrix against +-1 labels ``y`` (``spec``: its spectrum)."""
     from ....metrics import kernel_target_alignment
 
-    vals, vecs = C.spectrum(kernel) if spec is None else spec
+    vals, vecs = kernel_eigh(kernel) if spec is None else spec
     curve = energy_curve(vecs, y, min(CURVE_K, len(vals)))
     return {"ec": float(curve[k - 1]) if k <= curve.size else float(energy_curve(vecs, y, k)[-1]),
             "ec_curve": curve, "kta": kernel_target_alignment(kernel, y), "eigvals": vals[:CURVE_K],
@@ -159,6 +150,7 @@ def run(p, ctx):
 
     from ....core._tree import num_params
     from ....core.loop import run as train
+    from ....core.schedules import periodic
     from ....core.train import iterative_linearisation
     from ....data import balanced_indices
 
@@ -178,8 +170,9 @@ def run(p, ctx):
     align_js = list(r["align_indices"])
     out = {"models": {}, "Ks": np.asarray([float(K) for K in r["Ks"]]), "align_indices": np.asarray(align_js)}
     meta_models, cost = {}, {}
+    # K=1: the network's own steps; other K: no relinearisation after the last step (horizon)
     trainer = lambda model, n, K=1: iterative_linearisation(model, C.optimizer("sgd", r, n),
-                                                            1 if K == 1 else schedule(K, n), loss="bce")
+                                                            1 if K == 1 else periodic(K, horizon=n), loss="bce")
     ok = lambda log, n: bool(np.all(np.isfinite(log.loss)) and log.loss.size == n)
     for name in r["models"]:
         model = C.build_model(name, r["dataset"], r["resnet_width"])
@@ -199,7 +192,7 @@ def run(p, ctx):
             bs = C.batch_seed(r["seed"], s)
             k0 = gram(p0, st0)
             t_e = time.perf_counter()
-            vals0, vecs0 = C.spectrum(k0)
+            vals0, vecs0 = kernel_eigh(k0)
             res = {"init": kernel_summary(k0, yk, r["k"], (vals0, vecs0)), "ntk_seconds": t_e - t0,
                    "eigh_seconds": time.perf_counter() - t_e}
             nan_summary = {key: np.full(np.shape(v), np.nan) for key, v in res["init"].items()}
@@ -431,5 +424,5 @@ EXPERIMENT = register(Experiment(
 
 __all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES",
            "alignment_gain", "claims", "energy_curve", "grams_per_seed", "judge_link", "judge_spikes", "judge_table1",
-           "kernel_summary", "key_K", "link_rows", "link_table", "models_of", "random_baseline", "run", "schedule",
+           "kernel_summary", "key_K", "link_rows", "link_table", "models_of", "random_baseline", "run",
            "spike", "summary", "window"]
