@@ -327,9 +327,9 @@ def test_accuracy_claims_hold_fail_and_cannot_resolve():
     # Holm's correction over the chapter: a claim that holds alone may not hold in a family
     weak = falling.copy()
     weak[:, 0] = weak[:, 3] + 0.02 + 0.01 * rng.normal(size=S)
-    alone = V.Verdicts(oe.judge_accuracy(_acc_result(weak, weak), js, n_val=100_000))["decay.lenet.sgd.network"]
-    assert alone.verdict == H and V.holm(list(oe.judge_accuracy(_acc_result(weak, weak), js, n_val=100_000)) * 1
-                                         )["decay.lenet.sgd.network"].half > alone.half
+    family = oe.judge_accuracy(_acc_result(weak, weak), js, n_val=100_000)
+    alone = V.Verdicts(family)["decay.lenet.sgd.network"]
+    assert alone.verdict == H and V.holm(family)["decay.lenet.sgd.network"].half > alone.half
 
 
 def test_hardness_claims_hold_fail_and_cannot_resolve():
