@@ -1,8 +1,10 @@
 """Ortiz-Jimenez et al. (book/ntk_eigenfunctions.md, book/energy_concentration.md): the two experiments
-at tiny scale, their numerics against oracles, the claim functions on synthetic results, and
-their parameters."""
+at tiny scale, their numerics against oracles, the claim functions on constructed results (each
+rule holds, fails and cannot resolve), and their parameters."""
 
 import math
+import re
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -12,10 +14,16 @@ import pytest
 
 import itlin
 from itlin import data, metrics, models
-from itlin.book import runner, verdicts
+from itlin.book import render, runner
+from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
+from itlin.book.experiments.ortiz import _common as C
 from itlin.book.experiments.ortiz import ortiz_concentration as oc
 from itlin.book.experiments.ortiz import ortiz_eigenfunctions as oe
+from itlin.book.figures import ortiz as figures
+
+ROOT = Path(__file__).resolve().parents[1]
+H, F, U = V.HOLDS, V.FAILS, V.UNRESOLVED
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +41,17 @@ def conc_tiny(results):
     return runner.run(oc.NAME, {"scale": "tiny"}, results_dir=results, progress=False, verbose=False)
 
 
+def verdicts_of(vs):
+    return {v.id: v.verdict for v in vs}
+
+
 # ------------------------------------------------------------------------------ the experiments, tiny
+@pytest.mark.slow
 def test_eigenfunctions_tiny_returns_what_the_chapter_needs(eig_tiny):
     sizes = oe.SCALES["tiny"]
     S, J, E = sizes["seeds"], len(sizes["eigen_indices"]), sizes["epochs"]
     assert eig_tiny.completed
-    res, r = eig_tiny.tree(), oe.resolved(eig_tiny)
+    res, r = eig_tiny.tree(), eig_tiny.meta["resolved"]
     assert list(res["eigen_indices"]) == list(sizes["eigen_indices"])
     assert set(res["models"]) == set(sizes["models"])
     n = r["n_train"] + r["n_val"]
@@ -53,29 +66,28 @@ def test_eigenfunctions_tiny_returns_what_the_chapter_needs(eig_tiny):
             assert np.all((g["val_acc"] >= 0) & (g["val_acc"] <= 1))
         # the linearised model starts where the network does, and both move
         assert np.all(m["sgd_network"]["l2_distance"] > 0) and np.all(m["sgd_linear"]["l2_distance"] > 0)
-    assert r["steps"] == E * r["steps_per_epoch"]
-    rows = oe.claims_item1(res, r["eigen_indices"], r["n_val"])
-    rows += oe.claims_hardness(res, r["eigen_indices"], r["loss_threshold"], r["steps"], r["steps_per_epoch"])
-    assert rows and all(row["verdict"] in (verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED) for row in rows)
-    assert set(eig_tiny.meta["cost"]) == set(sizes["models"])
-    assert oe.settings_markdown(oe.settings_rows(eig_tiny)).count("\n") == len(oe.settings_rows(eig_tiny)) + 1
-    assert {c["model"] for c in oe.cost_rows(eig_tiny, paper_params={"mlp": 10})} == set(sizes["models"])
-    # a model the run did not measure: paper numbers only, its time scaled by P from a measured one
-    rows = oe.cost_rows(eig_tiny, paper_n=1000, paper_params={"mlp": 10, "lenet": 30})
-    mlp, lenet = rows
-    assert lenet["model"] == "lenet" and lenet["n"] is None and lenet["scaled_from"] == "mlp"
-    assert lenet["paper_ntk_seconds"] == pytest.approx(3 * mlp["paper_ntk_seconds"])
-    assert mlp["paper_gram_bytes"] == lenet["paper_gram_bytes"] == 8.0 * 1000 ** 2
-    md = oe.cost_markdown(rows, {"mlp": (2, 5), "lenet": (0, 5)})
-    assert md.count("\n") == 3 and "not run" in md and all(line.count("|") == md.splitlines()[0].count("|")
-                                                           for line in md.splitlines())
+    assert r["steps"] == E * r["steps_per_epoch"] and r["dataset"] == "mnist1d"  # measured and given, merged
+    ids = V.Verdicts(oe.claims(eig_tiny)).ids
+    assert ids == ("decay.mlp.sgd.network", "decay.mlp.sgd.linear", "linear_advantage.mlp.sgd", "labels.mlp.sgd",
+                   "hardness.iterations.mlp", "hardness.l2.mlp", "hardness.cosine.mlp")
+    rows = oe.summary(eig_tiny)
+    assert len(rows) == 2 and list(rows[0]) == ["model", "optimiser", "trained", "j=1", "j=4", "j=16", "own labels"]
+    settings = render.settings(eig_tiny)
+    assert "| pool: validation inputs | 64 | all |" in settings and "| training steps | 2 | — |" in settings
+    # the cost table: the measured model, and paper-only rows scaled by P from it
+    rows = figures.cost_rows(eig_tiny, 1000, {"mlp": 10, "lenet": 30}, {"mlp": (2, 5), "lenet": (0, 5)})
+    assert [r["model"] for r in rows] == ["MLP", "LeNet (not run: NTK time scaled by P)"]
+    assert rows[0]["paper: Gram"] == rows[1]["paper: Gram"] == "8 MB" and "N" not in rows[1]
+    to_s = lambda t: float(t.split()[0]) * {"s": 1, "min": 60, "h": 3600}[t.split()[1]]
+    assert to_s(rows[1]["paper: NTK"]) == pytest.approx(3 * to_s(rows[0]["paper: NTK"]), rel=0.1)
 
 
+@pytest.mark.slow
 def test_concentration_tiny_returns_what_the_chapter_needs(conc_tiny):
     sizes = oc.SCALES["tiny"]
     S = sizes["seeds"]
     assert conc_tiny.completed
-    res, r = conc_tiny.tree(), oc.resolved(conc_tiny)
+    res, r = conc_tiny.tree(), conc_tiny.meta["resolved"]
     nk = r["n_kernel"]
     for name, m in res["models"].items():
         for part in ("init", "end"):
@@ -90,16 +102,16 @@ def test_concentration_tiny_returns_what_the_chapter_needs(conc_tiny):
     # K = inf keeps the kernel of initialisation: its energy concentration is the initial one
     np.testing.assert_allclose(link["K=inf"]["ec"], res["models"][r["link_model"]]["init"]["ec"])
     assert np.all(link["K=inf"]["updates"] == 0)
-    rows = oc.claims_table1(res, r["n_test"]) + oc.claims_spikes(res, r["align_indices"], r["window"], r["spike_z"])
-    rows += oc.claims_link(res, r["link_model"], r["Ks"], r["n_test"])
-    assert rows and all(row["verdict"] in (verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED) for row in rows)
-    assert "theirs" in oc.table_markdown(res, r["k"], nk)
+    assert V.Verdicts(oc.claims(conc_tiny)).ids == ("concentrates.mlp", "spike.mlp", "link.ec.K2", "link.kta.K2",
+                                                    "link.init.K2", "link.test.K2")
+    summary = oc.summary(conc_tiny)
+    assert summary[-1]["MLP: ours"] == f"{100 * math.sqrt(50 / nk):.1f}%" and summary[0]["MLP: theirs"] == "26.0%"
+    assert [row["K"] for row in oc.link_rows(conc_tiny)] == ["K=1", "K=2", "K=∞"]
     # the Gram matrices' cost, per model: the chapter's memory and time table reads it
     for name in sizes["models"]:
         c = conc_tiny.meta["cost"][name]
         assert c["n"] == nk and len(c["ntk_seconds"]) == S and min(c["ntk_seconds"]) > 0
         assert c["grams_per_seed"] == oc.grams_per_seed(r, name)
-    assert {c["model"] for c in oe.cost_rows(conc_tiny, paper_n=12_000, paper_params={"mlp": 10})} == {"mlp"}
 
 
 # ------------------------------------------------------------------------------ numerics against oracles
@@ -111,8 +123,8 @@ def test_blockwise_gram_equals_the_ntk_and_the_mlp_closed_form():
         params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), params)
         P = itlin.num_params(params)
         mem = 8 * P * 5 / 2 ** 20  # two float32 blocks of 5 inputs: 5 blocks, the last one padded
-        assert oe.block_size(P, mem, 23) == 5
-        k = oe.gram(model, params, state, x, memory_mb=mem)
+        assert C.block_size(P, mem, 23) == 5
+        k = C.gram(model, params, state, x, memory_mb=mem)
         ref = np.asarray(itlin.ntk(model.bind(state), params, x), np.float64)
         closed = np.asarray(models.mlp_ntk(params, x), np.float64)
     np.testing.assert_allclose(k, ref, rtol=1e-10, atol=1e-12)
@@ -137,7 +149,7 @@ def test_gram_of_a_batch_norm_network_uses_the_given_state():
     mem = 8 * itlin.num_params(params) * 3 / 2 ** 20  # blocks of 3 inputs
     ks = []
     for st in (state, moved):
-        k = oe.gram(model, params, st, x, memory_mb=mem)
+        k = C.gram(model, params, st, x, memory_mb=mem)
         np.testing.assert_allclose(k, np.asarray(itlin.ntk(model.bind(st), params, x), np.float64), rtol=1e-5,
                                    atol=1e-6 * np.abs(k).max())
         ks.append(k)
@@ -151,10 +163,10 @@ def test_spectrum_targets_energy_and_alignment_match_the_metrics():
     b = rng.normal(size=(30, 40))
     kt = k0 + b @ b.T
     y = np.where(rng.normal(size=30) > 0, 1.0, -1.0)
-    vals, vecs = oe.spectrum(k0)
+    vals, vecs = itlin.kernel_eigh(k0)
     assert np.all(np.diff(vals) <= 0)
     np.testing.assert_allclose(k0 @ vecs[:, 3], vals[3] * vecs[:, 3], atol=1e-8)
-    t = oe.sign_targets(vecs, [0, 3])
+    t = C.sign_targets(vecs, [0, 3])
     assert t.shape == (2, 30) and set(np.unique(t)) <= {-1.0, 1.0}
     np.testing.assert_array_equal(t[1], np.where(vecs[:, 3] >= 0, 1, -1))
     curve = oc.energy_curve(vecs, y, 20)
@@ -190,15 +202,15 @@ def test_kernel_target_alignment_oracle():
 def test_vectorised_training_equals_the_library_driver():
     x = jax.random.normal(jax.random.PRNGKey(0), (40, 6))
     model = models.mlp(num_outputs=1, widths=(8,))
-    inits = oe.init_many(model, 3, 2, x[:2])
-    one_by_one = model.init(oe.init_key(3, 1), x[:2])[0]
+    inits = C.init_many(model, 3, 2, x[:2])
+    one_by_one = model.init(C.init_key(3, 1), x[:2])[0]
     for a, b in zip(jax.tree_util.tree_leaves(inits[1][0]), jax.tree_util.tree_leaves(one_by_one)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     targets = np.where(np.random.default_rng(0).normal(size=(2, 2, 40)) > 0, 1.0, -1.0).astype(np.float32)
     for K in ("inf",):  # the linearised path; K = 1 runs the same two drivers through the network's own step
         tr = itlin.iterative_linearisation(model, optax.sgd(optax.linear_schedule(0.05, 0.0, 12), momentum=0.9), K,
                                            loss="bce")
-        seeds = [oe.batch_seed(3, s) for s in range(2)]
+        seeds = [C.batch_seed(3, s) for s in range(2)]
         vec, lv = oe.train_runs(tr, inits, x, targets, 12, 16, seeds, vectorise=True)
         one, lo = oe.train_runs(tr, inits, x, targets, 12, 16, seeds, vectorise=False)
         np.testing.assert_allclose(lv, lo, rtol=1e-5, atol=1e-6)
@@ -206,12 +218,12 @@ def test_vectorised_training_equals_the_library_driver():
             for t in range(2):
                 for a, b in zip(jax.tree_util.tree_leaves(vec[s][t].params), jax.tree_util.tree_leaves(one[s][t].params)):
                     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-                out = oe.predict(tr, one[s][t], x)
+                out = C.predict(tr, one[s][t], x)
                 assert out.shape == (40,)
         if K == "inf":  # the trained model is the linearisation at initialisation
             st = one[0][0]
             lin = itlin.linearise(model.bind(), inits[0][0])
-            np.testing.assert_allclose(oe.predict(tr, st, x), lin(st.params, x).reshape(-1), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(C.predict(tr, st, x), lin(st.params, x).reshape(-1), rtol=1e-5, atol=1e-6)
 
 
 def test_weight_distances_and_sign_accuracy():
@@ -219,7 +231,7 @@ def test_weight_distances_and_sign_accuracy():
     p1 = {"a": jnp.asarray([0.0, 1.0]), "b": jnp.asarray([0.0])}
     l2, cos = oe.weight_distances(p0, p1)
     assert l2 == pytest.approx(math.sqrt(2)) and cos == pytest.approx(1.0)
-    assert oe.sign_accuracy(np.array([0.3, -1.0, 2.0]), np.array([1.0, 1.0, 1.0])) == pytest.approx(2 / 3)
+    assert C.sign_accuracy(np.array([0.3, -1.0, 2.0]), np.array([1.0, 1.0, 1.0])) == pytest.approx(2 / 3)
 
 
 # ------------------------------------------------------------------------------ data and models appended
@@ -276,56 +288,53 @@ def test_resnet18_1d_shapes_and_batch_norm_modes():
         model.apply(params, jnp.ones((2, 8, 8, 1)), state)
 
 
-# ------------------------------------------------------------------------------ claims on synthetic results
+# ------------------------------------------------------------------------------ claims on constructed results
 def _acc_result(net, lin, labels_net=0.7, labels_lin=0.6):
-    """A record-like result for one model with SGD: ``net`` and ``lin`` are (S, J) accuracies."""
-    S = net.shape[0]
-    col = lambda v: np.full((S, 1), v)
+    """A record-like result for the LeNet with SGD: ``net`` and ``lin`` are (S, J) accuracies."""
+    col = lambda v: np.full((net.shape[0], 1), v)
     return {"models": {"lenet": {"sgd_network": {"val_acc": np.hstack([net, col(labels_net)])},
                                  "sgd_linear": {"val_acc": np.hstack([lin, col(labels_lin)])}}}}
 
 
-def _by_claim(rows, text):
-    return [row["verdict"] for row in rows if text in row["claim"]]
-
-
-def test_item1_claims_hold_fail_and_cannot_resolve():
+def test_accuracy_claims_hold_fail_and_cannot_resolve():
     rng = np.random.default_rng(0)
-    js = [1, 4, 16, 64]
-    S = 5
+    js, S = [1, 4, 16, 64], 5
     falling = np.linspace(0.95, 0.55, 4)[None] + 0.005 * rng.normal(size=(S, 4))
-    # holds: both fall, the linearised model is ahead, the network wins on labels, the curves cross
-    crossing = falling + np.array([0.15, 0.15, -0.15, -0.15]) * 0.5
-    rows = oe.claims_item1(_acc_result(falling, crossing, 0.9, 0.6), js, n_val=100_000)
-    assert _by_claim(rows, "decays") == [verdicts.HOLDS, verdicts.HOLDS]
-    assert _by_claim(rows, "cross") == [verdicts.HOLDS]
-    assert _by_claim(rows, "own labels") == [verdicts.HOLDS]
-    rows = oe.claims_item1(_acc_result(falling, falling + 0.05), js, n_val=100_000)
-    assert _by_claim(rows, "linear advantage") == [verdicts.HOLDS]
-    assert _by_claim(rows, "cross") == [verdicts.FAILS]  # the linearised model ahead at every j
-    # does not hold: rising curves, the network ahead, the linearised model ahead on labels
+    # the linearised model ahead at small j, the network from the median index on: the curves cross
+    crossing = falling + np.array([0.075, 0.075, -0.075, -0.075])
+    vs = verdicts_of(oe.judge_accuracy(_acc_result(falling, crossing, 0.9, 0.6), js, n_val=100_000))
+    assert vs == {"decay.lenet.sgd.network": H, "decay.lenet.sgd.linear": H, "linear_advantage.lenet.sgd": U,
+                  "labels.lenet.sgd": H, "cross.lenet.sgd": H}
+    assert oe.upper_targets(js) == [2, 3] and oe.upper_targets([1, 4, 16, 64, 256]) == [2, 3, 4]
+    # the linearised model ahead everywhere: a linear advantage, and no crossing (resolved)
+    vs = verdicts_of(oe.judge_accuracy(_acc_result(falling, falling + 0.05), js, n_val=100_000))
+    assert vs["linear_advantage.lenet.sgd"] == H and vs["cross.lenet.sgd"] == F
+    # does not hold: rising curves, the network ahead on eigenfunctions, the linearised model on labels
     rising = falling[:, ::-1]
-    rows = oe.claims_item1(_acc_result(rising, rising - 0.05, 0.6, 0.9), js, n_val=100_000)
-    assert _by_claim(rows, "decays") == [verdicts.FAILS, verdicts.FAILS]
-    assert _by_claim(rows, "linear advantage") == [verdicts.FAILS]
-    assert _by_claim(rows, "own labels") == [verdicts.FAILS]
-    # cannot resolve: a validation set of 50 inputs cannot tell 0.6 from 0.59, nor one seed anything
+    vs = verdicts_of(oe.judge_accuracy(_acc_result(rising, rising - 0.05, 0.6, 0.9), js, n_val=100_000))
+    assert vs == {"decay.lenet.sgd.network": F, "decay.lenet.sgd.linear": F, "linear_advantage.lenet.sgd": F,
+                  "labels.lenet.sgd": F, "cross.lenet.sgd": H}
+    # cannot resolve: 50 validation inputs cannot tell 0.6 from 0.59, nor one seed anything
     flat = np.full((S, 4), 0.6)
-    rows = oe.claims_item1(_acc_result(flat, flat - 0.01, 0.6, 0.6), js, n_val=50)
-    assert set(_by_claim(rows, "")) == {verdicts.UNRESOLVED}
-    rows = oe.claims_item1(_acc_result(falling[:1], falling[:1] + 0.05), js, n_val=100_000)
-    assert set(_by_claim(rows, "")) == {verdicts.UNRESOLVED}
-    # a diverged run (NaN) is dropped from the comparison, and the row says so
+    assert set(verdicts_of(oe.judge_accuracy(_acc_result(flat, flat - 0.01, 0.6, 0.6), js, n_val=50)).values()) == {U}
+    one = oe.judge_accuracy(_acc_result(falling[:1], falling[:1] + 0.05), js, n_val=100_000)
+    assert {v.verdict for v in one} == {U} and all(math.isinf(v.half) for v in one)
+    # a diverged run (NaN) is left out of its comparison and counted
     nan = falling.copy()
     nan[0, 0] = np.nan
-    rows = oe.claims_item1(_acc_result(nan, falling + 0.05), js, n_val=100_000)
-    assert "1 diverged run(s) dropped" in rows[0]["measured"] and rows[0]["verdict"] == verdicts.HOLDS
+    v = V.Verdicts(oe.judge_accuracy(_acc_result(nan, falling + 0.05), js, n_val=100_000))["decay.lenet.sgd.network"]
+    assert v.dropped == 1 and v.gap.n == S - 1 and v.verdict == H and "left out" in render.measured(v)
+    # Holm's correction over the chapter: a claim that holds alone may not hold in a family
+    weak = falling.copy()
+    weak[:, 0] = weak[:, 3] + 0.02 + 0.01 * rng.normal(size=S)
+    family = oe.judge_accuracy(_acc_result(weak, weak), js, n_val=100_000)
+    alone = V.Verdicts(family)["decay.lenet.sgd.network"]
+    assert alone.verdict == H and V.holm(family)["decay.lenet.sgd.network"].half > alone.half
 
 
-def test_iterations_censoring_and_hardness_claims():
+def test_hardness_claims_hold_fail_and_cannot_resolve():
     assert oe.iterations_to(np.array([0.5, 0.05, 0.01]), 0.1, 10) == 20.0
     assert np.isinf(oe.iterations_to(np.array([0.5, 0.4]), 0.1, 10))
-    np.testing.assert_array_equal(oe.censored(np.array([20.0, np.inf, np.nan]), 100, 10), [20.0, 110.0, np.nan])
     assert oe.fitted_range(np.array([[10.0, 20.0, np.inf], [10.0, 30.0, 40.0]]), [1, 2, 3]) == 2
     js, S, E, spe = [1, 4, 16], 5, 10, 7
     rng = np.random.default_rng(0)
@@ -339,44 +348,39 @@ def test_iterations_censoring_and_hardness_claims():
             "epoch_loss": loss, "l2_distance": np.asarray(l2)[None] + 0.01 * rng.normal(size=(S, len(js) + 1)),
             "cos_distance": 0.01 * np.asarray(l2)[None] + 1e-4 * rng.normal(size=(S, len(js) + 1))}}}}
 
+    judge = lambda res: V.Verdicts(oe.judge_hardness(res, js, 0.01, E * spe, spe))
+    h = oe.hardness(result([1, None, None, 1], [1.0] * 4), "mlp", 0.01, E * spe, spe)
+    np.testing.assert_array_equal(h["iterations_bound"][0, :3], [14.0, 77.0, 77.0])  # one epoch past the budget
     # holds: later fits, and fitted targets sit further away
-    rows = oe.claims_hardness(result([1, 3, None, 1], [1.0, 2.0, 3.0, 1.0]), js, 0.01, E * spe, spe)
-    assert [r["verdict"] for r in rows] == [verdicts.HOLDS] * 3
-    # each verdict states the smallest gap it resolves, in its own units
-    assert [r["resolvable_as"][1] for r in rows] == [" iterations", "", ""]
-    assert all(math.isfinite(r["resolvable"]) and r["resolvable"] >= 0 for r in rows)
-    assert rows[0]["resolvable"] == 0.0  # every seed reaches the loss at the same epoch: no spread
-    assert rows[1]["resolvable"] > 0  # the distances have noise
-    md = oe.verdicts_table(rows)
-    assert "0 iterations" in md and f"{rows[1]['resolvable']:.2f} |" in md
-    assert "every seed fitted j <= 4" in rows[1]["detail"]
+    vs = judge(result([1, 3, None, 1], [1.0, 2.0, 3.0, 1.0]))
+    assert verdicts_of(vs) == {"hardness.iterations.mlp": H, "hardness.l2.mlp": H, "hardness.cosine.mlp": H}
+    it = vs["hardness.iterations.mlp"]
+    assert it.unit == "iterations" and it.half == 0.0  # every seed reaches the loss at the same epoch: no spread
+    assert render.resolvable(it) == "0 iterations" and vs["hardness.l2.mlp"].half > 0
+    assert "every seed fitted j <= 4" in vs["hardness.l2.mlp"].detail
     # does not hold: the largest j is fitted first, and fitted targets sit closer
-    rows = oe.claims_hardness(result([5, 3, 1, 1], [3.0, 2.0, 1.0, 1.0]), js, 0.01, E * spe, spe)
-    assert [r["verdict"] for r in rows] == [verdicts.FAILS] * 3
-    # cannot resolve: nothing fitted within the budget
-    rows = oe.claims_hardness(result([None, None, None, None], [1.0, 2.0, 3.0, 1.0]), js, 0.01, E * spe, spe)
-    assert [r["verdict"] for r in rows] == [verdicts.UNRESOLVED] * 3
+    assert set(verdicts_of(judge(result([5, 3, 1, 1], [3.0, 2.0, 1.0, 1.0]))).values()) == {F}
+    # cannot resolve: nothing fitted within the budget (the distances are not tests then)
+    vs = judge(result([None, None, None, None], [1.0, 2.0, 3.0, 1.0]))
+    assert set(verdicts_of(vs).values()) == {U} and not vs["hardness.l2.mlp"].tested
 
 
 def _table_result(init, end, acc, S=5, noise=0.005, seed=0):
     rng = np.random.default_rng(seed)
-    out = {}
-    for m, (a, b, c) in zip(("mlp", "lenet", "resnet18"), zip(init, end, acc)):
-        out[m] = {"init": {"ec": a + noise * rng.normal(size=S)}, "end": {"ec": b + noise * rng.normal(size=S)},
-                  "test_acc": c + noise * rng.normal(size=S)}
-    return {"models": out}
+    f = lambda v: v + noise * rng.normal(size=S)
+    return {"models": {m: {"init": {"ec": f(a)}, "end": {"ec": f(b)}, "test_acc": f(c)}
+                       for m, a, b, c in zip(("mlp", "lenet", "resnet18"), init, end, acc)}}
 
 
 def test_table1_claims_hold_fail_and_cannot_resolve():
-    rows = oc.claims_table1(_table_result((0.3, 0.3, 0.3), (0.5, 0.7, 0.9), (0.6, 0.7, 0.8)), n_test=100_000)
-    assert [r["verdict"] for r in rows] == [verdicts.HOLDS] * 7
-    rows = oc.claims_table1(_table_result((0.5, 0.5, 0.5), (0.4, 0.3, 0.2), (0.8, 0.7, 0.6)), n_test=100_000)
-    assert [r["verdict"] for r in rows] == [verdicts.FAILS] * 7
-    rows = oc.claims_table1(_table_result((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), (0.7, 0.7, 0.7), noise=0.05),
-                            n_test=100)
-    assert [r["verdict"] for r in rows] == [verdicts.UNRESOLVED] * 7
-    md = oc.table_markdown(_table_result((0.3,) * 3, (0.5,) * 3, (0.6,) * 3), 50, 500)
-    assert "26.0%" in md and "96.7%" in md and "31.6%" in md
+    ids = ["concentrates.mlp", "concentrates.lenet", "concentrates.resnet18", "order.ec.lenet", "order.test.lenet",
+           "order.ec.resnet18", "order.test.resnet18"]
+    vs = oc.judge_table1(_table_result((0.3,) * 3, (0.5, 0.7, 0.9), (0.6, 0.7, 0.8)), n_test=100_000)
+    assert [v.id for v in vs] == ids and {v.verdict for v in vs} == {H}
+    vs = oc.judge_table1(_table_result((0.5,) * 3, (0.4, 0.3, 0.2), (0.8, 0.7, 0.6)), n_test=100_000)
+    assert {v.verdict for v in vs} == {F}
+    vs = oc.judge_table1(_table_result((0.5,) * 3, (0.5,) * 3, (0.7,) * 3, noise=0.05), n_test=100)
+    assert {v.verdict for v in vs} == {U}
 
 
 def test_spike_rule_and_claims():
@@ -391,73 +395,98 @@ def test_spike_rule_and_claims():
 
     assert oc.window(16, 2.0, 60).tolist() == list(range(8, 33))
     assert oc.window(64, 2.0, 60)[-1] == 59
-    rows = oc.claims_spikes(result(3.0, 0.05), js, 2.0, 3.0)
-    assert rows[0]["verdict"] == verdicts.HOLDS and "10 of 10 runs" in rows[0]["measured"]
-    assert math.isfinite(rows[0]["resolvable"]) and rows[0]["resolvable_as"][1] == " (robust z)"
-    rows = oc.claims_spikes(result(1.0, 0.05), js, 2.0, 3.0)
-    assert rows[0]["verdict"] == verdicts.FAILS
+    v = oc.judge_spikes(result(3.0, 0.05), js, 2.0, 3.0)[0]
+    assert v.id == "spike.mlp" and v.verdict == H and "10 of 10 runs" in v.detail and v.unit == "(robust z)"
+    assert oc.judge_spikes(result(1.0, 0.05), js, 2.0, 3.0)[0].verdict == F
     noisy = result(1.0, 0.05)  # spikes of very different heights across seeds: the mean score is uncertain
     for t, j in enumerate(js):
         noisy["models"]["mlp"]["align"]["gain"][:, t, j] *= np.exp(np.array([0.0, 0.5, 0.1, 0.6, 0.05]))
-    row = oc.claims_spikes(noisy, js, 2.0, 3.0)[0]
-    assert row["verdict"] == verdicts.UNRESOLVED
-    # "cannot resolve": the smallest resolvable distance from the threshold exceeds the measured one
-    mean_z = float(row["measured"].split("robust z-score ")[1].split(" ")[0])
-    assert row["resolvable"] > abs(mean_z - 3.0)
+    v = oc.judge_spikes(noisy, js, 2.0, 3.0)[0]
+    assert v.verdict == U and v.half > abs(v.mean - 3.0)  # the interval reaches across the threshold
 
 
-def test_link_claims_hold_fail_and_cannot_resolve():
+def test_link_claims_hold_fail_cannot_resolve_and_count_diverged_runs_against_close():
     S = 5
     rng = np.random.default_rng(0)
 
-    def result(ec1, ecK, acc1, accK, noise=0.005):
+    def result(ec1, ecK, kta1, ktaK, acc1, accK, noise=0.002):
         f = lambda v: v + noise * rng.normal(size=S)
         return {"models": {"lenet": {
-            "init": {"ec": f(0.5), "kta": f(0.08)}, "end": {"ec": f(ec1), "kta": f(ec1 / 4)}, "test_acc": f(acc1),
-            "link": {"K=70": {"ec": f(ecK), "kta": f(ecK / 4), "test_acc": f(accK), "updates": np.full(S, 2)},
-                     "K=inf": {"ec": f(0.5), "kta": f(0.08), "test_acc": f(0.6), "updates": np.zeros(S)}}}}}
+            "init": {"ec": f(0.5), "kta": f(0.08)}, "end": {"ec": f(ec1), "kta": f(kta1)}, "test_acc": f(acc1),
+            "diverged": np.zeros(S, bool),
+            "link": {"K=70": {"ec": f(ecK), "kta": f(ktaK), "test_acc": f(accK), "updates": np.full(S, 2),
+                              "diverged": np.zeros(S, bool)},
+                     "K=inf": {"ec": f(0.5), "kta": f(0.08), "test_acc": f(0.6), "updates": np.zeros(S),
+                               "diverged": np.zeros(S, bool)}}}}}
 
     Ks = (1, 70, math.inf)
-    rows = oc.claims_link(result(0.7, 0.6, 0.75, 0.65), "lenet", Ks, n_test=100_000)
-    assert [r["verdict"] for r in rows] == [verdicts.HOLDS] * 4
-    assert "2 feature updates" in rows[0]["claim"]
-    assert all(math.isfinite(r["resolvable"]) for r in rows)  # the alignment row included
-    assert rows[1]["resolvable_as"] == (1.0, " (alignment)", 3) and "(alignment)" in oe.verdicts_table(rows)
-    rows = oc.claims_link(result(0.55, 0.7, 0.6, 0.7), "lenet", Ks, n_test=100_000)
-    assert [r["verdict"] for r in rows] == [verdicts.FAILS, verdicts.FAILS, verdicts.HOLDS, verdicts.FAILS]
-    rows = oc.claims_link(result(0.6, 0.6, 0.7, 0.7, noise=0.05), "lenet", Ks, n_test=100)
-    assert [r["verdict"] for r in rows][0] == verdicts.UNRESOLVED and rows[3]["verdict"] == verdicts.UNRESOLVED
-    assert math.isfinite(rows[1]["resolvable"]) and rows[1]["resolvable"] > 0
-    assert oc.claims_link(result(0.6, 0.6, 0.7, 0.7), "mlp", Ks, n_test=100) == []
+    ids = ["link.ec.K70", "link.kta.K70", "link.init.K70", "link.test.K70"]
+    vs = oc.judge_link(result(0.7, 0.705, 0.2, 0.15, 0.75, 0.745), "lenet", Ks, n_test=1_000_000)
+    assert [v.id for v in vs] == ids and [v.verdict for v in vs] == [H] * 4
+    assert "2 feature updates" in vs[0].claim and [v.rule for v in vs] == ["close", "exceeds", "exceeds", "close"]
+    assert vs[1].unit == "(alignment)" and math.isfinite(vs[1].half)
+    # K falls short of K=1 by more than the margin (and below initialisation): every claim resolved against
+    vs = oc.judge_link(result(0.7, 0.45, 0.1, 0.2, 0.75, 0.65), "lenet", Ks, n_test=1_000_000)
+    assert [v.verdict for v in vs] == [F] * 4
+    # a K above K=1 by more than the margin does not "match" it either
+    assert oc.judge_link(result(0.6, 0.7, 0.2, 0.1, 0.65, 0.75), "lenet", Ks, n_test=1_000_000)[3].verdict == F
+    vs = oc.judge_link(result(0.6, 0.6, 0.1, 0.1, 0.7, 0.7, noise=0.05), "lenet", Ks, n_test=100)
+    assert [v.verdict for v in vs] == [U] * 4
+    # a diverged K run: left out, and the equivalence is at most "cannot resolve"
+    res = result(0.7, 0.7, 0.2, 0.15, 0.75, 0.75)
+    res["models"]["lenet"]["link"]["K=70"]["test_acc"][0] = np.nan
+    v = oc.judge_link(res, "lenet", Ks, n_test=1_000_000)[3]
+    assert v.dropped == 1 and v.verdict == U and V.close(v.gap, 0.02) == H
+    assert oc.judge_link(res, "mlp", Ks, n_test=100) == []
 
 
-# ------------------------------------------------------------------------------ parameters
+# ------------------------------------------------------------------------------ parameters and contract
 def test_paper_scale_parameters_resolve_without_running(tmp_path):
-    for exp, params in ((oe.NAME, {}), (oc.NAME, {})):
-        plan = runner.plan(exp, {"scale": "paper", **params}, results_dir=tmp_path)
+    for exp in (oe.NAME, oc.NAME):
+        plan = runner.plan(exp, {"scale": "paper"}, results_dir=tmp_path)
         assert not plan.complete and plan.params["scale"] == "paper"
-    r = oe.EigenParams.from_dict({"scale": "paper"}).resolved()
+    r = oe.EigenParams.paper_resolved()
     assert r["models"] == ["mlp", "lenet", "resnet18"] and r["epochs"] == 100 and r["resnet_width"] == 64
-    assert r["loss_threshold"] == 0.01 and max(r["eigen_indices"]) == 1000
-    assert r["dataset"] == "cifar10"  # their CIFAR-10
-    r = oc.ConcentrationParams.from_dict({"scale": "paper"}).resolved()
+    assert r["loss_threshold"] == 0.01 and max(r["eigen_indices"]) == 1000 and r["dataset"] == "cifar10"
+    r = oc.ConcentrationParams.paper_resolved()
     assert r["n_kernel"] == 12_000 and r["epochs"] == 200 and r["k"] == 50
     assert r["dataset"] == "cifar10"  # CIFAR-2: classes 0-4 against 5-9 of CIFAR-10 (load_binary)
     for cls in (oe.EigenParams, oc.ConcentrationParams):
         assert cls.from_dict({"scale": "default"}).resolved()["dataset"] == "mnist1d"
         assert cls.from_dict({"scale": "paper", "dataset": "fashion_mnist"}).resolved()["dataset"] == "fashion_mnist"
-    pp = oe.paper_num_params()
+    pp = figures.paper_num_params()
     assert pp["lenet"] == 61_241 and pp["mlp"] == 3072 * 100 + 100 + 100 * 100 + 100 + 101
 
 
-def test_settings_tables_read_the_paper_dataset_from_scale(eig_tiny, conc_tiny, monkeypatch):
-    assert oe.settings_rows(eig_tiny)[0][2].startswith("cifar10:")
-    assert oc.settings_rows(conc_tiny)[0][2].startswith("cifar10, classes 0-4 vs 5-9: 12,000 train")
+def test_settings_tables_read_the_paper_column_from_scale(monkeypatch):
+    assert "| data set | mnist1d | cifar10 |" in render.settings(oe.NAME, {})
+    assert "| inputs of the Gram matrices | 500 | 12,000 |" in render.settings(oc.NAME, {})
     monkeypatch.setitem(oe.SCALES["paper"], "dataset", "fashion_mnist")
-    monkeypatch.setitem(oc.SCALES["paper"], "dataset", "fashion_mnist")
-    assert oe.settings_rows(eig_tiny)[0][2].startswith("fashion_mnist:")
-    assert oc.settings_rows(conc_tiny)[0][2].startswith("fashion_mnist,")
-    assert oe.settings_rows(eig_tiny)[0][1].startswith("mnist1d:")  # this run: the resolved dataset
+    assert "| data set | mnist1d | fashion_mnist |" in render.settings(oe.NAME, {})
+
+
+@pytest.mark.parametrize("chapter,exp", [("ntk_eigenfunctions", oe.EXPERIMENT), ("energy_concentration", oc.EXPERIMENT)])
+def test_parameters_cell_equals_the_experiments_defaults(chapter, exp):
+    text = (ROOT / "book" / f"{chapter}.md").read_text()
+    cell = re.search(r"```\{code-cell\} ipython3\n:tags: \[parameters\]\n(.*?)```", text, re.S).group(1)
+    given = {}
+    exec(cell, {}, given)
+    defaults = exp.defaults()
+    assert given and set(given) <= set(defaults)
+    assert {k: defaults[k] for k in given} == given
+
+
+def test_modules_keep_to_the_contract_and_the_line_budget():
+    lines = 0
+    for path in sorted((ROOT / "itlin" / "book" / "experiments" / "ortiz").glob("*.py")):
+        src = path.read_text()
+        lines += len(src.splitlines())
+        assert "matplotlib" not in src and "Markdown" not in src, path.name
+        assert re.search(r"^__all__ = ", src, re.M) or path.name == "__init__.py", path.name
+        assert not re.search(r"from \.ortiz_\w+ import", src), path.name  # shared pieces come from _common
+    assert lines <= 1000
+    for mod in (C, oe, oc):
+        assert all(hasattr(mod, name) for name in mod.__all__)
 
 
 def test_grams_per_seed_counts_every_gram_matrix():
@@ -468,37 +497,10 @@ def test_grams_per_seed_counts_every_gram_matrix():
     assert oc.grams_per_seed(r, "resnet18") == 2
 
 
-def test_spectrum_and_chance_checks_of_the_prose():
-    ev = np.stack([np.exp(-np.arange(200) / 10.0), np.exp(-np.arange(200) / 10.0)])
-    text = oe.spectrum_text({"models": {"mlp": {"eigvals": ev}}}, [1, 64], top=50)
-    assert "top 50 of 200 eigenvalues hold 99.3%" in text and "j=64 is 0.0017 of the largest" in text
-    js, S = [1, 4, 16], 5
-    rng = np.random.default_rng(0)
-
-    def result(net_last, lin_last):
-        acc = lambda last: np.concatenate([np.full((S, len(js) - 1), 0.9), last + 0.01 * rng.normal(size=(S, 1)),
-                                           np.full((S, 1), 0.8)], axis=1)
-        return {"models": {"lenet": {"sgd_network": {"val_acc": acc(net_last)},
-                                     "sgd_linear": {"val_acc": acc(lin_last)}}}}
-
-    rows = oe.chance_rows(result(0.7, 0.3), js, n_val=100_000)
-    assert [r["verdict"] for r in rows] == [verdicts.HOLDS, verdicts.FAILS]
-    text = oe.chance_text(rows)
-    assert "LeNet network, SGD" in text and "above chance" in text and "below chance" in text
-    rows = oe.chance_rows(result(0.5, 0.51), js, n_val=100)
-    assert [r["verdict"] for r in rows] == [verdicts.UNRESOLVED] * 2
-    assert "not distinguishable from chance" in oe.chance_text(rows)
-    assert oe.chance_rows(result(0.5, 0.5), js, 100, name="resnet18") == []
-
-
-def test_verdicts_table_uses_each_rows_units():
-    rows = [verdicts.verdict("a", "p", "m", verdicts.HOLDS, 0.012),
-            oe.with_units(verdicts.verdict("b", "p", "m", verdicts.FAILS, 41.6), (1.0, " iterations", 0)),
-            verdicts.verdict("c", "p", "m", verdicts.UNRESOLVED, None),
-            verdicts.verdict("d", "p", "m", verdicts.UNRESOLVED, math.inf)]
-    lines = oe.verdicts_table(rows).splitlines()
-    assert "| 1.2 points |" in lines[2] and "| 42 iterations |" in lines[3] and "| — |" in lines[4]
-    assert "∞ (one seed)" in lines[5]
+def test_more_test_signals_than_mnist1d_has_generate_it_larger():
+    ds = C.load_binary("mnist1d", 100, 1500, 0)
+    assert ds.n_test == 1500 and ds.n_train == 100
+    assert C.load_binary("mnist1d", 100, 1000, 0).n_test == 1000
 
 
 @pytest.mark.parametrize("exp,params,match", [
@@ -514,6 +516,7 @@ def test_verdicts_table_uses_each_rows_units():
     (oc.NAME, {"n_kernel": 100, "align_indices": [60]}, "align_indices"),
     (oc.NAME, {"align_models": ["resnet18"], "models": ["mlp", "lenet"]}, "align_models"),
     (oc.NAME, {"dataset": "imagenet"}, "dataset"),
+    (oc.NAME, {"close_margin": 0}, "close_margin"),
 ])
 def test_bad_parameters_fail_before_any_compute_with_one_line(exp, params, match, tmp_path):
     with pytest.raises(ParameterError, match=match) as err:
