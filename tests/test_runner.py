@@ -370,7 +370,9 @@ def test_stage_is_computed_once_and_reloaded_on_resume(tmp_path):
     HOOKS.clear()
     rec = runner.run("test_stage", results_dir=tmp_path)
     assert CALLS["test_stage/sweep"] == 1 and CALLS["test_stage"] == 2
-    assert rec.status == "completed (stage only)" and rec.meta == {"n": 3, "dampings": [0.0, 1e-3, 1.0]}
+    assert rec.status == "completed (stage only)" and {k: v for k, v in rec.meta.items() if k != "resolved"} == \
+        {"n": 3, "dampings": [0.0, 1e-3, 1.0]}
+    assert rec.meta["resolved"]["scale"] == "default"  # the runner stores the resolved parameters
     sweep = rec["sweep"]
     assert set(sweep["curves"]) == {"eval/test/rmse"}  # keys with '/' survive the round trip
     assert np.array_equal(sweep["dampings"], [0.0, 1e-3, 1.0])
