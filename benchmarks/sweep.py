@@ -65,8 +65,8 @@ def _problem(args):
 
     def fn(point):
         p0 = jax.tree_util.tree_map(lambda a: a[point["seed"]], inits)
-        p, trace = gauss_newton_fit(apply, p0, x, y, args.gn_steps, damping=point["damping"], lr=1.0, tol=tol,
-                                    ntk_fn=model.ntk_fn, reduction="sum", solve="cholesky")
+        p, trace = gauss_newton_fit(apply, p0, x, y, args.gn_steps, damping=point["damping"], learning_rate=1.0,
+                                    tol=tol, ntk_fn=model.ntk_fn, reduction="sum", solve="cholesky")
         return {"train_rmse": jnp.sqrt(jnp.mean((apply(p, x) - y) ** 2)),
                 "test_rmse": jnp.sqrt(jnp.mean((apply(p, xt) - yt) ** 2)),
                 "steps": trace.steps, "diverged": trace.diverged}

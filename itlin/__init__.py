@@ -32,8 +32,8 @@ from .core.loop import FitResult, History, batch_indices, device_loop, evaluate,
 from .core.losses import Loss, accuracy, get_loss, rmse
 from .core.model import Model
 from .core.parallel import data_mesh, replicate, shard_batch
-from .core.schedules import (AtSteps, Every, Schedule, StepInfo, as_schedule, kernel_drift, loss_drift,
-                             parse_period)
+from .core.schedules import (AtSteps, Every, PeriodState, Schedule, StepInfo, as_schedule, kernel_drift, loss_drift,
+                             parse_period, periodic)
 from .core.sweep import grid_product, init_distributed, is_main_process, sweep, sweep_mesh
 from .core.train import StepLog, Trainer, TrainState, iterative_linearisation
 
@@ -55,6 +55,7 @@ __all__ = [
     "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit", "flow_params",
     "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
     "gradient_flow", "iterative_linearisation", "jacobian", "kernel_distance", "kernel_drift", "linearise",
-    "linearise_at", "linearised_apply", "loss_drift", "ntk", "num_params", "parse_period", "replicate", "rmse",
+    "linearise_at", "linearised_apply", "loss_drift", "ntk", "num_params", "parse_period", "PeriodState", "periodic",
+    "replicate", "rmse",
     "run", "shard_batch", "grid_product", "init_distributed", "is_main_process", "sweep", "sweep_mesh",
 ]

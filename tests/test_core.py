@@ -284,8 +284,10 @@ def test_woodbury_kernel_equals_primal_real_network(loss, damping):
     np.testing.assert_allclose(_flat(dk), _flat(dp), rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(ik.damping, ip.damping, rtol=1e-9)
     if isinstance(damping, gn.ArbelDamping):
-        # the damping is Arbel's rule on the system actually solved: S K S with H = S S
-        # (H = I/N per example for the mean squared loss, the softmax Hessian / N for cross-entropy)
+        # the damping is Arbel's rule on the system actually solved, S K S with H = S S, restricted
+        # to the range of H (H = I/N per example for the mean squared loss, the softmax Hessian / N
+        # for cross-entropy, whose blocks are singular: S K S is zero on their null space), with
+        # the floor eps0 in the sum's units (eps0 / N for the mean)
         K = np.asarray(ntk(f, p0, x))
         out = np.asarray(f(p0, x))
         if loss == "squared":
@@ -299,9 +301,18 @@ def test_woodbury_kernel_equals_primal_real_network(loss, damping):
         S = np.zeros((18, 18))
         for n, r in enumerate(roots):
             S[3 * n:3 * n + 3, 3 * n:3 * n + 3] = r
-        eigmin = np.linalg.eigvalsh(S @ K @ S)[0]
+        U = np.zeros((18, 0))
+        for n, (wi, vi) in enumerate(zip(w, v)):
+            keep = vi[:, wi > 1e-12]
+            block = np.zeros((18, keep.shape[1]))
+            block[3 * n:3 * n + 3] = keep
+            U = np.concatenate([U, block], axis=1)
+        assert U.shape[1] == (18 if loss == "squared" else 12)  # softmax blocks: rank C - 1
+        eigmin = np.linalg.eigvalsh(U.T @ S @ K @ S @ U)[0]
+        assert eigmin > 1e-6  # not structurally zero
         np.testing.assert_allclose(ik.eigmin, eigmin, rtol=1e-7, atol=1e-12)
-        np.testing.assert_allclose(ik.damping, max(eigmin, 1e-7), rtol=1e-7)
+        np.testing.assert_allclose(ip.eigmin, eigmin, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(ik.damping, max(eigmin, 1e-7 / 6), rtol=1e-7)
 
 
 def test_undamped_gauss_newton_interpolates_in_one_step():
@@ -311,7 +322,7 @@ def test_undamped_gauss_newton_interpolates_in_one_step():
     model, p0, _ = make(TinyMLP(width=12), x)  # P >> N*C: the kernel is invertible
     f = model.bind()
     f_lin = linearise(f, p0)
-    p1, info = gn.gauss_newton_step(f_lin, p0, x, y, damping=0.0, lr=1.0)
+    p1, info = gn.gauss_newton_step(f_lin, p0, x, y, damping=0.0, learning_rate=1.0)
     np.testing.assert_allclose(f_lin(p1, x), y, rtol=1e-8, atol=1e-9)
     # on a model linear in its parameters the network itself interpolates
     apply, params, xs, ys = _random_J_problem(n=5, p=12)
@@ -326,7 +337,7 @@ def test_damped_gauss_newton_minimises_ridge_linearised_loss(lam):
     y = jax.random.normal(jax.random.PRNGKey(1), (6, 3))
     model, p0, _ = make(TinyMLP(width=6), x)
     f = model.bind()
-    p1, _ = gn.gauss_newton_step(f, p0, x, y, damping=lam, lr=1.0, reduction="sum")
+    p1, _ = gn.gauss_newton_step(f, p0, x, y, damping=lam, learning_rate=1.0, reduction="sum")
     f_lin = linearise(f, p0)
 
     def objective(p):
@@ -351,7 +362,7 @@ def test_arbel_damping_floor_and_value():
 
 def test_gauss_newton_fit_converges_and_stops_at_tol():
     apply, params, x, y = _random_J_problem(n=5, p=12)
-    p, trace = gn.gauss_newton_fit(apply, params, x, y, 20, damping=1e-3, lr=1.0, tol=1e-12)
+    p, trace = gn.gauss_newton_fit(apply, params, x, y, 20, damping=1e-3, learning_rate=1.0, tol=1e-12)
     assert int(trace.steps) < 20 and not bool(trace.diverged)
     assert float(get_loss("squared")(apply(p, x), y)) < 1e-12  # tol is on the loss minimised (mean)
 
@@ -430,8 +441,8 @@ def test_bad_input_errors_say_what_to_fix():
         iterative_linearisation(model, opt, [3])
     with pytest.raises(ValueError, match=r"damping lambda must be >= 0"):
         gn.gauss_newton_step(model.bind(), p0, x, y, damping=-1.0)
-    with pytest.raises(ValueError, match=r"lr \(eta\) must be > 0"):
-        gn.gauss_newton_step(model.bind(), p0, x, y, lr=-0.5)
+    with pytest.raises(ValueError, match=r"learning_rate \(eta\) must be > 0"):
+        gn.gauss_newton_step(model.bind(), p0, x, y, learning_rate=-0.5)
     with pytest.raises(ValueError, match=r"targets must be shaped like the outputs"):
         gn.gauss_newton_step(model.bind(), p0, x, jnp.zeros((8, 2)), damping=1.0)
     tr = iterative_linearisation(model, opt, 3)
@@ -461,9 +472,9 @@ def test_divergence_stops_cleanly_with_the_step(K):
     tr = iterative_linearisation(model, optax.sgd(1e6), K, loss="squared")
     yr = jax.random.normal(jax.random.PRNGKey(0), (16, 3)) * 10
     res = fit(tr, tr.init(p0), x, yr, 40, eval_every=4, eval_sets={"train": (x, yr)}, chunk_size=8)
-    assert res.status.startswith("diverged at step ")
+    assert res.status == "diverged" and res.history.diverged  # status is data: the value and the step
     s = res.history.diverged_at
-    assert res.status == f"diverged at step {s}"
+    assert isinstance(s, int) and res.history.describe() == f"diverged at step {s}"
     assert len(res.history.loss) == s - 1 and np.all(np.isfinite(res.history.loss))
     assert all(step < s for step in res.history.evals["step"])
     # what is kept is a state whose parameters still give finite losses (K=2: full-batch chunks
@@ -528,7 +539,7 @@ def test_vmapped_arbel_alpha_and_eps0_equal_one_call_per_value():
         one, one_info = step(a)
         np.testing.assert_allclose(batched["w"][i], one["w"], **EXACT)
         np.testing.assert_allclose(info.damping[i], one_info.damping, **EXACT)
-    assert float(info.damping[0]) == pytest.approx(1e-3)  # alpha = 0: the floor eps0
+    assert float(info.damping[0]) == pytest.approx(1e-3 / 6)  # alpha = 0: the floor eps0, in the sum's units
     assert float(info.damping[2]) > 1e-3 and float(jnp.abs(batched["w"][2] - batched["w"][1]).max()) > 1e-3
     eps = jnp.asarray([1e-6, 1e-2])
     by_eps, _ = jax.vmap(lambda e: step(0.0, e))(eps)
@@ -581,6 +592,12 @@ def test_arbel_damping_gives_the_same_step_for_mean_and_sum():
     d_sum, i_sum = gn.gauss_newton_direction(f, p0, x, y, damping=arbel, reduction="sum")
     np.testing.assert_allclose(_flat(d_mean), _flat(d_sum), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(float(i_sum.damping), 7 * float(i_mean.damping), rtol=1e-9)
+    # also where the floor binds (alpha = 0; issue 26's counterexample had alpha * sigma_min < eps0)
+    floor = gn.ArbelDamping(alpha=0.0, eps0=0.0625)
+    d_mean, i_mean = gn.gauss_newton_direction(f, p0, x, y, damping=floor, reduction="mean")
+    d_sum, i_sum = gn.gauss_newton_direction(f, p0, x, y, damping=floor, reduction="sum")
+    np.testing.assert_allclose(_flat(d_mean), _flat(d_sum), rtol=1e-9, atol=1e-12)
+    assert float(i_sum.damping) == 0.0625 and float(i_mean.damping) == pytest.approx(0.0625 / 7, rel=1e-12)
     # hessian="identity" is Arbel et al.'s own update: (J J^T + eps I)^{-1} with g = (f - y) / N
     d_id, i_id = gn.gauss_newton_direction(f, p0, x, y, damping=arbel, hessian="identity")
     K = np.asarray(ntk(f, p0, x))
@@ -683,7 +700,7 @@ def test_blowup_counts_as_divergence_with_the_step():
     losses = np.asarray(free.history.loss)
     first_bad = int(np.argmax(~(np.abs(losses) <= 10 * losses[0]))) + 1
     assert np.isfinite(losses).all() and first_bad > 1   # finite, but blown up
-    assert capped.status == f"diverged at step {first_bad}"
+    assert capped.status == "diverged" and capped.history.diverged_at == first_bad
 
 
 def test_binary_cross_entropy_trains_evaluates_and_takes_gauss_newton_steps():

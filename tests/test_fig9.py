@@ -65,7 +65,7 @@ def test_vmapped_sweep_equals_one_run_alone():
         alone = jax.tree_util.tree_map(lambda a: a[pick], params)
         # the same run with the library alone: no vmap, damping a Python float
         apply = model.bind()
-        p, trace = gauss_newton_fit(apply, alone, x, y, steps, damping=lam, lr=1.0, ntk_fn=model.ntk_fn,
+        p, trace = gauss_newton_fit(apply, alone, x, y, steps, damping=lam, learning_rate=1.0, ntk_fn=model.ntk_fn,
                                     reduction="sum", solve="cholesky")
         test_rmse = float(jnp.sqrt(jnp.mean((apply(p, xt) - yt) ** 2)))
         train_rmse = float(jnp.sqrt(jnp.mean((apply(p, x) - y) ** 2)))
@@ -263,12 +263,12 @@ def test_fig9_flags_the_same_columns_for_any_record():
 def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
     f = lambda p, x: x @ p
     x, y = jnp.eye(2), jnp.asarray([1.0, -1.0])
-    _, plain = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, lr=30.0, damping=1.0)
+    _, plain = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, learning_rate=30.0, damping=1.0)
     assert not bool(plain.diverged) and int(plain.steps) == 20 and float(plain.loss[-1]) > 1e10  # non-finite only
-    _, tr = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, lr=30.0, damping=1.0, blowup=100.0)
+    _, tr = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, learning_rate=30.0, damping=1.0, blowup=100.0)
     # loss 0.5 -> 40.5 -> 3280.5: the third exceeds 100 x 0.5, so the run stops there, diverged
     assert bool(tr.diverged) and int(tr.steps) == 2
-    _, ok = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, lr=1.0, damping=1e-3, blowup=100.0)
+    _, ok = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, learning_rate=1.0, damping=1e-3, blowup=100.0)
     assert not bool(ok.diverged)
     with pytest.raises(ValueError, match="blowup"):
         gauss_newton_fit(f, jnp.zeros(2), x, y, 5, blowup=1.0)

@@ -179,3 +179,101 @@ def test_schedule_specs_tell_schedules_apart():
     assert spec(loss_drift(0.1)) != spec(loss_drift(0.1, check_every=2))
     probe = jnp.arange(6.0).reshape(2, 3)
     assert spec(kernel_drift(0.1, probe)) != spec(kernel_drift(0.1, probe + 1))
+
+
+# ------------------------------------------------------------------------------ the period in the state (issue 25)
+def _trajectory(step, st, x, y, steps):
+    for t in range(steps):
+        b = slice((t % 2) * 8, (t % 2) * 8 + 8)
+        st, log = step(st, x[b], y[b])
+    return st
+
+
+def _same_bits(a, b):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(la) == len(lb)
+    for u, v in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+def test_periodic_serves_every_K_with_one_compiled_step_bit_for_bit_as_Every():
+    model, p0, x, y = _setup()
+    opt = optax.sgd(0.3)
+    tr = iterative_linearisation(model, opt, itlin.periodic())
+    traces = []
+
+    def counted(st, xb, yb):
+        traces.append(1)
+        return tr.step(st, xb, yb)
+
+    step = jax.jit(counted)
+    for K in (2, 3, 5, math.inf):
+        st = _trajectory(step, tr.init(p0, period=K), x, y, 11)
+        ref_tr = iterative_linearisation(model, opt, Every(K))
+        ref = _trajectory(jax.jit(ref_tr.step), ref_tr.init(p0), x, y, 11)
+        _same_bits((st.step, st.params, st.anchor, st.opt_state, st.updates, st.last),
+                   (ref.step, ref.params, ref.anchor, ref.opt_state, ref.updates, ref.last))
+        assert st.feature_updates == Every(K).updates(11)  # Definition 1: floor(T / K), none at step 0
+    assert len(traces) == 1  # one trace (one compiled program) for every K
+    # K = 1: the linearised path relinearised after every step, as Every(1) without the exact-gradient
+    # shortcut, bit for bit; and gradient descent up to rounding
+    st = _trajectory(step, tr.init(p0, period=1), x, y, 6)
+    lin1 = iterative_linearisation(model, opt, 1, exact_gd=False)
+    _same_bits(st.params, _trajectory(jax.jit(lin1.step), lin1.init(p0), x, y, 6).params)
+    gd = iterative_linearisation(model, opt, 1)
+    gd_st = _trajectory(jax.jit(gd.step), gd.init(p0), x, y, 6)
+    assert st.feature_updates == 6
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12), st.params,
+                           gd_st.params)
+    assert len(traces) == 1
+    # K = inf never moves the anchor
+    st = _trajectory(step, tr.init(p0, period="inf"), x, y, 7)
+    assert st.feature_updates == 0
+    _same_bits(st.anchor, p0)
+
+
+def test_periodic_horizon_leaves_no_relinearisation_after_the_last_step_as_the_book_schedule():
+    from itlin.book.experiments._sparse import schedule as sparse_schedule
+
+    model, p0, x, y = _setup()
+    opt = optax.sgd(0.3)
+    tr = iterative_linearisation(model, opt, itlin.periodic())
+    for K, steps in ((2, 10), (3, 10), (4, 9), (10, 10), (7, 5)):
+        ref_tr = iterative_linearisation(model, opt, sparse_schedule(K, steps))
+        ref, ref_log = run(ref_tr, ref_tr.init(p0), x, y, steps, batch_size=8, chunk_size=4)
+        st, log = run(tr, tr.init(p0, period=K, horizon=steps), x, y, steps, batch_size=8, chunk_size=4)
+        _same_bits((st.params, st.anchor, st.updates, st.last), (ref.params, ref.anchor, ref.updates, ref.last))
+        np.testing.assert_array_equal(log.relinearised, ref_log.relinearised)
+        assert st.feature_updates == math.ceil(steps / K) - 1
+        # full batch (the stored linearisation per phase) agrees with the per-step path
+        fb, _ = run(tr, tr.init(p0, period=K, horizon=steps), x, y, steps)
+        fb_ref, _ = run(ref_tr, ref_tr.init(p0), x, y, steps)
+        assert fb.feature_updates == fb_ref.feature_updates
+        _same_bits(fb.params, fb_ref.params)
+
+
+def test_periodic_state_is_vmappable_over_K_and_checked_when_concrete():
+    model, p0, x, y = _setup()
+    tr = iterative_linearisation(model, optax.sgd(0.3), itlin.periodic())
+    Ks = jnp.asarray([2.0, 3.0, jnp.inf])
+
+    def one(K):
+        st = tr.init(p0, period=K, horizon=9)
+        st, _ = jax.lax.scan(lambda s, _: (tr.step(s, x, y)[0], None), st, None, length=9)
+        return st
+
+    batched = jax.vmap(one)(Ks)
+    assert batched.updates.tolist() == [4, 2, 0]
+    for i, K in enumerate((2, 3, math.inf)):
+        alone = one(K)
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=1e-12, atol=1e-14),
+                               batched.params, alone.params)
+    for bad, err in ((0, "period must be >= 1"), (2.5, "whole number"), (-1, ">= 1"), (10 ** 400, "use \"inf\"")):
+        with pytest.raises(ValueError, match=err):
+            tr.init(p0, period=bad)
+    with pytest.raises(ValueError, match="horizon must be"):
+        tr.init(p0, period=2, horizon=0)
+    with pytest.raises(TypeError, match="no state to set; use itlin.periodic"):
+        iterative_linearisation(model, optax.sgd(0.3), 5).init(p0, period=2)
+    with pytest.raises(TypeError, match="takes"):
+        tr.init(p0, K=2)

@@ -138,16 +138,16 @@ def diverged_step(status: Optional[str]) -> Optional[int]:
 def plot_curve(ax, x, y, *, status: str = "completed", label: Optional[str] = None, diverged_at=None, **kwargs):
     """Plot ``y`` against ``x``; a diverged run is dashed with a cross at its last finite point.
 
-    ``status`` is a run status (``"diverged at step s"`` marks the run diverged); ``diverged_at``
-    overrides the step in the legend. Returns the line.
+    ``status`` is a run status (``"diverged"``, or an old record's ``"diverged at step s"``, marks
+    the run diverged); ``diverged_at`` gives the step in the legend. Returns the line.
     """
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     step = diverged_at if diverged_at is not None else diverged_step(status)
-    diverged = step is not None
+    diverged = step is not None or str(status).startswith("diverged")
     if diverged:
         kwargs.setdefault("linestyle", "--")
-        note = f"diverged at step {step}"
+        note = "diverged" if step is None else f"diverged at step {step}"
         label = f"{label} ({note})" if label else note
     (line,) = ax.plot(x, y, label=label, **kwargs)
     if diverged:

@@ -4,7 +4,8 @@ Every chapter of the book runs its experiment through :func:`run`::
 
     from itlin.book import runner
     rec = runner.run("fig9_damping", {"dampings": [1e-3, 1e-1], "scale": "tiny"})
-    rec.status            # "completed", "diverged at step 412", or a summary of several runs
+    rec.status            # "completed", "diverged at step 412", or a summary of several runs (text;
+                          # each run's status is data in rec.runs[tag]: "status" and "diverged_at")
     rec["test_rmse"]      # the arrays the experiment returned
     rec.history("K=inf")  # the History of one training run made with ctx.fit
 
@@ -448,20 +449,14 @@ def _safe_tag(tag: str) -> str:
 
 def _history_snapshot(h) -> tuple:
     """What is needed to rebuild ``h`` as it is now, cheaply (fit keeps appending to it)."""
-    return (len(h.loss), list(h._pending), len(h.relin_steps), len(h.evals.get("step", [])),
+    return (len(h.loss), list(h.pending), len(h.relin_steps), len(h.evals.get("step", [])),
             h.status, h.diverged_at)
 
 
 def _history_from_snapshot(h, snap):
-    from ..core.loop import History
-
     n_loss, pending, n_relin, n_eval, status, diverged_at = snap
-    out = History(loss_every=h.loss_every, status=status, diverged_at=diverged_at)
-    out.loss = list(h.loss[:n_loss])
-    out._pending = list(pending)
-    out.relin_steps = list(h.relin_steps[:n_relin])
-    out.evals = {k: list(v[:n_eval]) for k, v in h.evals.items()}
-    return out
+    return h.truncated(losses=n_loss, relin_steps=n_relin, evals=n_eval, pending=pending, status=status,
+                       diverged_at=diverged_at)
 
 
 def _final_metrics(history) -> dict:
@@ -695,7 +690,10 @@ def _overall_status(runs: Mapping[str, dict]) -> str:
     if not runs:
         return "completed"
     if len(runs) == 1:
-        return next(iter(runs.values()))["status"]
+        r = next(iter(runs.values()))
+        if str(r["status"]).startswith("diverged") and r.get("diverged_at") is not None:
+            return f"diverged at step {r['diverged_at']}"
+        return r["status"]
     bad = {t: r for t, r in runs.items() if r["status"] != "completed"}
     if not bad:
         return "completed"

@@ -55,7 +55,9 @@ def check_positive_int(name: str, value, *, none_means: str = ""):
 
 
 def check_finite_array(name: str, x):
-    """Raise ValueError if the (host or device) array has NaN or Inf entries."""
+    """Raise ValueError if the (host or device) array has NaN or Inf entries (traced: unchecked)."""
+    if isinstance(x, jax.core.Tracer):
+        return
     arr = np.asarray(x)
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
@@ -68,3 +70,60 @@ def check_same_leading(name_a: str, a, name_b: str, b):
             f"{name_a} has {np.shape(a)[0]} examples but {name_b} has {np.shape(b)[0]}; "
             "they must have the same length along axis 0."
         )
+
+
+def check_steps(name: str, value, *, allow_zero: bool = False) -> int:
+    """A number of steps as an ``int``: an integer (a whole float such as ``1e3`` too) >= 1, or
+    >= 0 with ``allow_zero``; a one-line ValueError/TypeError naming ``name`` otherwise."""
+    low = 0 if allow_zero else 1
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0 and not isinstance(value, jax.core.Tracer):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be an integer >= {low}, got {value!r} ({type(value).__name__}).")
+    if not isinstance(value, numbers.Integral):
+        if not (math.isfinite(value) and value == int(value)):
+            raise ValueError(f"{name} must be a whole number of steps (an integer >= {low}), got {value!r}.")
+    if int(value) < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
+    return int(value)
+
+
+def check_seed(name: str, value) -> int:
+    """A seed: an integer in ``0 .. 2**32 - 1``; a one-line error naming ``name`` otherwise."""
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0 and not isinstance(value, jax.core.Tracer):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer from 0 to 2**32 - 1, got {value!r}.")
+    if not 0 <= int(value) < 2 ** 32:
+        raise ValueError(f"{name} must be an integer from 0 to 2**32 - 1, got {value!r}.")
+    return int(value)
+
+
+def check_nonempty(name: str, x):
+    """Raise ValueError if the array has no examples (leading axis of length 0, or no axis)."""
+    shape = np.shape(x)
+    if len(shape) == 0:
+        raise ValueError(f"{name} must be an array with one example per row, got a scalar.")
+    if shape[0] == 0:
+        raise ValueError(f"{name} has no examples (shape {tuple(shape)}); give at least one.")
+
+
+def output_shape(apply, params, x, what: str = "x"):
+    """The shape of ``apply(params, x)`` (abstract: no computation), with a one-line error when
+    the model cannot take ``x`` (e.g. a wrong feature dimension)."""
+    try:
+        out = jax.eval_shape(apply, params, x)
+    except (TypeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"the model cannot be applied to {what} of shape {tuple(np.shape(x))} ({first[:200]}); "
+                         f"check that {what}'s feature dimension matches the model's parameters.") from None
+    return tuple(getattr(out, "shape", ()))
+
+
+def check_float_dtype(name: str, tree, what: str):
+    """Refuse half-precision floating leaves where LAPACK is needed (eigh, Cholesky)."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        dt = np.dtype(leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype)
+        if dt in (np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)):
+            raise TypeError(f"{what} needs float32 or float64 {name}, got {dt} (LAPACK has no {dt} solver); cast with "
+                            ".astype(jnp.float32).")

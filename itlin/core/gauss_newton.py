@@ -6,7 +6,8 @@ Main paper Eq. 5-6 and Arbel et al. Section 3.2::
 
 ``H = c I`` for the squared loss (``c = 1/N`` for the mean over examples, ``1`` for the sum;
 ``hessian="identity"`` forces ``c = 1`` as Arbel et al. do) and the softmax Hessian
-``diag(p) - p p^T`` per example for cross-entropy (generalised Gauss-Newton). With the
+``diag(p) - p p^T`` per example for cross-entropy (generalised Gauss-Newton). The Hessian is
+data of the loss (:attr:`itlin.Loss.hessian`): a loss of one's own brings its own, or is refused. With the
 push-through (Woodbury) identity the step is computed in *kernel form*::
 
     (J^T H J + lambda I)^{-1} J^T g  =  J^T S (S K S + lambda I)^{-1} S^+ g,     K = J J^T,  H = S S
@@ -19,8 +20,8 @@ composed from three parts:
    (:func:`itlin.ntk`, or a model's closed form ``ntk_fn``);
 2. a damping rule, evaluated on the **system actually solved** (``S K S``, ``c K`` for the
    squared loss): :class:`ConstantDamping` ``lambda``, or :class:`ArbelDamping`
-   ``alpha * sigma_min(S K S)`` floored at ``eps0`` (Arbel et al. Eq. 5). For the squared loss
-   the Arbel step is then the same for either reduction;
+   ``alpha * sigma_min(S K S)`` (on the range of ``H``) floored at ``c * eps0`` (Arbel et al.
+   Eq. 5). The Arbel step is then the same for either reduction;
 3. a symmetric linear solve, chosen explicitly: ``solve="eigh"`` (default; exact for every
    ``lambda >= 0``, with the pseudo-inverse at ``lambda = 0``: the minimum-norm step, Eq. 5) or
    ``solve="cholesky"`` (faster, for ``lambda > 0``; singular at ``lambda = 0``). Nothing
@@ -44,10 +45,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ._checks import check_positive, check_scalar
+from ._checks import (check_finite_array, check_float_dtype, check_nonempty, check_same_leading, check_scalar,
+                      check_steps, output_shape)
 from ._tree import tree_all_finite, tree_axpy, tree_select
 from .linearise import jacobian, linearise_at, ntk
-from .losses import get_loss
+from .losses import _no_hessian, get_loss
 
 
 class ConstantDamping(NamedTuple):
@@ -59,26 +61,34 @@ class ConstantDamping(NamedTuple):
 
     lam: float
 
-    def value(self, eigmin):
-        """``lam``, whatever the system's smallest eigenvalue."""
+    def value(self, eigmin, scale=1.0):
+        """``lam``, whatever the system's smallest eigenvalue and the reduction's scale."""
         return jnp.asarray(self.lam)
 
 
 class ArbelDamping(NamedTuple):
-    """Arbel et al. Eq. 5: ``lambda = max(alpha * sigma_min, eps0)``, ``sigma_min`` the smallest
-    eigenvalue of the system solved (``J J^T`` for their ``H = I``). Their runs use ``alpha = 1``,
-    ``eps0 = 1e-7``.
+    """Arbel et al. Eq. 5: ``lambda = max(alpha * sigma_min, c * eps0)``.
+
+    ``sigma_min`` is the smallest eigenvalue of the system solved **on the range of the loss's
+    Hessian** (``J J^T`` for their ``H = I``; ``c K`` for the squared loss; ``S K S`` for
+    cross-entropy, whose softmax Hessian blocks are singular: the eigenvalues that are zero
+    because of that null space, one per example, are skipped, so ``sigma_min`` is not
+    structurally zero). ``c`` is the scale the reduction puts on the Hessian (``1/N`` for the
+    mean, ``1`` for the sum or ``hessian="identity"``), so ``eps0`` is in the sum's units and
+    the step is the same for either reduction. Their runs use ``alpha = 1``, ``eps0 = 1e-7``.
 
     >>> float(ArbelDamping().value(2.0)), float(ArbelDamping(eps0=0.25).value(0.0))
     (2.0, 0.25)
+    >>> float(ArbelDamping(eps0=0.25).value(0.0, scale=0.5))     # the mean over 2 examples
+    0.125
     """
 
     alpha: float = 1.0
     eps0: float = 1e-7
 
-    def value(self, eigmin):
-        """``max(alpha * eigmin, eps0)``."""
-        return jnp.maximum(self.alpha * eigmin, self.eps0)
+    def value(self, eigmin, scale=1.0):
+        """``max(alpha * eigmin, scale * eps0)``."""
+        return jnp.maximum(self.alpha * eigmin, scale * self.eps0)
 
 
 def get_damping(spec):
@@ -116,7 +126,8 @@ def get_damping(spec):
 
 class GNInfo(NamedTuple):
     """Diagnostics of one Gauss-Newton step: the loss before it, the damping used, and the
-    smallest eigenvalue of the system matrix (``c K`` or ``S K S``; NaN where not computed).
+    smallest eigenvalue of the system matrix on the range of the Hessian (``c K`` or ``S K S``;
+    NaN where not computed: ``solve="cholesky"`` with a constant damping).
 
     >>> import jax.numpy as jnp
     >>> _, info = gauss_newton_step(lambda p, x: x @ p, jnp.zeros(2), jnp.eye(2), jnp.ones(2),
@@ -144,7 +155,8 @@ def _sym_solve(a, u, lam, solve: str, eig=None):
 
 
 def _hessian_root(h_blocks):
-    """``S = H^{1/2}`` and ``S^+`` block by block (``H`` per example PSD, ``(N, C, C)``)."""
+    """``S = H^{1/2}``, ``S^+`` (block by block; ``H`` per example PSD, ``(N, C, C)``) and the
+    dimension of ``H``'s null space (the structural zeros of ``S K S``)."""
     c = h_blocks.shape[-1]
     hs, hv = jnp.linalg.eigh(h_blocks)
     hs = jnp.clip(hs, 0.0, None)
@@ -153,17 +165,31 @@ def _hessian_root(h_blocks):
     inv_root = jnp.where(hs > tol, 1.0 / jnp.where(hs > tol, root, 1.0), 0.0)
     sq = jnp.einsum("nce,ne,nde->ncd", hv, root, hv)
     sq_pinv = jnp.einsum("nce,ne,nde->ncd", hv, inv_root, hv)
-    return jax.scipy.linalg.block_diag(*sq), jax.scipy.linalg.block_diag(*sq_pinv)
+    nullity = jnp.sum(hs <= tol)
+    return jax.scipy.linalg.block_diag(*sq), jax.scipy.linalg.block_diag(*sq_pinv), nullity
+
+
+def _eigmin_on_range(eigenvalues, nullity):
+    """The smallest eigenvalue of ``S K S`` on the range of ``S``: ``S K S`` is zero on ``S``'s
+    null space (``nullity`` eigenvalues), so that is the ``nullity``-th in ascending order."""
+    if nullity is None:
+        return eigenvalues[0]
+    return eigenvalues[jnp.minimum(nullity, eigenvalues.shape[0] - 1)]
 
 
 def _system(loss, f, y, hessian):
-    """``g`` (flattened) and ``H`` as a scalar ``c`` (``H = c I``) or per-example blocks."""
+    """``g`` (flattened) and ``H`` as a scalar ``c`` (``H = c I``) or per-example blocks, plus
+    the reduction's scale on ``H`` (the Arbel floor's units)."""
     g = loss.grad_outputs(f, y).reshape(-1)
     if hessian == "identity":
-        return g, 1.0, None
-    if loss.name == "squared":
-        return g, loss.scale(f.shape[0]), None
-    return g, None, loss.hessian_outputs(f, y)
+        return g, 1.0, None, 1.0
+    n = f.shape[0]
+    scale = loss.scale(n)
+    h = loss.hessian(f, y)
+    if jnp.ndim(h) == 0:
+        return g, scale * h, None, scale
+    c = g.shape[0] // n
+    return g, None, scale * jnp.asarray(h, f.dtype).reshape(n, c, c), scale
 
 
 def _check_args(hessian, method, solve):
@@ -175,6 +201,20 @@ def _check_args(hessian, method, solve):
         raise ValueError(f"solve must be 'eigh' (any damping >= 0) or 'cholesky' (damping > 0), got {solve!r}.")
 
 
+def _validate(f, params, x, y, loss, hessian, method, solve):
+    """Every check of the Gauss-Newton entry points, before any work (cheap; concrete inputs only)."""
+    _check_args(hessian, method, solve)
+    if hessian == "loss" and loss.hessian is None:
+        raise ValueError(_no_hessian(loss))
+    check_nonempty("x", x)
+    check_nonempty("y", y)
+    check_same_leading("x", x, "y", y)
+    check_float_dtype("parameters", params, "Gauss-Newton")
+    check_float_dtype("inputs x", x, "Gauss-Newton")
+    check_finite_array("inputs x", x)
+    loss.check_targets(output_shape(f, params, x), y)
+
+
 def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reduction: str = "mean", damping=0.0,
                            hessian: str = "loss", solve: str = "eigh", method: str = "kernel",
                            ntk_fn: Optional[Callable] = None):
@@ -184,10 +224,13 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
       f: pure ``f(params, x)``.
       params: parameters (any pytree) at which ``J`` is taken.
       x, y: the training batch (targets shaped like the outputs; labels for cross-entropy).
-      loss: ``"squared"`` or ``"cross_entropy"`` (``H`` = softmax Hessian).
+      loss: ``"squared"``, ``"cross_entropy"`` (``H`` = softmax Hessian),
+        ``"binary_cross_entropy"`` or an :class:`itlin.Loss` that carries its ``hessian``
+        (a loss without one is refused unless ``hessian="identity"``).
       reduction: ``"mean"`` over examples (default, as the trainer) or ``"sum"`` (the main
         paper's ``0.5 ||f - Y||^2``). For the squared loss a constant ``lambda`` with ``"mean"``
-        is ``N lambda`` with ``"sum"``; the Arbel damping is the same for both.
+        is ``N lambda`` with ``"sum"``; the Arbel damping gives the same step for both (its
+        floor ``eps0`` is scaled with the reduction).
       damping: ``lambda >= 0``, :class:`ConstantDamping` or :class:`ArbelDamping`.
       hessian: ``"loss"`` (the loss's own) or ``"identity"`` (``H = I`` whatever the loss and
         reduction: Arbel et al.'s update ``J^T (J J^T + eps I)^{-1} g``).
@@ -196,7 +239,7 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
       ntk_fn: optional ``ntk_fn(params, x) -> K`` (a closed form); default :func:`itlin.ntk`.
 
     Returns:
-      ``(direction, GNInfo)``; the step is ``params - eta * direction``. Jitted.
+      ``(direction, GNInfo)``; the step is ``params - learning_rate * direction``. Jitted.
 
     >>> import jax.numpy as jnp
     >>> f = lambda p, x: x @ p                      # linear: one undamped step interpolates
@@ -207,7 +250,7 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
     """
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
-    _check_args(hessian, method, solve)
+    _validate(f, params, x, y, loss, hessian, method, solve)
     return _direction(f, params, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn)
 
 
@@ -218,7 +261,7 @@ def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn
     if loss.name == "squared" and out.shape != y.shape:
         raise ValueError(f"targets must be shaped like the outputs: outputs {out.shape}, targets {y.shape}.")
     loss_value = loss(out, y)
-    g, scale, h_blocks = _system(loss, out, y, hessian)
+    g, scale, h_blocks, floor_scale = _system(loss, out, y, hessian)
     arbel = isinstance(damping, ArbelDamping)
     nan = jnp.asarray(jnp.nan, out.dtype)
     if method == "kernel":
@@ -226,37 +269,48 @@ def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn
         if kernel.shape != (g.shape[0], g.shape[0]):
             raise ValueError(f"the NTK must be {g.shape[0]} x {g.shape[0]} (examples x outputs), got {kernel.shape}.")
         kernel = 0.5 * (kernel + kernel.T)
+        nullity = None
         if h_blocks is None:
             a, u, root = scale * kernel, g, None
         else:
-            root, root_pinv = _hessian_root(h_blocks)
+            root, root_pinv, nullity = _hessian_root(h_blocks)
             a, u = root @ kernel @ root, root_pinv @ g
             a = 0.5 * (a + a.T)
         eig = jnp.linalg.eigh(a) if solve == "eigh" else None
-        eigmin = eig[0][0] if eig is not None else (jnp.linalg.eigvalsh(a)[0] if arbel else nan)
-        lam = damping.value(eigmin).astype(a.dtype)
+        if eig is not None:
+            eigmin = _eigmin_on_range(eig[0], nullity)
+        else:
+            eigmin = _eigmin_on_range(jnp.linalg.eigvalsh(a), nullity) if arbel else nan
+        lam = damping.value(eigmin, floor_scale).astype(a.dtype)
         z = _sym_solve(a, u, lam, solve, eig)
         if root is not None:
             z = root @ z
         return lin.vjp(z.reshape(out.shape).astype(out.dtype)), GNInfo(loss_value, lam, eigmin)
     flat, unravel = ravel_pytree(params)
     jac = jacobian(f, params, x)  # (NC, P)
+    nullity = None
     if h_blocks is None:
         h_jac = scale * jac
         kernel_system = scale * (jac @ jac.T)
     else:
         h_full = jax.scipy.linalg.block_diag(*h_blocks)
         h_jac = h_full @ jac
-        root, _ = _hessian_root(h_blocks)
+        root, _, nullity = _hessian_root(h_blocks)
         kernel_system = root @ (jac @ jac.T) @ root
-    eigmin = jnp.linalg.eigvalsh(0.5 * (kernel_system + kernel_system.T))[0] if arbel else nan
-    lam = damping.value(eigmin).astype(flat.dtype)
+    eigmin = _eigmin_on_range(jnp.linalg.eigvalsh(0.5 * (kernel_system + kernel_system.T)), nullity) if arbel else nan
+    lam = damping.value(eigmin, floor_scale).astype(flat.dtype)
     d = _sym_solve(jac.T @ h_jac, jac.T @ g, lam, solve)
     return unravel(d), GNInfo(loss_value, lam, eigmin)
 
 
-def gauss_newton_step(f: Callable, params, x, y, *, lr: float = 1.0, **kwargs):
-    """One damped Gauss-Newton step ``params - lr * direction`` (Eq. 6; Arbel et al. Eq. 4).
+def _check_learning_rate(learning_rate):
+    if isinstance(learning_rate, jax.core.Tracer):
+        return learning_rate
+    return check_scalar("learning_rate (eta)", learning_rate)
+
+
+def gauss_newton_step(f: Callable, params, x, y, *, learning_rate: float = 1.0, **kwargs):
+    """One damped Gauss-Newton step ``params - learning_rate * direction`` (Eq. 6; Arbel et al. Eq. 4).
 
     Keyword arguments are those of :func:`gauss_newton_direction`. Returns ``(params, GNInfo)``.
 
@@ -266,10 +320,9 @@ def gauss_newton_step(f: Callable, params, x, y, *, lr: float = 1.0, **kwargs):
     >>> p.tolist()                                     # ridge: (I + 1 I)^{-1} y
     [0.5, 0.5]
     """
-    if isinstance(lr, numbers.Real):
-        check_positive("lr (eta)", lr)
+    _check_learning_rate(learning_rate)
     direction, info = gauss_newton_direction(f, params, x, y, **kwargs)
-    return tree_axpy(-lr, direction, params), info
+    return tree_axpy(-learning_rate, direction, params), info
 
 
 class GNTrace(NamedTuple):
@@ -288,15 +341,17 @@ class GNTrace(NamedTuple):
     diverged: jax.Array
 
 
-def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, tol: float = 0.0,
-                     blowup: Optional[float] = None, **kwargs):
-    """Full-batch damped Gauss-Newton for at most ``steps`` iterations.
+def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: float = 1.0, tol: float = 0.0,
+                     blowup: Optional[float] = None, loss="squared", reduction: str = "mean", damping=0.0,
+                     hessian: str = "loss", solve: str = "eigh", method: str = "kernel",
+                     ntk_fn: Optional[Callable] = None):
+    """Full-batch damped Gauss-Newton for at most ``steps`` iterations (``steps >= 1``).
 
     Stops early when the training loss falls below ``tol`` or diverges: becomes non-finite or,
     with ``blowup`` set, exceeds ``blowup`` times the initial loss (the parameters before the
     bad step are kept; ``trace.diverged`` is set). Pure and jittable; ``jax.vmap`` over initial
-    parameters and damping values runs a whole sweep as one program. Keyword arguments are
-    those of :func:`gauss_newton_direction`.
+    parameters and damping values runs a whole sweep as one program. The other keyword
+    arguments are those of :func:`gauss_newton_direction`.
 
     Returns ``(params, GNTrace)``.
 
@@ -306,14 +361,21 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, 
     >>> int(trace.steps) < 20, float(trace.loss[0]) > 0.1
     (True, True)
     """
-    if isinstance(lr, numbers.Real):
-        check_positive("lr (eta)", lr)
-    if isinstance(tol, numbers.Real):
-        check_positive("tol", tol, allow_zero=True)
-    if isinstance(blowup, numbers.Real) and not blowup > 1:
-        raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
-    steps = int(steps)
+    _check_learning_rate(learning_rate)
+    if not isinstance(tol, jax.core.Tracer):
+        check_scalar("tol", tol, allow_zero=True)
+    if blowup is not None and not isinstance(blowup, jax.core.Tracer):
+        check_scalar("blowup", blowup)
+        if not float(blowup) > 1:
+            raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
+    steps = check_steps("steps", steps)
+    loss = get_loss(loss, reduction)
+    damping = get_damping(damping)
+    _validate(f, params, x, y, loss, hessian, method, solve)
     losses0 = jnp.full((steps,), jnp.nan, dtype=jnp.result_type(*jax.tree_util.tree_leaves(params)))
+
+    def direction_at(p):
+        return _direction(f, p, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn)
 
     def cond(carry):
         i, p, losses, stop, bad = carry
@@ -321,8 +383,8 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, lr: float = 1.0, 
 
     def body(carry):
         i, p, losses, stop, _ = carry
-        direction, info = gauss_newton_direction(f, p, x, y, **kwargs)
-        new_p = tree_axpy(-lr, direction, p)
+        direction, info = direction_at(p)
+        new_p = tree_axpy(-learning_rate, direction, p)
         bad = jnp.logical_or(~jnp.isfinite(info.loss), ~tree_all_finite(new_p))
         if blowup is not None:
             first = jnp.where(i == 0, info.loss, losses[0])

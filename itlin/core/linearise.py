@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from ._checks import check_nonempty, check_positive_int
 from ._tree import tree_sub
 
 ApplyFn = Callable  # f(params, x) -> outputs
@@ -148,7 +149,6 @@ def _gram(blocks_a, blocks_b):
     return sum(a @ b.T for a, b in zip(blocks_a, blocks_b))
 
 
-@partial(jax.jit, static_argnums=(0,), static_argnames=("chunk_size", "trace", "per_example"))
 def ntk(f: ApplyFn, params, x1, x2=None, *, chunk_size: Optional[int] = None, trace: bool = False,
         per_example: bool = True):
     """The empirical NTK ``J(x1) J(x2)^T`` at ``params`` (main paper Eq. 2).
@@ -172,6 +172,16 @@ def ntk(f: ApplyFn, params, x1, x2=None, *, chunk_size: Optional[int] = None, tr
     >>> ntk(f, jnp.zeros(2), jnp.eye(2) * 3.0).tolist()
     [[9.0, 0.0], [0.0, 9.0]]
     """
+    check_nonempty("x" if x2 is None else "x1", x1)
+    if x2 is not None:
+        check_nonempty("x2", x2)
+    if chunk_size is not None:
+        chunk_size = check_positive_int("chunk_size", chunk_size, none_means="one chunk")
+    return _ntk(f, params, x1, x2, chunk_size=chunk_size, trace=bool(trace), per_example=bool(per_example))
+
+
+@partial(jax.jit, static_argnums=(0,), static_argnames=("chunk_size", "trace", "per_example"))
+def _ntk(f, params, x1, x2, *, chunk_size, trace, per_example):
     n1 = x1.shape[0]
     xs2 = x1 if x2 is None else x2
     n2 = xs2.shape[0]

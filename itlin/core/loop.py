@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_finite_array, check_positive_int, check_same_leading
+from ._checks import (check_finite_array, check_nonempty, check_positive, check_positive_int, check_same_leading,
+                      check_seed, check_steps, output_shape)
 from ._tree import tree_all_finite
 from .linearise import linearised_apply
 from .train import StepLog, Trainer, TrainState, _float_dtype
@@ -50,6 +52,8 @@ def batch_indices(seed: int, start: int, n: int, num_examples: int, batch_size: 
     >>> sorted(batch_indices(0, 0, 2, 4, 2).ravel().tolist())   # one epoch: every example once
     [0, 1, 2, 3]
     """
+    check_seed("seed", seed)
+    batch_size = check_positive_int("batch_size", batch_size)
     if batch_size > num_examples:
         raise ValueError(f"batch_size {batch_size} is larger than the {num_examples} training examples; "
                          "lower batch_size or use batch_size=None (full batch).")
@@ -166,9 +170,10 @@ class _Runner:
     """The stateful part of a driver (local to one :func:`run` or :func:`fit` call): the
     phase's stored linearisation and the loop choice. Never stored on a trainer."""
 
-    def __init__(self, trainer: Trainer, x, y, *, batch_size, seed, loop, chunk_size):
+    def __init__(self, trainer: Trainer, x, y, *, batch_size, seed, loop, chunk_size, batches=None):
         self.trainer, self.x, self.y = trainer, x, y
         self.batch_size, self.seed, self.chunk_size = batch_size, int(seed), int(chunk_size)
+        self.batches = batches
         self.loop = loop
         self.device = None
         self.lin, self.lin_state = None, None
@@ -195,7 +200,11 @@ class _Runner:
         idx = None
         if not full:
             idx = np.zeros((self.chunk_size, self.batch_size), np.int32)
-            idx[:n] = batch_indices(self.seed, int(state.step), n, self.x.shape[0], self.batch_size)
+            start = int(state.step)
+            if self.batches is not None:
+                idx[:n] = self.batches[start:start + n]
+            else:
+                idx[:n] = batch_indices(self.seed, start, n, self.x.shape[0], self.batch_size)
             idx = jnp.asarray(idx)
         aug_key = _aug_key(self.seed)
         if self.device:
@@ -227,36 +236,95 @@ def _same(a, b):
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _check_data(x, y, batch_size, trainer):
-    check_same_leading("x", x, "y", y)
-    check_finite_array("training inputs x", x)
+def _check_examples(trainer: Trainer, state: TrainState, x, y, what: str):
+    """``x`` and ``y`` of one data set: examples, finite values, targets the loss can take for
+    the model's outputs (label range, shapes). Cheap and abstract: no computation of the model."""
+    check_nonempty(f"{what} x", x)
+    check_nonempty(f"{what} y", y)
+    check_same_leading(f"{what} x", x, f"{what} y", y)
+    check_finite_array(f"{what} inputs x", x)
+    check_finite_array(f"{what} targets y", y)
+    out_shape = output_shape(trainer.model.bind(state.model_state), state.params, x, f"{what} x")
+    try:
+        trainer.loss.check_targets(out_shape, y)
+    except ValueError as e:
+        raise ValueError(f"{what} set: {e}") from None
+
+
+def _check_batches(batches, n_examples, batch_size, needed):
+    """A given batch order as an int32 array ``(steps, B)`` of example indices."""
+    try:
+        arr = np.asarray(batches if hasattr(batches, "shape") else list(batches))
+    except (TypeError, ValueError):
+        raise TypeError("batches must be an integer array (steps, batch_size) of example indices, or an iterable of "
+                        "equal-length index rows.") from None
+    if arr.ndim != 2 or arr.dtype.kind not in "iu" or arr.shape[1] == 0:
+        raise ValueError(f"batches must be an integer array (steps, batch_size) of example indices, got "
+                         f"{'dtype ' + str(arr.dtype) + ' and ' if arr.dtype.kind not in 'iu' else ''}shape "
+                         f"{arr.shape}.")
+    if batch_size is not None and arr.shape[1] != batch_size:
+        raise ValueError(f"batches hold {arr.shape[1]} examples per step but batch_size={batch_size}; drop batch_size "
+                         "(it is taken from batches) or make them agree.")
+    if arr.size and (arr.min() < 0 or arr.max() >= n_examples):
+        raise ValueError(f"batches must index the {n_examples} training examples (0..{n_examples - 1}), got "
+                         f"{int(arr.min()) if arr.min() < 0 else int(arr.max())}.")
+    if arr.shape[0] < needed:
+        raise ValueError(f"batches has {arr.shape[0]} rows but the run needs one per step up to step {needed}; give "
+                         "row t for step t + 1 (counting from the run's first step).")
+    return arr.astype(np.int32), int(arr.shape[1])
+
+
+def _prepare(trainer: Trainer, state: TrainState, x, y, *, batch_size, seed, chunk_size, batches, last_step):
+    """Every check of :func:`run` and :func:`fit` before any work; returns ``(x, y, batch_size,
+    batches)`` with arrays converted."""
+    if not isinstance(trainer, Trainer):
+        raise TypeError(f"trainer must come from itlin.iterative_linearisation, got {type(trainer).__name__}.")
+    check_seed("seed", seed)
+    check_positive_int("chunk_size", chunk_size)
+    try:
+        x, y = jnp.asarray(x), jnp.asarray(y)
+    except TypeError as e:
+        raise TypeError(f"x and y must be arrays: {str(e).splitlines()[0]}") from None
+    _check_examples(trainer, state, x, y, "training")
+    if batches is not None:
+        batches, batch_size = _check_batches(batches, x.shape[0], batch_size, last_step)
     if batch_size is not None:
         check_positive_int("batch_size", batch_size, none_means="full batch")
         if batch_size > x.shape[0]:
-            raise ValueError(f"batch_size={batch_size} is more than the {x.shape[0]} training examples.")
+            raise ValueError(f"batch_size={batch_size} is more than the {x.shape[0]} training examples; lower it or "
+                             "use batch_size=None (full batch).")
     elif trainer.augment is not None:
         raise ValueError("augmentation needs mini-batches: set batch_size (full-batch training reuses one "
                          "linearisation of fixed inputs).")
+    return x, y, batch_size, batches
 
 
 def run(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Optional[int] = None, seed: int = 0,
-        loop: str = "auto", chunk_size: int = CHUNK):
-    """Advance ``state`` by ``steps`` steps; stops early at a non-finite loss.
+        loop: str = "auto", chunk_size: int = CHUNK, batches=None):
+    """Advance ``state`` by ``steps`` steps (an integer >= 0); stops early at a non-finite loss.
 
-    Mini-batches of ``batch_size`` are drawn by :func:`batch_indices` from ``(seed, step)``;
-    ``batch_size=None`` is full batch. Returns ``(state, StepLog)`` with one entry per step taken.
+    Mini-batches of ``batch_size`` are drawn by :func:`batch_indices` from ``(seed, step)``,
+    or taken from ``batches``, a given batch order: an integer array ``(T, B)`` (or an iterable
+    of index rows) whose row ``t`` holds the example indices of step ``t + 1`` of the run
+    (``T`` at least the last step reached; ``B`` is then the batch size). ``batch_size=None``
+    and no ``batches`` is full batch. Returns ``(state, StepLog)`` with one entry per step taken.
 
     >>> import itlin, jax.numpy as jnp, optax
     >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), 5, loss="squared")
     >>> state, log = run(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2), 12)
     >>> int(state.step), state.feature_updates, log.loss.shape
     (12, 2, (12,))
+    >>> order = [[0], [1], [1]]                           # my own batch order: one example per step
+    >>> state, log = run(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2), 3, batches=order)
+    >>> [round(v, 6) for v in state.params.tolist()]     # 0.1 * 1; 0.1 * 1 + 0.1 * (1 - 0.1)
+    [0.1, 0.19]
     """
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    _check_data(x, y, batch_size, trainer)
-    r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size)
+    steps = check_steps("steps", steps, allow_zero=True)
+    target = int(state.step) + steps
+    x, y, batch_size, batches = _prepare(trainer, state, x, y, batch_size=batch_size, seed=seed,
+                                         chunk_size=chunk_size, batches=batches, last_step=target)
+    r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size, batches=batches)
     losses, relins = [], []
-    target = int(state.step) + int(steps)
     while int(state.step) < target:
         state, log = r.chunk(state, target - int(state.step))
         losses.append(log.loss)
@@ -308,7 +376,9 @@ def evaluate(trainer: Trainer, state: TrainState, x, y, *, batch_size: int = 500
     >>> evaluate(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2))
     {'loss': 0.5, 'rmse': 1.0, 'loss_lin': 0.5, 'rmse_lin': 1.0}
     """
-    check_same_leading("x", x, "y", y)
+    batch_size = check_positive_int("batch_size", batch_size)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    _check_examples(trainer, state, x, y, "evaluation")
     if linearised is None:
         linearised = not trainer.gd_path
     n = x.shape[0]
@@ -335,6 +405,23 @@ def evaluate(trainer: Trainer, state: TrainState, x, y, *, batch_size: int = 500
 
 
 # ---------------------------------------------------------------------------- history and fit
+#: the values of :attr:`History.status`
+STATUSES = ("running", "completed", "diverged")
+
+
+def _parse_status(status, diverged_at):
+    """``(status, diverged_at)`` from stored values, old records' ``"diverged at step N"`` included."""
+    status = "running" if status is None else str(status)
+    if status.startswith("diverged"):
+        m = re.search(r"(\d+)", status)
+        if diverged_at is None and m:
+            diverged_at = int(m.group(1))
+        return "diverged", (None if diverged_at is None else int(diverged_at))
+    if status not in STATUSES:
+        raise ValueError(f"a run status is one of {', '.join(STATUSES)}, got {status!r}.")
+    return status, (None if diverged_at is None else int(diverged_at))
+
+
 @dataclass
 class History:
     """What a run recorded.
@@ -342,16 +429,20 @@ class History:
     ``evals``: lists keyed ``step``, ``feature_updates``, ``seconds`` and ``<set>/<metric>``
     (e.g. ``test/accuracy``, ``test/accuracy_lin``), one entry per evaluation. ``loss``: the
     trained model's training loss, one value per ``loss_every`` steps (the mean over those
-    steps). ``relin_steps``: the steps after which it relinearised. ``status``: ``"running"``,
-    ``"completed"`` or ``"diverged at step s"``.
+    steps); ``pending``: the losses of the block not yet full. ``relin_steps``: the steps after
+    which it relinearised. ``status``: one of :data:`STATUSES`, ``"running"``,
+    ``"completed"`` or ``"diverged"``, and then ``diverged_at`` is the step (data, not text:
+    :meth:`describe` writes ``"diverged at step s"``).
 
     >>> h = History(loss_every=2)
     >>> h.add_losses([1.0, 3.0, 5.0])          # means over blocks of 2 steps; 5.0 waits for its pair
-    >>> h.loss
-    [2.0]
+    >>> h.loss, h.pending
+    ([2.0], [5.0])
     >>> h.add_eval({"step": 0, "test/accuracy": 0.5})
     >>> h.eval_array("test/accuracy").tolist(), h.status
     ([0.5], 'running')
+    >>> h.mark_diverged(412); h.status, h.diverged_at, h.describe()
+    ('diverged', 412, 'diverged at step 412')
     """
 
     evals: dict = field(default_factory=dict)
@@ -360,7 +451,10 @@ class History:
     relin_steps: list = field(default_factory=list)
     status: str = "running"
     diverged_at: Optional[int] = None
-    _pending: list = field(default_factory=list, repr=False)
+    pending: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        self.status, self.diverged_at = _parse_status(self.status, self.diverged_at)
 
     def add_eval(self, record: dict):
         """Append one evaluation (missing keys become NaN, new keys are back-filled with NaN)."""
@@ -371,16 +465,47 @@ class History:
 
     def add_losses(self, losses: np.ndarray):
         """Append per-step losses; stored as means over blocks of ``loss_every`` steps."""
-        self._pending.extend(np.asarray(losses, np.float64).tolist())
-        while len(self._pending) >= self.loss_every:
-            block, self._pending = self._pending[:self.loss_every], self._pending[self.loss_every:]
+        self.pending.extend(np.asarray(losses, np.float64).tolist())
+        while len(self.pending) >= self.loss_every:
+            block, self.pending = self.pending[:self.loss_every], self.pending[self.loss_every:]
             self.loss.append(float(np.mean(block)))
+
+    def mark_diverged(self, step: int):
+        """Set the status to ``"diverged"`` at ``step``."""
+        self.status, self.diverged_at = "diverged", int(step)
+
+    def mark_completed(self):
+        """Set the status to ``"completed"``."""
+        self.status, self.diverged_at = "completed", None
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the run diverged."""
+        return self.status == "diverged"
+
+    def describe(self) -> str:
+        """The status in words: ``"completed"``, ``"running"`` or ``"diverged at step s"``."""
+        if self.status == "diverged" and self.diverged_at is not None:
+            return f"diverged at step {self.diverged_at}"
+        return self.status
+
+    def truncated(self, *, losses: int, relin_steps: int, evals: int, pending=None, status: str = "running",
+                  diverged_at: Optional[int] = None) -> "History":
+        """A copy holding the first ``losses`` loss blocks, ``relin_steps`` relinearisation steps
+        and ``evals`` evaluations, with ``pending`` (default: the current ones) as the losses of
+        the unfinished block: the history as it was at an earlier point of the run."""
+        out = History(loss_every=self.loss_every, status=status, diverged_at=diverged_at)
+        out.loss = list(self.loss[:losses])
+        out.pending = list(self.pending if pending is None else pending)
+        out.relin_steps = list(self.relin_steps[:relin_steps])
+        out.evals = {k: list(v[:evals]) for k, v in self.evals.items()}
+        return out
 
     def arrays(self) -> dict:
         """The history as a dict of numpy arrays (for saving and plotting)."""
         out = {f"eval/{k}": np.asarray(v, np.float64) for k, v in self.evals.items()}
         out["loss"] = np.asarray(self.loss, np.float64)
-        out["loss_pending"] = np.asarray(self._pending, np.float64)
+        out["loss_pending"] = np.asarray(self.pending, np.float64)
         out["relin_steps"] = np.asarray(self.relin_steps, np.int64)
         return out
 
@@ -390,12 +515,13 @@ class History:
 
     @classmethod
     def from_arrays(cls, arrays: dict, meta: dict) -> "History":
-        """The inverse of :meth:`arrays` and :meth:`meta`."""
+        """The inverse of :meth:`arrays` and :meth:`meta` (an old record's status
+        ``"diverged at step s"`` reads as ``"diverged"`` with ``diverged_at = s``)."""
         h = cls(loss_every=int(meta.get("loss_every", 1)), status=meta.get("status", "running"),
                 diverged_at=meta.get("diverged_at"))
         h.evals = {k[5:]: list(map(float, v)) for k, v in arrays.items() if k.startswith("eval/")}
         h.loss = list(map(float, arrays.get("loss", [])))
-        h._pending = list(map(float, arrays.get("loss_pending", [])))
+        h.pending = list(map(float, arrays.get("loss_pending", [])))
         h.relin_steps = [int(s) for s in arrays.get("relin_steps", [])]
         return h
 
@@ -419,6 +545,7 @@ class FitResult(NamedTuple):
 
     @property
     def status(self) -> str:
+        """``"completed"`` or ``"diverged"`` (then ``history.diverged_at`` is the step)."""
         return self.history.status
 
 
@@ -426,7 +553,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         eval_sets: Optional[dict] = None, eval_every: Optional[int] = None, seed: int = 0,
         history: Optional[History] = None, callback: Optional[Callable] = None,
         progress: Optional[Callable] = None, loss_every: Optional[int] = None, blowup: Optional[float] = None,
-        loop: str = "auto", chunk_size: int = CHUNK) -> FitResult:
+        loop: str = "auto", chunk_size: int = CHUNK, batches=None) -> FitResult:
     """Train for ``steps`` steps in total (counting steps already in ``state``), with evaluations.
 
     Args:
@@ -435,6 +562,9 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
       x, y: the training set (mini-batches are drawn from it).
       steps: total steps of the run.
       batch_size: mini-batch size; ``None`` for full batch.
+      batches: a given batch order instead of the one drawn from ``seed``: an integer array
+        ``(T, B)`` (or an iterable of index rows), row ``t`` the example indices of step
+        ``t + 1``, ``T >= steps`` (see :func:`run`).
       eval_sets: ``{"train": (x, y), "test": (x, y)}``, each evaluated (network and linearised
         model) at step 0, every ``eval_every`` steps and at the end.
       eval_every: steps between evaluations (default: 20 per run).
@@ -450,7 +580,8 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
 
     Returns:
       :class:`FitResult`. A divergence at step ``s`` (the first step whose loss was not finite,
-      or blew up) stops the run with ``history.status == "diverged at step s"``; the curves
+      or blew up) stops the run with ``history.status == "diverged"`` and
+      ``history.diverged_at == s``; the curves
       stop at step ``s - 1`` and the state returned is one whose parameters gave a good loss.
       ``s`` does not depend on how the run is cut into chunks, so a resumed run reports the
       same step.
@@ -462,22 +593,28 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     >>> res.status, res.history.evals["step"], res.history.evals["train/rmse_lin"][-1] < 1e-3
     ('completed', [0, 20, 40], True)
     """
-    steps = int(steps)
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}.")
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    _check_data(x, y, batch_size, trainer)
-    eval_sets = eval_sets or {}
-    for name, (ex, ey) in eval_sets.items():
-        check_same_leading(f"{name} x", ex, f"{name} y", ey)
+    steps = check_steps("steps", steps, allow_zero=True)
+    x, y, batch_size, batches = _prepare(trainer, state, x, y, batch_size=batch_size, seed=seed,
+                                         chunk_size=chunk_size, batches=batches, last_step=steps)
+    eval_sets = dict(eval_sets or {})
+    for name, pair in eval_sets.items():
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise TypeError(f"eval_sets[{name!r}] must be a pair (x, y), got {type(pair).__name__}.")
+        ex, ey = jnp.asarray(pair[0]), jnp.asarray(pair[1])
+        _check_examples(trainer, state, ex, ey, f"eval_sets[{name!r}]")
+        eval_sets[name] = (ex, ey)
     eval_every = max(1, steps // 20) if eval_every is None else \
         check_positive_int("eval_every", eval_every, none_means="20 evaluations per run")
-    if blowup is not None and not float(blowup) > 1:
-        raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
+    if blowup is not None:
+        check_positive("blowup", blowup)
+        if not float(blowup) > 1:
+            raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
+    if loss_every is not None:
+        check_positive_int("loss_every", loss_every, none_means="about 2000 points per run")
     if history is None:
         history = History(loss_every=int(loss_every or max(1, steps // 2000)))
     t0 = time.perf_counter() - (history.evals.get("seconds", [0.0]) or [0.0])[-1]
-    r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size)
+    r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size, batches=batches)
 
     def do_eval(st):
         rec = {"step": int(st.step), "feature_updates": st.feature_updates, "seconds": time.perf_counter() - t0}
@@ -491,7 +628,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         if int(state.step) == 0 or int(state.step) % eval_every == 0:
             do_eval(state)
 
-    first = history.loss[0] if history.loss else (history._pending[0] if history._pending else None)
+    first = history.loss[0] if history.loss else (history.pending[0] if history.pending else None)
     previous = state  # start of the previous chunk: the last state known to give a good loss
     while int(state.step) < steps:
         start = int(state.step)
@@ -508,14 +645,12 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
                 state = previous
             history.add_losses(log.loss[:bad])
             history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised[:bad])).tolist())
-            history.diverged_at = start + bad + 1
-            history.status = f"diverged at step {history.diverged_at}"
+            history.mark_diverged(start + bad + 1)
             break
         at_end = int(new_state.step) == steps
         if at_end and not bool(tree_all_finite(new_state.params)):
             history.add_losses(log.loss[:-1])  # the last step left non-finite parameters
-            history.diverged_at = steps
-            history.status = f"diverged at step {steps}"
+            history.mark_diverged(steps)
             break
         history.add_losses(log.loss)
         history.relin_steps.extend((start + 1 + np.flatnonzero(log.relinearised)).tolist())
@@ -527,8 +662,8 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         if callback is not None:
             callback(state, history)
     else:
-        history.status = "completed"
+        history.mark_completed()
     return FitResult(state, history)
 
 
-__all__ = ["CHUNK", "FitResult", "History", "batch_indices", "device_loop", "evaluate", "fit", "run"]
+__all__ = ["CHUNK", "STATUSES", "FitResult", "History", "batch_indices", "device_loop", "evaluate", "fit", "run"]

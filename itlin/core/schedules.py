@@ -38,12 +38,18 @@ from ._checks import check_positive
 #: trainer's, the book's parameters (lists included) and the stored records'
 INF_WORDS = ("inf", "+inf", "infinity", "+infinity", "never")
 
+#: the longest finite period: the trainer counts steps in int32, so a longer one could never fire
+MAX_PERIOD = 2 ** 31 - 1
+
 
 def parse_period(value, name: str = "K"):
     """A relinearisation period: an integer >= 1, or ``math.inf`` for "never".
 
     The one parser of periods, used by the trainer and by the book's parameters: integers (or
-    whole floats such as ``1e5``), ``math.inf``, or the strings in :data:`INF_WORDS`.
+    whole floats such as ``1e5``), ``math.inf``, or the strings in :data:`INF_WORDS`. A finite
+    period longer than the step counter can count (:data:`MAX_PERIOD`, ``2**31 - 1`` steps) never
+    fires, and is refused with a pointer to ``"inf"``. Raises ``ValueError`` (or ``TypeError`` for
+    a value that is not a number or a string), with a one-line message.
 
     >>> parse_period(10), parse_period(1e3), parse_period("inf"), parse_period(float("inf"))
     (10, 1000, inf, inf)
@@ -57,44 +63,69 @@ def parse_period(value, name: str = "K"):
         if word in INF_WORDS:
             return math.inf
         try:
-            value = float(word)
-        except ValueError:
+            value = int(word) if word.lstrip("+-").isdigit() else float(word)
+        except (ValueError, OverflowError):
             raise ValueError(f'{name} must be an integer >= 1 or "inf", got {value!r}.') from None
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0 and not isinstance(value, jax.core.Tracer):
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f'{name} must be an integer >= 1 or "inf" (never relinearise), got {value!r}.')
-    v = float(value)
-    if math.isnan(v):
-        raise ValueError(f'{name} must be an integer >= 1 or "inf", got nan.')
-    if math.isinf(v):
-        if v < 0:
-            raise ValueError(f'{name} must be an integer >= 1 or "inf", got {value!r}.')
-        return math.inf
-    if v != int(v):
-        raise ValueError(f"{name} must be a whole number of steps, got {value!r}; use an integer such as "
-                         f"{max(1, round(v))}.")
+    if isinstance(value, numbers.Integral):
+        v = int(value)
+    else:
+        v = float(value)
+        if math.isnan(v):
+            raise ValueError(f'{name} must be an integer >= 1 or "inf", got nan.')
+        if math.isinf(v):
+            if v < 0:
+                raise ValueError(f'{name} must be an integer >= 1 or "inf", got {value!r}.')
+            return math.inf
+        if v != int(v):
+            raise ValueError(f"{name} must be a whole number of steps, got {value!r}; use an integer such as "
+                             f"{max(1, round(v))}.")
+        v = int(v)
     if v < 1:
         raise ValueError(f'{name} must be >= 1 (K=1 is plain gradient descent), got {value!r}; use "inf" for '
                          "a model that is never relinearised.")
-    return int(v)
+    if v > MAX_PERIOD:
+        shown = str(v) if v < 10 ** 12 else f"an integer of {len(str(v))} digits"
+        raise ValueError(f'{name}={shown} is more steps than a run can count ({MAX_PERIOD}); use "inf" for a model '
+                         "that is never relinearised.")
+    return v
 
 
 # ------------------------------------------------------------------------------ rules
-class Every(NamedTuple):
+class _EveryFields(NamedTuple):
+    K: Any
+
+
+class Every(_EveryFields):
     """Relinearise after every ``K``-th step (Algorithm 1); ``K = inf`` never.
+
+    ``K`` is parsed by :func:`parse_period` (an integer >= 1 or ``"inf"``) and is a static
+    field: a trainer on ``Every(K)`` is compiled once per ``K``. To serve every ``K`` of a sweep
+    with one compiled program, use :func:`periodic` (``K`` in the schedule's state).
 
     >>> rule = Every(3)
     >>> [bool(rule(s)) for s in range(1, 7)]
     [False, False, True, False, False, True]
-    >>> Every.of("inf").name
+    >>> Every("inf").name
     'K=inf'
+    >>> Every(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: K must be >= 1 (K=1 is plain gradient descent), got 0; use "inf" for a model that is never relinearised.
     """
 
-    K: Any
+    __slots__ = ()
+
+    def __new__(cls, K):
+        return super().__new__(cls, parse_period(K))
 
     @classmethod
     def of(cls, K) -> "Every":
-        """``Every`` with ``K`` parsed by :func:`parse_period`."""
-        return cls(parse_period(K))
+        """``Every`` with ``K`` parsed by :func:`parse_period` (as the constructor does)."""
+        return cls(K)
 
     def __call__(self, step):
         if math.isinf(self.K):
@@ -111,23 +142,46 @@ class Every(NamedTuple):
         return 0 if math.isinf(self.K) else int(steps) // int(self.K)
 
 
-class AtSteps(NamedTuple):
-    """Relinearise after each listed step (integers >= 1).
+class _AtStepsFields(NamedTuple):
+    steps: tuple
 
-    >>> rule = AtSteps.of([2, 5])
-    >>> [int(s) for s in range(1, 7) if rule(s)]
-    [2, 5]
+
+def _step_numbers(steps) -> tuple:
+    try:
+        items = list(steps)
+    except TypeError:
+        raise TypeError(f"AtSteps needs an iterable of step numbers (integers >= 1), got {steps!r}.") from None
+    out = set()
+    for s in items:
+        if isinstance(s, (np.ndarray, jax.Array)) and np.ndim(s) == 0:
+            s = s.item()
+        if isinstance(s, bool) or not isinstance(s, numbers.Real) or (
+                not isinstance(s, numbers.Integral) and not (math.isfinite(s) and s == int(s))):
+            raise ValueError(f"AtSteps needs whole step numbers >= 1, got {s!r}.")
+        if int(s) < 1:
+            raise ValueError(f"AtSteps needs step numbers >= 1 (a relinearisation happens after a step), got "
+                             f"{int(s)}.")
+        out.add(int(s))
+    return tuple(sorted(out))
+
+
+class AtSteps(_AtStepsFields):
+    """Relinearise after each listed step (integers >= 1; sorted, repeats dropped).
+
+    >>> rule = AtSteps([5, 2])
+    >>> rule.steps, [int(s) for s in range(1, 7) if rule(s)]
+    ((2, 5), [2, 5])
     """
 
-    steps: tuple
+    __slots__ = ()
+
+    def __new__(cls, steps):
+        return super().__new__(cls, _step_numbers(steps))
 
     @classmethod
     def of(cls, steps) -> "AtSteps":
-        """``AtSteps`` from any iterable of steps (sorted, repeats dropped)."""
-        arr = sorted(set(int(s) for s in steps))
-        if arr and arr[0] < 1:
-            raise ValueError(f"AtSteps needs step numbers >= 1, got {arr[0]}.")
-        return cls(tuple(arr))
+        """``AtSteps`` from any iterable of steps (as the constructor does)."""
+        return cls(steps)
 
     def __call__(self, step):
         if not self.steps:
@@ -194,6 +248,101 @@ class Schedule(NamedTuple):
     wants_true_loss: Optional[Callable] = None
     name: str = "adaptive"
     spec: tuple = ()
+    #: optional ``set(state, **values) -> state``: the values a user may write into the state at
+    #: ``trainer.init(params, **values)`` (as :func:`periodic`'s ``period`` and ``horizon``)
+    set: Optional[Callable] = None
+
+
+# ------------------------------------------------------------------------------ the period in the state
+class PeriodState(NamedTuple):
+    """The state of :func:`periodic`: int32 scalars (or arrays, under ``jax.vmap``).
+
+    ``period``: ``K``, with ``0`` standing for ``K = inf`` (never). ``horizon``: no
+    relinearisation after step ``horizon`` or any later step (:data:`MAX_PERIOD`: no limit).
+    Write them with ``trainer.init(params, period=K, horizon=steps)``.
+
+    >>> s = periodic(5, horizon=12).init(None, None)
+    >>> int(s.period), int(s.horizon)
+    (5, 12)
+    """
+
+    period: jax.Array
+    horizon: jax.Array
+
+
+def _period_array(K):
+    """``K`` (a period or an array of periods; ``inf`` allowed) as int32, ``0`` for ``inf``."""
+    if isinstance(K, jax.core.Tracer):  # traced (vmap over K): converted, not checked
+        K = jnp.asarray(K)
+        if jnp.issubdtype(K.dtype, jnp.floating):
+            K = jnp.where(jnp.isinf(K), 0, K)
+        return K.astype(jnp.int32)
+    arr = np.asarray(K, dtype=object)
+    vals = [parse_period(v, "period") for v in arr.reshape(-1)]
+    return jnp.asarray(np.asarray([0 if math.isinf(v) else v for v in vals], np.int32).reshape(arr.shape))
+
+
+def _horizon_array(horizon):
+    """``horizon`` (steps of the run; ``None``: no limit) as int32."""
+    if horizon is None:
+        return jnp.asarray(MAX_PERIOD, jnp.int32)
+    if isinstance(horizon, jax.core.Tracer):
+        return jnp.asarray(horizon).astype(jnp.int32)
+    arr = np.asarray(horizon)
+    if arr.dtype.kind not in "iu" or np.any(arr < 1) or np.any(arr > MAX_PERIOD):
+        raise ValueError(f"horizon must be the run's number of steps, an integer from 1 to {MAX_PERIOD} (or None "
+                         f"for no limit), got {horizon!r}.")
+    return jnp.asarray(arr, jnp.int32)
+
+
+def periodic(K=1, *, horizon: Optional[int] = None) -> Schedule:
+    """Relinearise after every ``K``-th step, with ``K`` in the schedule's **state**: one compiled
+    step serves every ``K`` (a sweep over periods compiles once), in the spirit of
+    ``optax.inject_hyperparams``.
+
+    The decisions are those of :class:`Every` ``(K)`` (Definition 1: ``floor(T / K)`` feature
+    updates over ``T`` steps, none at step 0; ``K = inf`` never). With ``horizon=T`` (the run's
+    number of steps) it does not relinearise after step ``T`` or later: that last
+    relinearisation would change nothing in training but would replace, at the end of the run,
+    the linearised model being trained by the network at the same weights. A run of ``T``
+    steps then relinearises after steps ``K, 2K, ...`` below ``T``: ``ceil(T / K) - 1`` feature
+    updates for a finite ``K > 1``.
+
+    ``K`` and ``horizon`` given here are the defaults of ``trainer.init``; write others into the
+    state there: ``trainer.init(params, period=K, horizon=T)`` (``K`` parsed by
+    :func:`parse_period`; a traced or array value under ``jax.vmap`` is taken as is, ``inf``
+    included). ``K = 1`` steps through the linearised model (relinearised after every step),
+    which is gradient descent up to rounding; :class:`Every` ``(1)`` takes the network's own
+    gradient steps.
+
+    >>> import jax, jax.numpy as jnp, optax, itlin
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), periodic(), loss="squared")
+    >>> step = jax.jit(tr.step)                       # compiled once, whatever K is
+    >>> for K in (2, 3, "inf"):
+    ...     st = tr.init(jnp.zeros(2), period=K, horizon=6)
+    ...     for _ in range(6):
+    ...         st, log = step(st, jnp.eye(2), jnp.ones(2))
+    ...     print(K, st.feature_updates)               # after steps 2, 4 / 3 / never; not after step 6
+    2 2
+    3 1
+    inf 0
+    """
+    default = (_period_array(K), _horizon_array(horizon))
+
+    def init(f, params):
+        return PeriodState(*default)
+
+    def update(state, info):
+        period, until = state
+        step = jnp.asarray(info.step, jnp.int32)
+        fires = jnp.logical_and(period > 0, step % jnp.maximum(period, 1) == 0)
+        return jnp.logical_and(fires, step < until), state
+
+    def set_(state, *, period=None, horizon=None):
+        return PeriodState(state.period if period is None else _period_array(period),
+                           state.horizon if horizon is None else _horizon_array(horizon))
+
+    return Schedule(init, update, None, "K in the state", ("periodic",), set_)
 
 
 def _check_adaptive(check_every, max_period):
@@ -313,5 +462,5 @@ def period_of(spec) -> Optional[float]:
     return parse_period(spec)
 
 
-__all__ = ["AtSteps", "Every", "INF_WORDS", "Schedule", "StepInfo", "as_schedule", "kernel_drift", "loss_drift",
-           "parse_period", "period_of"]
+__all__ = ["AtSteps", "Every", "INF_WORDS", "MAX_PERIOD", "PeriodState", "Schedule", "StepInfo", "as_schedule",
+           "kernel_drift", "loss_drift", "parse_period", "period_of", "periodic"]

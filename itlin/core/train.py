@@ -92,18 +92,29 @@ class StepLog(NamedTuple):
 class Trainer(NamedTuple):
     """Pure functions of iterative linearised training, plus the static facts drivers need.
 
-    ``init(params, model_state=None) -> TrainState``;
+    ``init(params, model_state=None, **schedule_values) -> TrainState`` (``schedule_values``:
+    what the schedule lets one write into its state, e.g. ``period=K, horizon=steps`` for
+    :func:`itlin.periodic`);
     ``step(state, x, y, key=None, lin=None) -> (TrainState, StepLog)`` (``key`` feeds the
     augmentation; ``lin`` is the phase's stored full-batch linearisation);
     ``linearise(state, x) -> Linearisation`` (that stored linearisation).
     ``gd_path`` is True when steps are the network's own gradient steps (``K = 1``). Hashable,
     so a trainer can be a static argument of ``jax.jit``.
 
-    >>> import jax, jax.numpy as jnp, optax
+    ``step`` is pure and **not** jitted, as optax's ``update``: wrap it in ``jax.jit`` once and
+    call the compiled step in a loop of your own to follow your own batch order (several times
+    faster than the Python step; :func:`itlin.fit` and :func:`itlin.run` compile whole chunks
+    of steps and take a batch order too, ``batches=``):
+
+    >>> import jax, jax.numpy as jnp, numpy as np, optax
     >>> tr = iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), 2, loss="squared")
-    >>> state, log = jax.jit(tr.step)(tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2))
-    >>> tr.name, tr.gd_path, int(state.step), state.params.tolist()
-    ('K=2', False, 1, [0.25, 0.25])
+    >>> x, y = jnp.eye(4), jnp.arange(4.0)
+    >>> step = jax.jit(tr.step)                          # one compile; every later call reuses it
+    >>> state = tr.init(jnp.zeros(4))
+    >>> for idx in np.asarray([[0, 1], [2, 3], [3, 0]]):  # the batches, in my order
+    ...     state, log = step(state, x[idx], y[idx])
+    >>> tr.name, tr.gd_path, int(state.step), state.feature_updates, state.params.tolist()
+    ('K=2', False, 3, 1, [0.0, 0.25, 0.5, 1.3125])
     """
 
     init: Callable
@@ -143,7 +154,11 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
       schedule: when to relinearise: a period ``K`` (integer >= 1 or ``"inf"``), a rule
         ``step -> bool`` (:class:`itlin.Every`, :class:`itlin.AtSteps`, any function) or an
         adaptive :class:`itlin.Schedule` (:func:`itlin.loss_drift`, :func:`itlin.kernel_drift`).
-      loss: ``"cross_entropy"`` (softmax inside the loss, never linearised) or ``"squared"``.
+      loss: every loss of :func:`itlin.get_loss`: ``"cross_entropy"`` (softmax inside the loss,
+        never linearised; outputs ``(N, C)``, ``C >= 2``, integer labels ``0..C-1`` or
+        probabilities), ``"squared"`` (targets shaped like the outputs),
+        ``"binary_cross_entropy"`` (sigmoid, one output per example, 0/1 or +-1 targets), or an
+        :class:`itlin.Loss` of one's own.
       reduction: ``"mean"`` over the batch (the library's default everywhere) or ``"sum"``.
       augment: optional jittable ``augment(key, x) -> x`` applied to the batch when ``step``
         gets a ``key``.
@@ -173,11 +188,21 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
     sched = as_schedule(schedule)
     gd_path = bool(exact_gd) and period == 1
 
-    def init(params, model_state=None) -> TrainState:
+    def init(params, model_state=None, **schedule_values) -> TrainState:
         model_state = {} if model_state is None else model_state
         zero = jnp.zeros((), jnp.int32)
-        return TrainState(zero, params, params, optimizer.init(params), model_state, zero, zero,
-                          sched.init(model.bind(model_state), params))
+        sched_state = sched.init(model.bind(model_state), params)
+        if schedule_values:
+            if sched.set is None:
+                raise TypeError(f"trainer.init got {', '.join(sorted(schedule_values))}, but the schedule "
+                                f"{sched.name!r} has no state to set; use itlin.periodic() for a period (and horizon) "
+                                "given at init.")
+            try:
+                sched_state = sched.set(sched_state, **schedule_values)
+            except TypeError as e:
+                raise TypeError(f"trainer.init: {e}; the schedule {sched.name!r} takes "
+                                f"{getattr(sched_state, '_fields', 'no')} at init.") from None
+        return TrainState(zero, params, params, optimizer.init(params), model_state, zero, zero, sched_state)
 
     def true_loss_at(state, x, y, dtype):
         if sched.wants_true_loss is None:

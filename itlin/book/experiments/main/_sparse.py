@@ -212,6 +212,18 @@ def schedule(K, steps: int):
     So ``K = 1`` and ``K = inf`` are :class:`itlin.Every`; any other ``K``
     relinearises after steps ``K, 2K, ...`` below ``steps`` (:class:`itlin.AtSteps`),
     giving ``ceil(steps / K) - 1`` feature updates.
+
+    The core does the same with the period and the run's length in the schedule's state, so
+    that one compiled step serves every ``K`` and every length: :func:`itlin.periodic` and
+    ``trainer.init(params, period=K, horizon=steps)`` (the same decisions, bit for bit).
+
+    >>> import itlin, optax, jax.numpy as jnp
+    >>> [int(s) for s in schedule(4, 10).steps]
+    [4, 8]
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), itlin.periodic(), loss="squared")
+    >>> st, log = itlin.run(tr, tr.init(jnp.zeros(2), period=4, horizon=10), jnp.eye(2), jnp.ones(2), 10)
+    >>> [i + 1 for i, r in enumerate(log.relinearised) if r]
+    [4, 8]
     """
     from ....core.schedules import AtSteps, Every
 

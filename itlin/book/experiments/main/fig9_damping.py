@@ -165,8 +165,9 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, learning_rate: flo
     rmse = lambda p, a, b: jnp.sqrt(jnp.mean((apply(p, a) - b) ** 2))
 
     def one(g):
-        p, trace = gauss_newton_fit(apply, g["params"], x, y, gn_steps, damping=g["damping"], lr=learning_rate,
-                                    tol=tol, ntk_fn=model.ntk_fn, reduction="sum", solve="cholesky", blowup=blowup)
+        p, trace = gauss_newton_fit(apply, g["params"], x, y, gn_steps, damping=g["damping"], tol=tol,
+                                    learning_rate=learning_rate, ntk_fn=model.ntk_fn, reduction="sum",
+                                    solve="cholesky", blowup=blowup)
         final_loss = 0.5 * jnp.sum((apply(p, x) - y) ** 2)
         reached = ~trace.diverged & (final_loss < tol)
         full = trace.steps >= gn_steps

@@ -154,7 +154,7 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
                    f_net=np.asarray(net.apply(st.params, x_grid))[:, 0],
                    f_lin=np.asarray(linearised_apply(apply, st.anchor, st.params, x_grid))[:, 0],
                    f_init=np.asarray(net.apply(params, x_grid))[:, 0], history=res.history,
-                   feature_updates=int(st.feature_updates), status=res.status, ntk_max_init=ntk_max(params),
+                   feature_updates=int(st.feature_updates), status=res.history.describe(), ntk_max_init=ntk_max(params),
                    ntk_max_end=ntk_max(st.params), meta={"seed": int(seed), "width": int(width), "depth": int(depth)})
 
 
@@ -216,7 +216,7 @@ def setting_from_record(record, K, lr) -> DemoRun:
                    y_train=record["y_train"], x_grid=record["x_grid"], y_grid=record["y_grid"],
                    f_net=np.asarray(s["f_net"]), f_lin=np.asarray(s["f_lin"]), f_init=record["f_init"],
                    history=record.history(tag), feature_updates=int(np.asarray(s["feature_updates"])),
-                   status=info["status"], ntk_max_init=float(np.asarray(s["ntk_max_init"])),
+                   status=record.history(tag).describe(), ntk_max_init=float(np.asarray(s["ntk_max_init"])),
                    ntk_max_end=float(np.asarray(s["ntk_max_end"])))
 
 
