@@ -330,3 +330,122 @@ def quintic_live_demo(*, steps: int = 5000, seed: int = 0, Ks=None, learning_rat
 
 __all__ += ["LIVE_KS", "LIVE_LEARNING_RATES", "quintic_caption", "quintic_frames", "quintic_live_demo",
             "quintic_loss_limits", "quintic_setting"]
+
+
+# adaptive schedules (issue 17)
+_FAMILY_STYLE = {"fixed": ("black", "o", "fixed K"), "loss": ("tab:blue", "s", "loss drift"),
+                 "kernel": ("tab:red", "D", "kernel drift")}
+
+
+def adaptive_frontier(rec):
+    """Final test accuracy (model being trained) against feature updates (top) and against compute,
+    checks included, relative to the training steps alone (bottom): one point per setting, the
+    mean over seeds with 95% intervals on both axes."""
+    from ..experiments.main import _rows as R
+    from ..experiments.main import adaptive_schedules as ad
+    from ..verdicts import seed_interval
+
+    rows, step = ad.rows(rec), float(rec["flops"]["step"])
+
+    def mean_half(values):
+        m, h = seed_interval(values)
+        return m, (h if math.isfinite(h) else 0.0)
+
+    fig, axes = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 6.4))
+    for ax, axis in zip(axes, ("updates", "compute")):
+        for family in ad.FAMILIES:
+            colour, marker, label = _FAMILY_STYLE[family]
+            pts = []
+            for fam, value in ad.settings_of(rows):
+                done = [r for r in R.select(rows, group="frontier", family=fam, value=value) if r["status"] == "completed"]
+                if fam != family or not done:
+                    continue
+                xs = [1 + r["updates"] if axis == "updates" else r["cost"]["total"] / (r["steps"] * step) for r in done]
+                pts.append((value, mean_half(xs), mean_half([r["test"] for r in done])))
+            if not pts:
+                continue
+            ax.errorbar([p[1][0] for p in pts], [100 * p[2][0] for p in pts], xerr=[p[1][1] for p in pts],
+                        yerr=[100 * p[2][1] for p in pts], color=colour, marker=marker, capsize=2, lw=1.2, ms=5,
+                        linestyle="-" if family == "fixed" else "none", label=label)
+            for value, (mx, _), (my, _) in pts:
+                ax.annotate(K_label(value) if family == "fixed" else f"{value:g}", (mx, 100 * my),
+                            textcoords="offset points", xytext=(4, 4), fontsize=9, color=colour)
+        if axis == "updates":
+            ax.set(xscale="log", xlabel="1 + feature updates (log scale)")
+        else:
+            ax.set_xlabel("compute relative to the training steps alone (checks and relinearisations included)")
+        ax.set_ylabel("test accuracy (%)")
+    axes[0].legend(loc="lower right")
+    axes[0].set_title("the frontier: accuracy against feature updates")
+    axes[1].set_title("the same runs against compute")
+    fig.tight_layout()
+    return fig
+
+
+def adaptive_timing(rec):
+    """Top: every frontier run's relinearisation steps, one row per seed, grouped by setting
+    (fixed K black, loss drift blue, kernel drift red). Bottom: one seed's probe-kernel distance
+    from the current anchor's kernel (solid) and from the initial one (dotted) against steps, for
+    one setting of each family, its relinearisations marked."""
+    from ..experiments.main import _rows as R
+    from ..experiments.main import adaptive_schedules as ad
+
+    rows, steps = ad.rows(rec), int(rec.meta["resolved"]["steps"])
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 7.0), gridspec_kw={"height_ratios": [1.4, 1]})
+    y, ticks, labels = 0, [], []
+    for family, value in ad.settings_of(rows):
+        top = y
+        for r in sorted(R.select(rows, group="frontier", family=family, value=value), key=lambda r: r["seed"]):
+            st = np.asarray(r["relin_steps"], float)
+            ax.plot(st, np.full(st.shape, y), "|", color=_FAMILY_STYLE[family][0], ms=5, mew=1.2)
+            y += 1
+        ticks.append((top + y - 1) / 2)
+        labels.append(ad.value_label(family, value))
+        y += 1
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels)
+    ax.invert_yaxis()
+    ax.set(xlim=(0, steps), xlabel="step", title="when each run relinearised (one row per seed)")
+    for family in ad.FAMILIES:
+        m, colour = rec["movement"][family], _FAMILY_STYLE[family][0]
+        label = ad.value_label(family, rec.meta["movement_picks"][family])
+        bx.plot(m["step"], m["from_anchor"], color=colour, lw=1.4, label=f"{label}: from the anchor")
+        bx.plot(m["step"], m["from_init"], color=colour, lw=1.0, ls=":")
+        for s in np.asarray(m["relin_steps"], float):
+            bx.axvline(s, color=colour, lw=0.6, alpha=0.35)
+    bx.plot([], [], color="0.3", ls=":", label="dotted: from the initial kernel")
+    bx.set(xlim=(0, steps), xlabel="step", ylabel="probe kernel distance",
+           title="kernel movement, first seed (thin lines: relinearisations)")
+    bx.legend(loc="upper left", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def adaptive_stability(rec):
+    """Training loss of the model being trained against steps in the stability group (plain
+    gradient descent at the searched learning rate), one line per seed; a cross marks a run that
+    diverged, at its last good step."""
+    from ..experiments.main import adaptive_schedules as ad
+
+    g = [r for r in ad.rows(rec) if r["group"] == "stable"]
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.6))
+    for family in ad.FAMILIES:
+        colour, _, name = _FAMILY_STYLE[family]
+        for i, r in enumerate(sorted((r for r in g if r["family"] == family), key=lambda r: r["seed"])):
+            h = rec.history(r["tag"])
+            loss = np.asarray(h.loss, float)
+            if loss.size:
+                st = np.arange(1, loss.size + 1) * h.loss_every
+                ax.plot(st, loss, color=colour, lw=1.0, alpha=0.8,
+                        label=None if i else f"{ad.value_label(family, r['value'])} ({name})")
+                if r["status"] != "completed":
+                    ax.plot(st[-1], loss[-1], "x", color=colour, ms=8, mew=2)
+    ax.set(yscale="log", xlabel="step", ylabel="training loss (model being trained)")
+    if g:
+        ax.set_title(f"plain gradient descent at learning rate {g[0]['learning_rate']:g} (crosses: diverged)")
+        ax.legend(loc="upper right", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+__all__ += ["adaptive_frontier", "adaptive_stability", "adaptive_timing"]
