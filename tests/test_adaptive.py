@@ -203,7 +203,6 @@ def test_timing_claims():
     assert _judge(early)["timing.loss0.1"].verdict == V.HOLDS
     assert _judge(late)["timing.loss0.1"].verdict == V.FAILS
     assert _judge(mixed)["timing.loss0.1"].verdict == V.UNRESOLVED
-    assert math.isnan(ad.early_fraction([], 100))
 
 
 def _stable(fixed_status, loss_status, kernel_status, seeds=8):
@@ -261,16 +260,12 @@ def test_tiny_scale_returns_what_the_chapter_needs(tiny):
         assert r["cost"]["total"] >= r["cost"]["train"] > 0
     assert set(tiny["flops"]) == {"step", "relinearise", "loss_check", "kernel_check"}
     assert all(float(v) > 0 for v in tiny["flops"].values())
-    for fam in ad.FAMILIES:
-        m = tiny["movement"][fam]
-        assert m["step"].shape == m["from_anchor"].shape == m["from_init"].shape and np.all(np.isfinite(m["from_init"]))
     # tiny's candidate learning rate is absurd on purpose: the stability branch runs
     assert tiny.meta["stable_lr"] == sc["stable_lrs"][0]
     assert len([r for r in rows if r["group"] == "stable"]) == 3 * sc["seeds"]
     n_adaptive = len(sc["loss_rtols"]) + len(sc["kernel_thresholds"])
     assert len(ad.claims(tiny)) == 3 * n_adaptive + 2
     assert [r["schedule"] for r in ad.summary(tiny)] == ["K=5", "K=10", "K=∞", "loss rtol=0.1", "kernel thr=0.3"]
-    assert [r["schedule"] for r in ad.divergence_rows(rows)] == ["K=10", "loss rtol=0.1", "kernel thr=0.3"]
     for fig in (figures.adaptive_frontier(tiny), figures.adaptive_timing(tiny), figures.adaptive_stability(tiny)):
         assert len(fig.axes) >= 1
         plt.close(fig)

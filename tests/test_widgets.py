@@ -263,9 +263,9 @@ def test_quintic_demo_parameters_follow_the_scale_and_are_validated():
     from itlin.book.experiments import ParameterError, get
 
     exp = get("quintic_demo")
-    p = quintic_demo.resolve({"scale": "tiny"})
+    p = quintic_demo.QuinticParams.from_dict({"scale": "tiny"}).resolved()
     assert p["Ks"] == quintic_demo.SCALES["tiny"]["Ks"] and p["steps"] == 300
-    p = quintic_demo.resolve({"Ks": "[1, 10, inf]"})
+    p = quintic_demo.QuinticParams.from_dict({"Ks": "[1, 10, inf]"}).resolved()
     assert p["Ks"] == [1, 10, math.inf] and p["learning_rates"] == quintic_demo.SCALES["default"]["learning_rates"]
     with pytest.raises(ParameterError):
         exp.resolve({"Ks": [0]})

@@ -98,7 +98,7 @@ def fig9(rec, title: str = "Test RMSE of damped Gauss-Newton on the quintic"):
 
     from ..experiments.main import fig9_damping as f9
 
-    lams, kept = np.asarray(rec["dampings"], float), f9.kept_mask(rec)
+    lams, kept = np.asarray(rec["dampings"], float), f9.masks(rec)[0]
     colour = _fig9_colours(lams)[0]
     rng = np.random.default_rng(0)
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.4))
@@ -123,18 +123,20 @@ def fig9(rec, title: str = "Test RMSE of damped Gauss-Newton on the quintic"):
     return fig
 
 
-def fig9_functions(rec, every: bool = False):
+def fig9_functions(rec, every: bool = False, dampings=None):
     """Main paper Fig. 9 (bottom): the learnt functions of the first initialisations (the same
-    networks in every panel) for the ``sample_dampings`` (``every``: for every damping, smaller),
-    with the quintic (black) and the training points; a dropped run is dashed."""
+    networks in every panel) for four ``dampings`` (default: the smallest, the largest and two
+    spread between; ``every``: every damping, smaller), with the quintic (black) and the training
+    points; a dropped run is dashed."""
     from ..experiments.main import fig9_damping as f9
 
-    lams, kept = np.asarray(rec["dampings"], float), f9.kept_mask(rec)
+    lams, kept = np.asarray(rec["dampings"], float), f9.masks(rec)[0]
     colour = _fig9_colours(lams)[0]
     xg, yg = rec["x_test"], rec["y_test"]
     lo, hi = yg.min() - 1.5, yg.max() + 1.5
-    idx = list(range(len(lams))) if every else \
-        [int(np.argmin(np.abs(np.log(lams) - np.log(v)))) for v in rec["sample_dampings"]]
+    spread = sorted({round(j * (len(lams) - 1) / 3) for j in range(4)})
+    idx = list(range(len(lams))) if every else spread if dampings is None else \
+        [int(np.argmin(np.abs(np.log(lams) - np.log(v)))) for v in dampings]
     ncol = 3 if every else min(len(idx), 2)
     nrow = -(-len(idx) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(COLUMN_WIDTH, (2.1 if every else 3.0) * nrow), sharex=True,
@@ -149,10 +151,8 @@ def fig9_functions(rec, every: bool = False):
         ax.plot(rec["x_train"], rec["y_train"], "o", color="k", ms=3, zorder=4)
         ax.set_ylim(lo, hi)
         ax.set_title(rf"$\lambda$ = {f9.fmt_lam(lams[d])}", fontsize=9.5 if every else 11)
-    for ax in axes[-1]:
-        ax.set_xlabel("x")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("f(x)")
+    plt.setp(axes[-1], xlabel="x")
+    plt.setp(axes[:, 0], ylabel="f(x)")
     fig.tight_layout()
     return fig
 
@@ -184,7 +184,9 @@ def fig9_training(rec):
         ax.axhline(r["train_tol"], color="tab:green", lw=0.8, ls=":")
     ax.set(xscale="log", yscale="log", xlabel=r"damping $\lambda$", ylabel="final train RMSE")
     ax.legend(frameon=False, fontsize=9.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    traces = f9.train_traces(rec)
+    traces = np.array(rec["train_rmse_trace"], dtype=float)  # a run stopped at train_tol keeps its final value
+    done = rec["reached_tol"][:, :, None] & (rec["trace_steps"][None, None, :] >= rec["steps"][:, :, None])
+    traces[done] = np.broadcast_to(np.asarray(rec["train_rmse"], float)[:, :, None], traces.shape)[done]
     for d, lam in enumerate(lams):
         with np.errstate(all="ignore"):
             bx.plot(rec["trace_steps"] + 1, np.nanmedian(traces[d], axis=0), color=colour[float(lam)], lw=1.6)
@@ -202,7 +204,7 @@ def fig9_compare(records, labels):
 
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.0))
     for (rec, label), style in zip(zip(records, labels), ("o-", "s-", "^-", "v-")):
-        keep = f9.kept_mask(rec)
+        keep = f9.masks(rec)[0]
         te = [np.asarray(rec["test_rmse"][d], float)[keep[d]] for d in range(len(rec["dampings"]))]
         q = np.array([np.quantile(t, [0.25, 0.75]) if t.size else [np.nan] * 2 for t in te])
         line, = ax.plot(rec["dampings"], [t.mean() if t.size else np.nan for t in te], style, ms=4, lw=1.2,
@@ -383,15 +385,13 @@ def adaptive_frontier(rec):
 
 
 def adaptive_timing(rec):
-    """Top: every frontier run's relinearisation steps, one row per seed, grouped by setting
-    (fixed K black, loss drift blue, kernel drift red). Bottom: one seed's probe-kernel distance
-    from the current anchor's kernel (solid) and from the initial one (dotted) against steps, for
-    one setting of each family, its relinearisations marked."""
+    """Every frontier run's relinearisation steps, one row per seed, grouped by setting (fixed K
+    black, loss drift blue, kernel drift red)."""
     from ..experiments.main import _rows as R
     from ..experiments.main import adaptive_schedules as ad
 
     rows, steps = ad.rows(rec), int(rec.meta["resolved"]["steps"])
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 7.0), gridspec_kw={"height_ratios": [1.4, 1]})
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.2))
     y, ticks, labels = 0, [], []
     for family, value in ad.settings_of(rows):
         top = y
@@ -406,17 +406,6 @@ def adaptive_timing(rec):
     ax.set_yticklabels(labels)
     ax.invert_yaxis()
     ax.set(xlim=(0, steps), xlabel="step", title="when each run relinearised (one row per seed)")
-    for family in ad.FAMILIES:
-        m, colour = rec["movement"][family], _FAMILY_STYLE[family][0]
-        label = ad.value_label(family, rec.meta["movement_picks"][family])
-        bx.plot(m["step"], m["from_anchor"], color=colour, lw=1.4, label=f"{label}: from the anchor")
-        bx.plot(m["step"], m["from_init"], color=colour, lw=1.0, ls=":")
-        for s in np.asarray(m["relin_steps"], float):
-            bx.axvline(s, color=colour, lw=0.6, alpha=0.35)
-    bx.plot([], [], color="0.3", ls=":", label="dotted: from the initial kernel")
-    bx.set(xlim=(0, steps), xlabel="step", ylabel="probe kernel distance",
-           title="kernel movement, first seed (thin lines: relinearisations)")
-    bx.legend(loc="upper left", fontsize=9)
     fig.tight_layout()
     return fig
 

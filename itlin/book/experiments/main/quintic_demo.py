@@ -1,25 +1,14 @@
-"""The quintic demo of the chapter on iterative linearisation: K and the learning rate.
-
-The main paper's quintic network (:func:`itlin.models.mlp`: five hidden ReLU layers of 50,
-Flax's initialisation) is trained full batch on the quintic (:func:`itlin.data.quintic`, 20
-training points) with iterative linearisation (Algorithm 1) and the loss ``0.5 mean (f - y)^2``,
-for a grid of periods ``K`` and learning rates. For each setting the record keeps the network
-and its current linearisation on a fine grid, the losses over the run and the relinearisation
-steps, and the largest NTK eigenvalue at the start and the end. The chapter's maths are claims
-checked on the record (:func:`judge_runs`): ``K_conv = N / (eta lambda_min)`` on the mean loss
-(:func:`k_conv_check`), ``K = inf``'s model is one line per side of 0 (:func:`two_line_fit`), and
-the statements on small ``K``, phases and stability. Each is one deterministic run (seed
-``seed``): the claims are stated checks against a tolerance, which the table names.
-
-:func:`train_setting` trains one setting (the live demo calls it); the figures and the demos are
-in :mod:`itlin.book.figures.main`.
+"""The quintic demo of the chapter on iterative linearisation: the main paper's quintic MLP trained
+with iterative linearisation for a grid of K and learning rates; the chapter's maths are stated
+checks on the record (:func:`judge_checks`). The figures and demos are in :mod:`itlin.book.figures.main`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -37,8 +26,7 @@ SCALES = {
               "steps": 100_000, "evals": 500},
 }
 GRID_POINTS = 400  # inputs at which the fitted functions are kept
-#: a run has diverged once its training loss is not finite or exceeds this multiple of its first
-BLOWUP = 100.0
+BLOWUP = 100.0  # diverged above this multiple of the first loss
 
 
 @dataclass(frozen=True)
@@ -71,38 +59,13 @@ def setting_tag(K, lr) -> str:
     return f"K={'inf' if math.isinf(float(K)) else int(K)},lr={float(lr):g}"
 
 
-def resolve(params: dict) -> dict:
-    """``params`` with ``Ks``, ``learning_rates``, ``steps`` and ``evals`` filled in from the scale."""
-    return QuinticParams.from_dict(params, experiment=NAME).resolved()
+class DemoRun(SimpleNamespace):
+    """One trained setting: ``K``, ``lr``, ``steps``, the data (``x_train``, ``y_train``, ``x_grid``,
+    ``y_grid``), the network at the end, its linearisation at the last anchor and at initialisation
+    on ``x_grid`` (``f_net``, ``f_lin``, ``f_init``), ``history``, ``feature_updates``, ``status``,
+    and the largest NTK eigenvalue at the start and the end (``ntk_max_init``, ``ntk_max_end``)."""
 
-
-@dataclass
-class DemoRun:
-    """One trained setting: ``x_grid``/``y_grid`` (inputs and the true quintic); ``f_net``,
-    ``f_lin``, ``f_init`` (the network at the end, its linearisation at the last anchor, the
-    network at initialisation, on ``x_grid``); ``history`` (:class:`itlin.History`); ``status``;
-    the largest NTK eigenvalue at the start and the end (NaN when no longer finite)."""
-
-    K: float
-    lr: float
-    steps: int
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_grid: np.ndarray
-    y_grid: np.ndarray
-    f_net: np.ndarray
-    f_lin: np.ndarray
-    f_init: np.ndarray
-    history: Any
-    feature_updates: int
-    status: str
-    ntk_max_init: float = math.nan
-    ntk_max_end: float = math.nan
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def diverged(self) -> bool:
-        return "diverged" in self.status
+    diverged = property(lambda self: "diverged" in self.status)
 
     def final(self, key: str) -> float:
         """The last recorded value of an evaluated metric (e.g. ``"test/rmse"``)."""
@@ -125,10 +88,8 @@ def _problem(width, depth, seed):
 def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: int = 5, evals: int = 200,
                   fit_fn: Optional[Callable] = None, tag: Optional[str] = None,
                   blowup: Optional[float] = BLOWUP) -> DemoRun:
-    """Train one setting (full batch, SGD at ``lr``, period ``K``), with ``evals`` evaluations of
-    the network and the linearised model spread over the run; a run has diverged (and stops) once
-    its training loss is not finite or exceeds ``blowup`` times its first (``None``: non-finite
-    only). ``fit_fn`` defaults to :func:`itlin.fit` (the experiment passes the runner's ``ctx.fit``)."""
+    """Train one setting (full batch, SGD at ``lr``, period ``K``; diverged above ``blowup`` times the
+    first loss); ``fit_fn``: :func:`itlin.fit` or the runner's ``ctx.fit``."""
     import optax
 
     from ....core._tree import tree_all_finite
@@ -155,17 +116,12 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
                    f_lin=np.asarray(linearised_apply(apply, st.anchor, st.params, x_grid))[:, 0],
                    f_init=np.asarray(net.apply(params, x_grid))[:, 0], history=res.history,
                    feature_updates=int(st.feature_updates), status=res.history.describe(), ntk_max_init=ntk_max(params),
-                   ntk_max_end=ntk_max(st.params), meta={"seed": int(seed), "width": int(width), "depth": int(depth)})
+                   ntk_max_end=ntk_max(st.params))
 
 
 def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int = 5, rel_cut: float = 1e-5) -> dict:
-    """A numerical check of ``K_conv = N / (eta lambda_min)`` for the mean squared loss: gradient
-    descent on the frozen linearisation moves the residual by ``r <- (I - eta Theta / N) r``, so
-    its component along the NTK eigenvector of the smallest non-zero eigenvalue (above
-    ``rel_cut`` times the largest) shrinks by ``1 - eta lambda_min / N`` per step. Trains the
-    ``K = inf`` model for ``round(K_conv)`` steps and returns that component's ratio to its start
-    (``measured``), ``predicted`` (``(1 - eta lambda_min / N)^steps``) and ``predicted_sum``
-    (``(1 - eta lambda_min)^steps``, what the summed loss's ``K_conv`` would imply)."""
+    """``K_conv = N / (eta lambda_min)``: the slowest mode's residual after ``K_conv`` steps of ``K = inf``
+    (``measured``) against ``(1 - eta lambda_min / N)^K_conv`` (``predicted``)."""
     import optax
 
     from ....core.linearise import linearised_apply, ntk as empirical_ntk
@@ -191,8 +147,7 @@ def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int
 
 
 def run(p, ctx):
-    p = resolve(p)
-    out = {"settings": {}}
+    p, out = QuinticParams.from_dict(p).resolved(), {"settings": {}}
     for lr in p["learning_rates"]:
         for K in p["Ks"]:
             r = train_setting(K, lr, p["steps"], seed=p["seed"], width=p["width"], depth=p["depth"],
@@ -206,20 +161,6 @@ def run(p, ctx):
     return out
 
 
-def setting_from_record(record, K, lr) -> DemoRun:
-    """One setting of a ``quintic_demo`` record as a :class:`DemoRun`."""
-    tag = setting_tag(K, lr)
-    if tag not in record.runs:
-        raise KeyError(f"the record has no setting {tag!r}; it has {', '.join(record.runs)}.")
-    s, info = record["settings"][tag], record.runs[tag]
-    return DemoRun(K=float(K), lr=float(lr), steps=int(info["target_steps"]), x_train=record["x_train"],
-                   y_train=record["y_train"], x_grid=record["x_grid"], y_grid=record["y_grid"],
-                   f_net=np.asarray(s["f_net"]), f_lin=np.asarray(s["f_lin"]), f_init=record["f_init"],
-                   history=record.history(tag), feature_updates=int(np.asarray(s["feature_updates"])),
-                   status=record.history(tag).describe(), ntk_max_init=float(np.asarray(s["ntk_max_init"])),
-                   ntk_max_end=float(np.asarray(s["ntk_max_end"])))
-
-
 def grid(record) -> tuple:
     """``(Ks, learning_rates)`` of a ``quintic_demo`` record, as numbers (``math.inf`` for inf)."""
     r = record.meta["resolved"]
@@ -227,17 +168,24 @@ def grid(record) -> tuple:
 
 
 def runs_of(record) -> dict:
-    """``{(K, lr): DemoRun}`` for every setting of a record."""
-    Ks, lrs = grid(record)
-    return {(K, lr): setting_from_record(record, K, lr) for lr in lrs for K in Ks}
+    """``{(K, lr): DemoRun}`` for every setting of a ``quintic_demo`` record."""
+    out, (Ks, lrs) = {}, grid(record)
+    for K, lr in ((K, lr) for lr in lrs for K in Ks):
+        tag = setting_tag(K, lr)
+        s, h = {k: np.asarray(v) for k, v in record["settings"][tag].items()}, record.history(tag)
+        out[(K, lr)] = DemoRun(K=float(K), lr=float(lr), steps=int(record.runs[tag]["target_steps"]), history=h,
+                               status=h.describe(), feature_updates=int(s["feature_updates"]), f_net=s["f_net"],
+                               f_lin=s["f_lin"], ntk_max_init=float(s["ntk_max_init"]),
+                               ntk_max_end=float(s["ntk_max_end"]),
+                               **{k: record[k] for k in ("x_train", "y_train", "x_grid", "y_grid", "f_init")})
+    return out
 
 
 # ------------------------------------------------------------------------------ the chapter's maths, checked
 def two_line_fit(x, y) -> dict:
-    """The least-squares fit of ``y`` by a function linear on each side of 0 (``a_- x + b_-`` for
-    ``x < 0``, ``a_+ x + b_+`` for ``x >= 0``: the span of a zero-bias ReLU network's Jacobian with
-    a scalar input): ``rmse``, ``a_minus``, ``b_minus``, ``a_plus``, ``b_plus``, ``jump``
-    (``b_+ - b_-``) and ``max_residual``.
+    """The least-squares fit of ``y`` by ``a_± x + b_±`` on each side of 0 (the span of a zero-bias
+    ReLU network's Jacobian with a scalar input): ``rmse``, the coefficients, ``jump`` (``b_+ -
+    b_-``) and ``max_residual``.
 
     >>> fit = two_line_fit([-2.0, -1.0, 1.0, 2.0], [-3.0, -1.0, 4.0, 5.0])
     >>> round(fit["rmse"], 6), round(fit["jump"], 6)
@@ -257,8 +205,7 @@ def two_line_fit(x, y) -> dict:
 
 
 def phase_gaps(steps, rmse_net, rmse_lin, relin_steps) -> dict:
-    """For every phase (between two relinearisations) with two or more evaluations, the gap
-    ``rmse_net - rmse_lin`` at its first and last: ``grew`` (phases where it grew), ``phases``.
+    """The phases (two or more evaluations) where ``rmse_net - rmse_lin`` grew (``grew``) of ``phases``.
 
     >>> g = phase_gaps([0, 5, 10, 15, 20], [1.0, 1.2, 1.0, 1.3, 1.1], [1.0, 0.9, 1.0, 0.8, 0.7], [10])
     >>> g["grew"], g["phases"]
@@ -275,10 +222,7 @@ def phase_gaps(steps, rmse_net, rmse_lin, relin_steps) -> dict:
 
 
 def checks(rec) -> dict:
-    """The numbers behind the chapter's statements, from a record (a key is missing when its
-    settings were not run): the K_conv check, ``K = inf`` at the largest learning rate where it
-    completed against the best two-line fit of the data, ``K = 10`` against ``K = 1`` at the
-    smallest learning rate, the phases of ``K = 1000`` there, and the runs at the largest rate."""
+    """The numbers behind the chapter's statements (a key is missing when its settings were not run)."""
     runs, (Ks, lrs) = runs_of(rec), grid(rec)
     kc = {k: float(np.asarray(v)) for k, v in rec["k_conv"].items()}
     c = {"kconv": kc, "lr_lo": min(lrs), "lr_hi": max(lrs), "N": len(rec["x_train"])}
@@ -307,49 +251,39 @@ def checks(rec) -> dict:
 
 
 def judge_checks(c: dict) -> list:
-    """The chapter's statements as verdicts on :func:`checks` (stated checks: one deterministic
-    run each, so each compares a measurement with a tolerance, named in its row; *cannot resolve*
-    when the settings it needs were not run)."""
-    out = []
-
-    def add(id, claim, paper, ok, measured, detail=""):
-        result = V.UNRESOLVED if ok is None else (V.HOLDS if ok else V.FAILS)
-        out.append(V.stated(id, claim, paper, measured if ok is not None else "not run at these settings", result,
-                            detail=detail))
-
-    kc = c["kconv"]
-    add("kconv.agrees", "K_conv = N/(η λ_min): the slowest mode is at (1 - η λ_min/N)^K_conv after K_conv steps",
-        "Section 3.1: a linearisation converges in about K_conv steps", abs(kc["measured"] - kc["predicted"]) < 1e-3,
-        f"measured {kc['measured']:.5f}, predicted {kc['predicted']:.5f} after {kc['steps']:,} steps",
-        "agrees within 1e-3")
-    has = "inf_resid" in c
-    add("inf.two_lines", "K=∞'s linearised model is one line on each side of 0", "K=∞: no feature learning",
-        c["inf_resid"] < 1e-3 if has else None, f"largest deviation {c.get('inf_resid', 0):.1e} of its range, "
-        f"jump {c.get('inf_jump', 0):+.3g} at 0", "within 1e-3 of its range")
-    add("inf.cannot_fit", "no K=∞ model fits the training data as K=1 does", "some feature learning is needed",
-        c["inf_bound"] > 5 * c["k1_best"] if has else None, f"best two-line train RMSE {c.get('inf_bound', 0):.3f} "
-        f"against K=1's {c.get('k1_best', 0):.3g}", "cannot fit: over five times K=1's train RMSE")
-    r = c.get("k10_ratio")
-    add("small_k.like_gd", "small K ends where gradient descent does (K=10 against K=1, smallest learning rate)",
-        "small K performs like (S)GD", None if r is None else abs(r - 1) < 0.05, f"train RMSE ratio {r or 0:.3f}",
-        "within 5%")
-    part = c.get("part")
-    add("large_k.phases_part", "with K=1000 the network parts from its linearisation within most phases",
-        "parameters move away from the anchor in a phase", None if not part or not part["phases"] else
-        part["grew"] > part["phases"] / 2, f"{(part or {}).get('grew', 0)} of {(part or {}).get('phases', 0)} phases",
-        "the gap grows in more than half of them")
+    """The chapter's statements on :func:`checks`: one deterministic run each, against the tolerance in its detail."""
+    kc, part, r, hi = c["kconv"], c.get("part") or {}, c.get("k10_ratio"), f"learning rate {c['lr_hi']:g}"
+    has, big = "inf_resid" in c, c["finite_large"]
     beyond = c.get("gd_completed") and math.isfinite(c.get("gd_limit", math.nan)) and c["lr_hi"] > c["gd_limit"]
-    add("gd.beyond_limit", f"K=1 completes at learning rate {c['lr_hi']:g}, beyond its frozen-linearisation limit",
-        "gradient descent runs at the edge of stability", None if "gd_limit" not in c else bool(beyond),
-        f"2N/λ_max at its end {c.get('gd_limit', math.nan):.4g}, status "
-        f"{'completed' if c.get('gd_completed') else 'diverged'}")
-    big = c["finite_large"]
-    add("large_k.diverges", f"every finite K > 1 diverges at learning rate {c['lr_hi']:g}",
-        "the paper trains large K at small learning rates", all(K in c["div_hi"] for K in big) if big else None,
-        "diverged: " + (", ".join(K_label(K) for K in c["div_hi"]) or "none"))
-    add("inf.stable", f"K=∞ completes at learning rate {c['lr_hi']:g}", "the kernel at initialisation is gentle",
-        c["inf_hi"], "completed" if c["inf_hi"] else "diverged")
-    return out
+    rows = [  # id, claim, paper, holds (None: not run), measured, detail
+        ("kconv.agrees", "K_conv = N/(η λ_min): the slowest mode is at (1 - η λ_min/N)^K_conv after K_conv steps",
+         "Section 3.1: a linearisation converges in about K_conv steps", abs(kc["measured"] - kc["predicted"]) < 1e-3,
+         f"measured {kc['measured']:.5f}, predicted {kc['predicted']:.5f} after {kc['steps']:,.0f} steps",
+         "agrees within 1e-3"),
+        ("inf.two_lines", "K=∞'s linearised model is one line on each side of 0", "K=∞: no feature learning",
+         c["inf_resid"] < 1e-3 if has else None, f"largest deviation {c.get('inf_resid', 0):.1e} of its range, jump "
+         f"{c.get('inf_jump', 0):+.3g} at 0", "within 1e-3 of its range"),
+        ("inf.cannot_fit", "no K=∞ model fits the training data as K=1 does", "some feature learning is needed",
+         c["inf_bound"] > 5 * c["k1_best"] if has else None, f"best two-line train RMSE {c.get('inf_bound', 0):.3f} "
+         f"against K=1's {c.get('k1_best', 0):.3g}", "cannot fit: over five times K=1's train RMSE"),
+        ("small_k.like_gd", "small K ends where gradient descent does (K=10 against K=1, smallest learning rate)",
+         "small K performs like (S)GD", None if r is None else abs(r - 1) < 0.05, f"train RMSE ratio {r or 0:.3f}",
+         "within 5%"),
+        ("large_k.phases_part", "with K=1000 the network parts from its linearisation within most phases",
+         "parameters move away from the anchor in a phase", part["grew"] > part["phases"] / 2 if part.get("phases")
+         else None, f"{part.get('grew', 0)} of {part.get('phases', 0)} phases", "the gap grows in more than half"),
+        ("gd.beyond_limit", f"K=1 completes at {hi}, beyond its frozen-linearisation limit",
+         "gradient descent runs at the edge of stability", bool(beyond) if "gd_limit" in c else None,
+         f"2N/λ_max at its end {c.get('gd_limit', math.nan):.4g}, "
+         f"{'completed' if c.get('gd_completed') else 'diverged'}", ""),
+        ("large_k.diverges", f"every finite K > 1 diverges at {hi}", "the paper trains large K at small learning rates",
+         all(K in c["div_hi"] for K in big) if big else None,
+         "diverged: " + (", ".join(K_label(K) for K in c["div_hi"]) or "none"), ""),
+        ("inf.stable", f"K=∞ completes at {hi}", "the kernel at initialisation is gentle", c["inf_hi"],
+         "completed" if c["inf_hi"] else "diverged", "")]
+    return [V.stated(id, claim, paper, "not run at these settings" if ok is None else measured,
+                     V.UNRESOLVED if ok is None else (V.HOLDS if ok else V.FAILS), detail=detail)
+            for id, claim, paper, ok, measured, detail in rows]
 
 
 def claims(rec) -> list:
@@ -371,5 +305,5 @@ EXPERIMENT = register(Experiment(
     doc="Iterative linearisation of the quintic MLP for a grid of K and learning rates (the book's demo)."))
 
 __all__ = ["BLOWUP", "DemoRun", "EXPERIMENT", "GRID_POINTS", "NAME", "QuinticParams", "SCALES", "checks", "claims",
-           "grid", "judge_checks", "k_conv_check", "phase_gaps", "resolve", "run", "runs_of", "setting_from_record",
-           "setting_tag", "summary", "train_setting", "two_line_fit"]
+           "grid", "judge_checks", "k_conv_check", "phase_gaps", "run", "runs_of", "setting_tag", "summary",
+           "train_setting", "two_line_fit"]
