@@ -27,7 +27,8 @@ from .core._tree import num_params
 from .core.flow import GradientFlow, flow_params, gradient_flow
 from .core.gauss_newton import (ArbelDamping, ConstantDamping, GNInfo, GNTrace, gauss_newton_direction,
                                 gauss_newton_fit, gauss_newton_step, get_damping)
-from .core.linearise import Linearisation, jacobian, kernel_distance, linearise, linearise_at, linearised_apply, ntk
+from .core.linearise import (Linearisation, jacobian, kernel_distance, kernel_eigh, linearise, linearise_at,
+                             linearised_apply, ntk, ntk_eigh)
 from .core.loop import FitResult, History, batch_indices, device_loop, evaluate, fit, run
 from .core.losses import Loss, accuracy, get_loss, rmse
 from .core.model import Model
@@ -51,11 +52,11 @@ def __getattr__(name):
 
 __all__ = [
     "ArbelDamping", "AtSteps", "ConstantDamping", "Every", "FitResult", "GNInfo", "GNTrace", "GradientFlow",
-    "History", "Linearisation", "Loss", "Model", "Schedule", "StepInfo", "StepLog", "TrainState", "Trainer",
-    "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit", "flow_params",
-    "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
-    "gradient_flow", "iterative_linearisation", "jacobian", "kernel_distance", "kernel_drift", "linearise",
-    "linearise_at", "linearised_apply", "loss_drift", "ntk", "num_params", "parse_period", "PeriodState", "periodic",
-    "replicate", "rmse",
-    "run", "shard_batch", "grid_product", "init_distributed", "is_main_process", "sweep", "sweep_mesh",
+    "History", "Linearisation", "Loss", "Model", "PeriodState", "Schedule", "StepInfo", "StepLog", "TrainState",
+    "Trainer", "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit",
+    "flow_params", "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
+    "gradient_flow", "grid_product", "init_distributed", "is_main_process", "iterative_linearisation", "jacobian",
+    "kernel_distance", "kernel_drift", "kernel_eigh", "linearise", "linearise_at", "linearised_apply", "loss_drift",
+    "ntk", "ntk_eigh", "num_params", "parse_period", "periodic", "replicate", "rmse", "run", "shard_batch", "sweep",
+    "sweep_mesh",
 ]

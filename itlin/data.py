@@ -1005,18 +1005,25 @@ def two_class(ds: Dataset, classes=(0, 1), *, target: str = "label", name: Optio
                    num_outputs=2 if target == "label" else 1, meta=meta)
 
 
-def cifar2(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0, classes=(0, 1),
+def cifar2(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0, classes=None,
            target: str = "label", data_dir=None, cache_dir=None, download: bool = True, url: str = CIFAR10_URL,
            md5: Optional[str] = CIFAR10_MD5, normalize: str = "standardize") -> Dataset:
-    """Binary CIFAR-2 (Ortiz-Jimenez et al.): two CIFAR-10 classes, airplane vs automobile by default.
+    """Binary CIFAR-2 (Ortiz-Jimenez et al.). Two splits:
 
-    10,000 training and 2,000 test images. ``classes`` takes indices or names;
-    ``target="pm1"`` gives single-output +-1 targets (see :func:`two_class`). Inputs are
-    normalised with the statistics of the full CIFAR-10 training split. Loading as in
-    :func:`cifar10`; ``seed`` picks balanced subsets.
+    * ``classes=None`` (default): **their split**, CIFAR-10 classes 0-4 against 5-9 (all 60,000
+      images; :func:`class_groups`), the one the Ortiz chapters use (with ``target="pm1"``);
+    * ``classes=(a, b)``: two single classes (indices or names), e.g. ``(0, 1)``, airplane vs
+      automobile: 10,000 training and 2,000 test images (:func:`two_class`).
+
+    ``target="label"``: int32 labels 0/1, two outputs; ``target="pm1"``: single-output +-1
+    targets. Inputs are normalised with the statistics of the full CIFAR-10 training split.
+    Loading as in :func:`cifar10`; ``seed`` picks balanced subsets.
     """
     full = cifar10(data_dir=data_dir, cache_dir=cache_dir, download=download, url=url, md5=md5, normalize=normalize)
-    ds = two_class(full, classes, target=target, name="cifar2")
+    if classes is None:
+        ds = class_groups(full, ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), target=target, name="cifar2")
+    else:
+        ds = two_class(full, classes, target=target, name="cifar2")
     if n_train is not None or n_test is not None:
         ds = ds.subset(n_train, n_test, seed=seed)
     return ds

@@ -220,3 +220,104 @@ def test_a_given_batch_order_equals_the_default_order_bit_for_bit():
     _raises(ValueError, "must index the 8 training examples", itlin.fit, tr, st, X, Y, 2, batches=order + 8)
     _raises(ValueError, "batch_size=2", itlin.fit, tr, st, X, Y, 2, batches=order, batch_size=2)
     _raises(ValueError, "integer array", itlin.run, tr, st, X, Y, 2, batches=[[0.5, 1.0], [1.0, 2.0]])
+
+
+# ------------------------------------------------------------------------------ the flow's limit
+def test_flow_limit_on_a_singular_kernel_is_the_projection_and_agrees_with_flow_params():
+    f = lambda p, x: x @ p
+    x = jnp.asarray([[1.0], [2.0], [3.0]])
+    y = jnp.asarray([1.0, 0.0, 0.0])
+    lin = itlin.linearise_at(f, jnp.zeros(1), x)
+    flow = itlin.gradient_flow(x @ x.T, lin.outputs, y)       # rank one: two round-off eigenvalues
+    expected = np.asarray([1.0, 2.0, 3.0]) / 14.0              # projection of y on span(x)
+    np.testing.assert_allclose(flow.predict(jnp.inf), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f(itlin.flow_params(lin, flow, jnp.inf), x), flow.predict(jnp.inf), rtol=1e-5,
+                               atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ the chapter CLI
+BOOK = __import__("pathlib").Path(__file__).resolve().parent.parent / "book"
+
+
+@pytest.mark.parametrize("case", ["output under a file", "chapter is a folder", "json list", "learning_rate inf",
+                                  "dampings with inf", "no output", "unwritable results", "unknown parameter"])
+def test_cli_failures_are_one_line_exit_2_and_leave_nothing(tmp_path, monkeypatch, capsys, case):
+    from itlin.book import run as cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    (tmp_path / "afile").write_text("")
+    damping, augmentation = str(BOOK / "damping.md"), str(BOOK / "augmentation.md")
+    argv = {
+        "output under a file": [damping, "afile/out.ipynb"],
+        "chapter is a folder": [str(BOOK), "out.ipynb"],
+        "json list": [damping, "out.ipynb", "--parameters-json", "[1]"],
+        "learning_rate inf": [augmentation, "out.ipynb", "-p", "learning_rate", "inf"],
+        "dampings with inf": [damping, "out.ipynb", "-p", "dampings", "[1e-3, inf]"],
+        "no output": [damping],
+        "unwritable results": [damping, "out.ipynb"],
+        "unknown parameter": [damping, "out.ipynb", "-p", "nonsense", "1"],
+    }[case]
+    if case == "unwritable results":
+        monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "afile" / "results"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no notebook, record or lock
+    if case == "no output":
+        assert "python -m itlin.book.run" in err
+
+
+def test_cli_usage_names_the_real_module(capsys):
+    from itlin.book import run as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "usage: python -m itlin.book.run" in capsys.readouterr().out
+    assert cli.KERNEL_ARGUMENTS == ["--IPKernelApp.log_level=ERROR"]  # no "TCP without encryption" warning
+
+
+def test_float_parameters_refuse_non_finite_values_unless_allowed():
+    from itlin.book.experiments import ParameterError, _coerce
+
+    with pytest.raises(ParameterError, match="must be a finite number, got inf"):
+        _coerce("learning_rate", float, "inf", {})
+    with pytest.raises(ParameterError, match="must be a finite number"):
+        _coerce("learning_rate", float, 10 ** 400, {})
+    assert _coerce("blowup", float, "inf", {"allow_inf": True}) == math.inf
+    with pytest.raises(ParameterError, match="must be an integer"):
+        _coerce("steps", int, 2.7, {})
+    assert _coerce("steps", int, 10 ** 30, {}) == 10 ** 30
+
+
+# ------------------------------------------------------------------------------ Gauss-Newton
+def test_gauss_newton_bad_inputs_are_one_line_errors_before_work():
+    f, x = _linear()
+    y = jnp.asarray([1.0, 0.0, 2.0])
+    p0 = jnp.zeros(2)
+    _raises(ValueError, "learning_rate \\(eta\\) must be finite", gauss_newton_step, f, p0, x, y,
+            learning_rate=jnp.asarray(jnp.nan))
+    _raises(ValueError, "learning_rate \\(eta\\) must be finite", gauss_newton_fit, f, p0, x, y, 3,
+            learning_rate=float("nan"))
+    _raises(ValueError, "steps must be an integer >= 1, got 0", gauss_newton_fit, f, p0, x, y, 0)
+    _raises(ValueError, "steps must be a whole number", gauss_newton_fit, f, p0, x, y, 2.7)
+    _raises(TypeError, "float32 or float64 parameters, got float16", gauss_newton_step, f, p0.astype(jnp.float16),
+            x.astype(jnp.float16), y.astype(jnp.float16))
+    _raises(ValueError, "non-finite", gauss_newton_step, f, p0, x, y.at[0].set(jnp.nan))
+    # a traced learning rate is not checked (jit and vmap still work) and gives the same step
+    traced = jax.jit(lambda lr: gauss_newton_step(f, p0, x, y, learning_rate=lr, damping=0.5)[0])(0.5)
+    np.testing.assert_allclose(traced, gauss_newton_step(f, p0, x, y, learning_rate=0.5, damping=0.5)[0], rtol=1e-6)
+
+
+def test_arbel_damping_reduction_counterexample_of_the_issue():
+    # n = 2, width 2, alpha = 0, eps0 = 0.0625 used to differ by 2% between the reductions
+    x = jnp.asarray([[1.0, 0.5], [-0.3, 2.0]])
+    y = jnp.asarray([[0.3], [-0.7]])
+    f = lambda p, x: jnp.tanh(x @ p["w"]) @ p["v"]
+    p0 = {"w": jnp.asarray([[0.4, -0.2], [0.1, 0.3]]), "v": jnp.asarray([[0.5], [-0.6]])}
+    damping = itlin.ArbelDamping(alpha=0.0, eps0=0.0625)
+    d_mean, _ = gauss_newton_direction(f, p0, x, y, damping=damping, reduction="mean")
+    d_sum, _ = gauss_newton_direction(f, p0, x, y, damping=damping, reduction="sum")
+    for a, b in zip(jax.tree_util.tree_leaves(d_mean), jax.tree_util.tree_leaves(d_sum)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

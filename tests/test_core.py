@@ -723,3 +723,24 @@ def test_binary_cross_entropy_trains_evaluates_and_takes_gauss_newton_steps():
     dk, _ = gn.gauss_newton_direction(f, p0, x, labels, loss="bce", damping=0.1)
     dp, _ = gn.gauss_newton_direction(f, p0, x, labels, loss="bce", damping=0.1, method="primal")
     np.testing.assert_allclose(_flat(dk), _flat(dp), rtol=1e-8, atol=1e-10)
+
+
+def test_ntk_eigh_is_the_float64_spectrum_descending():
+    # issue 25: the NTK's eigendecomposition (the Ortiz chapters' targets) is a public function
+    x = jax.random.normal(jax.random.PRNGKey(3), (7, 4))
+    model, p0, _ = make(TinyMLP(width=6, out=1), x)
+    f = model.bind()
+    s, v = itlin.ntk_eigh(f, p0, x)
+    k = np.asarray(jacobian(f, p0, x), np.float64)
+    k = k @ k.T
+    ref = np.linalg.eigvalsh(k)[::-1]
+    assert s.dtype == np.float64 and v.dtype == np.float64 and s.shape == (7,) and v.shape == (7, 7)
+    assert np.all(np.diff(s) <= 0)
+    np.testing.assert_allclose(s, ref, rtol=1e-8, atol=1e-10 * ref[0])
+    np.testing.assert_allclose(v.T @ v, np.eye(7), atol=1e-10)
+    np.testing.assert_allclose(k @ v, v * s, atol=1e-8 * ref[0])
+    # kernel_eigh symmetrises and refuses what is not a kernel
+    a = np.asarray([[2.0, 1.0 + 1e-9], [1.0 - 1e-9, 2.0]])
+    np.testing.assert_allclose(itlin.kernel_eigh(a)[0], [3.0, 1.0], rtol=1e-12)
+    with pytest.raises(ValueError, match="square"):
+        itlin.kernel_eigh(np.zeros((2, 3)))

@@ -439,7 +439,14 @@ def test_cifar_batch_rejects_foreign_pickles(tmp_path, cache):
 
 def test_cifar2_classes_and_targets(tmp_path, cache):
     tar_path, md5, arrays = _make_cifar(tmp_path / "src", per_batch=20)
+    # the default is Ortiz-Jimenez et al.'s split (the Ortiz chapters'): classes 0-4 against 5-9
     ds = data.cifar2(url=tar_path.as_uri(), md5=md5)
+    assert ds.n_train == arrays["y_train"].size and ds.num_outputs == 2 and ds.task == "classification"
+    np.testing.assert_array_equal(ds.y_train, (arrays["y_train"] >= 5).astype(np.int32))
+    ortiz = data.cifar2(url=tar_path.as_uri(), md5=md5, target="pm1")
+    np.testing.assert_array_equal(ortiz.y_train[:, 0], np.where(arrays["y_train"] >= 5, 1.0, -1.0))
+    # two single classes on request
+    ds = data.cifar2(url=tar_path.as_uri(), md5=md5, classes=(0, 1))
     keep = np.isin(arrays["y_train"], [0, 1])
     assert ds.n_train == keep.sum() and ds.num_outputs == 2 and ds.task == "classification"
     np.testing.assert_array_equal(ds.y_train, arrays["y_train"][keep])

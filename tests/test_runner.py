@@ -625,3 +625,79 @@ def test_unwritable_results_or_cache_folder_fails_before_any_work(tmp_path, monk
         runner.run("test_stage", {"dampings": [0.5, 2.0]})
     assert "\n" not in str(err.value)
     assert CALLS.get("test_stage", 0) == 0  # the experiment never started
+
+
+# ------------------------------------------------------------------------------ never lose a result (issue 26)
+def test_a_recompute_that_dies_keeps_the_previous_result(tmp_path):
+    # an edited record.json triggers a recompute; the recompute dies (an exception here, a kill
+    # in the issue) after its first stage: the intact results.npz of the previous run is still there
+    params = {"dampings": [0.5, 2.0]}
+    first = runner.run("test_stage", params, results_dir=tmp_path)
+    arrays = (first.path / "results.npz").read_bytes()
+    info = json.loads((first.path / "record.json").read_text())
+    info["wall_seconds"] += 1.0
+    (first.path / "record.json").write_text(json.dumps(info))
+
+    def die():
+        raise KeyboardInterrupt("killed")
+
+    HOOKS["after_stage"] = die
+    with pytest.warns(RuntimeWarning, match="damaged"), pytest.raises(KeyboardInterrupt):
+        runner.run("test_stage", params, results_dir=tmp_path)
+    assert (first.path / "results.npz").read_bytes() == arrays
+    assert not any(n.endswith(runner.NEW_SUFFIX) for n in os.listdir(first.path))
+    HOOKS.clear()
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        again = runner.run("test_stage", params, results_dir=tmp_path)
+    _equal_results(first, again)
+
+
+@pytest.mark.parametrize("killed_after", ["arrays", "record", "old record removed", "arrays swapped"])
+def test_a_swap_killed_at_any_point_leaves_a_result(tmp_path, killed_after):
+    # the finished run's files are written beside the old ones and then swapped in; a kill at
+    # each point of the swap leaves the old result or the new one, and the next run finishes it
+    params = {"dampings": [0.5, 2.0]}
+    old = runner.run("test_stage", params, results_dir=tmp_path)
+    new = runner.run("test_stage", {"dampings": [0.25]}, results_dir=tmp_path / "other")
+    d = old.path
+    old_arrays = (d / "results.npz").read_bytes()
+    new_info = json.loads((new.path / "record.json").read_text())
+    new_info.update(params=old.info["params"], hash=old.info["hash"])
+    new_info["record_sha256"] = runner.record_digest(new_info)
+    (d / "results.npz.new").write_bytes((new.path / "results.npz").read_bytes())
+    if killed_after != "arrays":
+        (d / "record.json.new").write_text(json.dumps(new_info))
+    if killed_after in ("old record removed", "arrays swapped"):
+        os.remove(d / "record.json")
+    if killed_after == "arrays swapped":
+        os.replace(d / "results.npz.new", d / "results.npz")
+    runner._complete_swap(d)
+    assert not any(n.endswith(runner.NEW_SUFFIX) for n in os.listdir(d))
+    rec = runner.run("test_stage", params, results_dir=tmp_path)
+    assert rec.loaded and CALLS["test_stage"] == 2  # nothing recomputed: a whole result was there
+    if killed_after == "arrays":
+        assert (d / "results.npz").read_bytes() == old_arrays
+    else:
+        assert (d / "results.npz").read_bytes() == (new.path / "results.npz").read_bytes()
+
+
+def test_lock_between_two_processes_and_after_kill_9(tmp_path):
+    # the lock (filelock) excludes a second process, names the holder, and is free again once
+    # the holder dies by SIGKILL
+    code = ("import sys, time; sys.path.insert(0, {here!r}); from itlin.book import runner; from pathlib import Path\n"
+            "with runner._locked(Path({d!r}), print):\n    print('HELD', flush=True); time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code.format(here=str(HERE.parent), d=str(tmp_path))],
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        with pytest.raises(runner.RunLockedError, match=f"process {holder.pid} is running"):
+            with runner._locked(tmp_path, print, wait=False):
+                pass
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=60)
+        with runner._locked(tmp_path, print, wait=False):
+            assert (tmp_path / runner.LOCK_PID_FILE).read_text() == str(os.getpid())
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

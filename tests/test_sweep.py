@@ -343,3 +343,26 @@ def test_an_experiment_on_two_processes_is_recorded_once_by_process_0(tmp_path):
     assert again == [[digests[0], "True"], [digests[0], "True"]], again  # loaded everywhere, same arrays
     folders = list((results / "fig9_damping").iterdir())
     assert len(folders) == 1 and (folders[0] / "record.json").is_file()
+
+
+def test_cluster_detection_reads_documented_environment_not_jax_internals(monkeypatch):
+    # issue 25: no jax._src import; SLURM and Open MPI launches are found from their variables
+    import inspect
+
+    from itlin.core import sweep as sw
+
+    assert "jax._src" not in inspect.getsource(sw)
+    for k in sw.SLURM_ENV + sw.OMPI_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert sw._detected_cluster() == (False, None)
+    for k in sw.SLURM_ENV:
+        monkeypatch.setenv(k, "0")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert sw._detected_cluster() == (True, 4)
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    assert sw._detected_cluster() == (True, 1)  # one process: init_distributed leaves it alone
+    assert sw.init_distributed() == 1
+    for k in sw.SLURM_ENV:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    assert sw._detected_cluster() == (True, 3)

@@ -209,11 +209,17 @@ class FilteredRuns:
 
 
 def _status_of(run) -> str:
+    """A run's status in words (``"diverged at step s"`` where the step is known)."""
     if isinstance(run, str):
         return run
     if isinstance(run, Mapping):
-        return str(run.get("status", "completed"))
-    return str(getattr(run, "status", "completed"))
+        status, step = str(run.get("status", "completed")), run.get("diverged_at")
+    else:
+        history = getattr(run, "history", run)
+        status, step = str(getattr(run, "status", "completed")), getattr(history, "diverged_at", None)
+    if status == "diverged" and step is not None:
+        return f"diverged at step {step}"
+    return status
 
 
 def _value_of(run, metric) -> Optional[float]:

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
+import os
+import re
 import sys
+import typing
 from pathlib import Path
 from typing import Optional
 
@@ -31,7 +35,44 @@ def _read(source):
     source = Path(source)
     if not source.exists():
         raise FileNotFoundError(f"chapter {str(source)!r} does not exist; chapters live in book/ (e.g. book/intro.md).")
-    return jupytext.read(source)
+    if not source.is_file():
+        raise ValueError(f"chapter {str(source)!r} is not a file; give a chapter's .md file (e.g. book/intro.md).")
+    try:
+        return jupytext.read(source)
+    except Exception as err:  # noqa: BLE001 - any reader failure is one line naming the chapter
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"chapter {str(source)!r} cannot be read as a notebook ({first}).") from None
+
+
+def _check_output(output) -> Path:
+    """The output notebook's path, if a notebook can be written there (checked before any work)."""
+    output = Path(output)
+    if output.suffix != ".ipynb":
+        raise ValueError(f"the output {str(output)!r} must be a notebook path ending in .ipynb.")
+    if output.is_dir():
+        raise ValueError(f"the output {str(output)!r} is a folder; give a notebook path such as out.ipynb.")
+    for parent in output.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"the output {str(output)!r} cannot be written: {str(parent)!r} is a file, not a "
+                                 "folder; choose another path.")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ValueError(f"the output {str(output)!r} cannot be written: {str(parent)!r} is not writable; "
+                                 "choose another path.")
+            break
+    return output
+
+
+def _check_results_folder():
+    """The results and data folders the chapter's experiments write, checked writable before the
+    kernel starts (a failure there would otherwise come after a notebook was written)."""
+    from .. import _io
+    from .runner import results_dir
+
+    try:
+        _io.ensure_writable(results_dir(), "set ITLIN_RESULTS to a writable folder")
+    except OSError as err:
+        raise ValueError(str(err)) from None
 
 
 def parameters_cell(nb):
@@ -84,21 +125,37 @@ def execute_chapter(source, output, parameters: Optional[dict] = None, *, kernel
         raise ValueError(f"{source.name} has no parameter(s) {', '.join(map(repr, unknown))}; "
                          f"its parameters are: {', '.join(sorted(known))}.")
     kernel = kernel_name or nb.metadata.get("kernelspec", {}).get("name", "python3")
+    output = _check_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    # the kernel logs only errors: ipykernel's "Kernel is running over TCP without encryption"
+    # warning (the kernel listens on localhost only) would otherwise open every run's output
     papermill.execute_notebook(nb, str(output), parameters=parameters, kernel_name=kernel,
                                cwd=str(cwd or source.parent.resolve()), progress_bar=progress,
-                               execution_timeout=timeout, log_output=False)
+                               execution_timeout=timeout, log_output=False, extra_arguments=KERNEL_ARGUMENTS)
     return output
+
+
+#: command-line arguments of the kernel papermill starts: its own log at error level only
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
 
 
 # Exceptions that mean "a parameter value is wrong" when a chapter's first experiment call raises them.
 _PARAMETER_ERRORS = ("ParameterError", "UnknownExperimentError")
 
 
+class _UsageError(Exception):
+    """A command-line mistake: one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other failure of this command
+        raise _UsageError(f"{message} (usage: {self.prog} CHAPTER.md OUT.ipynb [-p NAME VALUE ...]; --help for more)")
+
+
 def main(argv=None):
     """Command-line entry point (``python -m itlin.book.run``); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m itlin.run", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog="python -m itlin.book.run", description=__doc__,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("chapter", help="the chapter's MyST markdown file, e.g. book/damping.md")
     ap.add_argument("output", nargs="?", help="where to write the executed notebook (.ipynb)")
     ap.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
@@ -107,20 +164,28 @@ def main(argv=None):
     ap.add_argument("--kernel", help="Jupyter kernel name (default: the chapter's kernelspec)")
     ap.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
     ap.add_argument("--list", action="store_true", help="list the chapter's parameters and defaults, then exit")
-    args = ap.parse_args(argv)
+    existed = None
     try:
+        args = ap.parse_args(argv)
         if args.list:
             for k, v in chapter_parameters(args.chapter).items():
                 print(f"{k} = {v!r}")
             return 0
         if not args.output:
             ap.error("the output notebook path is required (e.g. out.ipynb)")
-        params = json.loads(args.parameters_json) if args.parameters_json else {}
-        params.update({k: parse_value(v) for k, v in args.parameter})
+        params = _parameters(args)
+        _read(args.chapter)
+        _check_output(args.output)
+        _check_parameters(args.chapter, params)
+        _check_results_folder()
+        existed = Path(args.output).exists()
         out = execute_chapter(args.chapter, args.output, params, kernel_name=args.kernel, timeout=args.timeout,
                               progress=sys.stderr.isatty())
-    except (FileNotFoundError, ValueError) as err:
+    except _UsageError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # papermill.PapermillExecutionError: a cell raised
         ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
@@ -129,14 +194,71 @@ def main(argv=None):
         if ename in _PARAMETER_ERRORS:
             # A bad value is caught by the experiment's validation before any compute: say so in
             # one line and leave no half-executed notebook behind.
-            Path(args.output).unlink(missing_ok=True)
-            print(f"error: {evalue}", file=sys.stderr)
+            if not existed:
+                Path(args.output).unlink(missing_ok=True)
+            print(f"error: {_one_line(evalue)}", file=sys.stderr)
             return 2
         print(f"error: {args.chapter} failed in cell {getattr(err, 'exec_count', '?')} with {ename}: {evalue} "
               f"(the executed notebook, with the traceback, is in {args.output})", file=sys.stderr)
         return 1
     print(f"wrote {out}")
     return 0
+
+
+def _one_line(err) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _parameters(args) -> dict:
+    """``--parameters-json`` (a JSON object) merged with the ``-p NAME VALUE`` pairs."""
+    params = {}
+    if args.parameters_json:
+        try:
+            params = json.loads(args.parameters_json)
+        except ValueError as err:
+            raise ValueError(f"--parameters-json is not JSON ({err}); give an object such as '{{\"scale\": "
+                             "\"tiny\"}'.") from None
+        if not isinstance(params, dict):
+            raise ValueError(f"--parameters-json must be a JSON object of parameter values such as "
+                             f"'{{\"scale\": \"tiny\"}}', got {type(params).__name__} {args.parameters_json!r}.")
+    params.update({k: parse_value(v) for k, v in args.parameter})
+    return params
+
+
+def _check_parameters(chapter, params: dict) -> None:
+    """Every value checked by the experiments that take it, before the kernel starts.
+
+    A chapter's parameter that is also a parameter of an experiment the chapter names is
+    validated by that experiment's parser (a ``ParameterError``, a ``ValueError``, names it and what to fix),
+    so a value the run would reject (``inf`` where a finite number is needed, say) leaves no
+    notebook, record or lock behind."""
+    from . import experiments as E
+
+    known = chapter_parameters(chapter)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"{Path(chapter).name} has no parameter(s) {', '.join(map(repr, unknown))}; "
+                         f"its parameters are: {', '.join(sorted(known))}.")
+    text = Path(chapter).read_text(encoding="utf-8")
+    used = [n for n in E.names() if re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", text)]
+    for name, value in params.items():
+        fields = []
+        for exp_name in used:
+            cls = E.get(exp_name).params
+            hints = typing.get_type_hints(cls)
+            fields += [(exp_name, f, hints[f.name]) for f in dataclasses.fields(cls) if f.name == name]
+        errors = []
+        for exp_name, f, tp in fields:
+            try:
+                E._coerce(name, tp, value, f.metadata)
+            except E.ParameterError as err:
+                errors.append(str(err))
+            else:
+                errors = []
+                break
+        if fields and errors:
+            raise E.ParameterError(errors[0])
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ Where results live (see :func:`results_dir`)::
         work/           while running: fit-<tag>.msgpack checkpoints (flax.serialization, keyed
                         by pytree paths), stage-<tag>.npz sub-results
                         (removed when the run completes)
-        .lock           held (flock) by the process running it
+        .lock           held (filelock) by the process running it; .lock.pid: its pid
+        results.npz.new, record.json.new
+                        a finished run's files, written beside the previous ones and then
+                        swapped in: a result is never deleted before its replacement is complete
 
 ``<hash>`` is the first 16 hex digits of the sha256 of ``{"experiment", "version", "params"}``.
 """
@@ -71,6 +74,9 @@ RESULTS_FILE = "results.npz"
 PARAMS_FILE = "params.json"
 WORK_DIR = "work"
 LOCK_FILE = ".lock"
+LOCK_PID_FILE = ".lock.pid"
+#: suffix of a finished run's two files while they are written beside the ones they replace
+NEW_SUFFIX = ".new"
 FITS_KEY = "_fits"
 
 _FORMAT = 1
@@ -406,34 +412,30 @@ class RunLockedError(RuntimeError):
 
 @contextlib.contextmanager
 def _locked(folder: Path, say: Callable[[str], None], wait: bool = True):
-    """Hold an exclusive flock on ``folder/.lock``; the OS frees it when the process dies."""
+    """Hold an exclusive lock on ``folder/.lock`` (the maintained ``filelock`` library: an OS
+    lock, freed when the process dies, even by SIGKILL); the holder's pid is kept beside it in
+    ``.lock.pid`` for the message a second process prints."""
+    from filelock import FileLock, Timeout
+
     folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / LOCK_FILE))
+    pid_file = folder / LOCK_PID_FILE
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no locking
-        yield
-        return
-    fh = open(folder / LOCK_FILE, "a+")
-    try:
+        lock.acquire(timeout=0)
+    except Timeout:
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder = pid_file.read_text().strip() or "?"
         except OSError:
-            fh.seek(0)
-            holder = fh.read().strip() or "?"
-            if not wait:
-                raise RunLockedError(f"process {holder} is running this experiment in {folder}.") from None
-            say(f"waiting for process {holder}, which is running this experiment in {folder}")
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
+            holder = "?"
+        if not wait:
+            raise RunLockedError(f"process {holder} is running this experiment in {folder}.") from None
+        say(f"waiting for process {holder}, which is running this experiment in {folder}")
+        lock.acquire()
+    try:
+        pid_file.write_text(str(os.getpid()))
         yield
     finally:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        finally:
-            fh.close()
+        lock.release()
 
 
 # ---------------------------------------------------------------------------------- checkpoints
@@ -775,14 +777,12 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
 
     _data.cache_dir()
     with _locked(p.path, say):
+        _complete_swap(p.path)  # a swap a killed process left half done
         if not force:  # another process may have finished it while we waited for the lock
             rec = _load_or_warn(p, quiet=True)
             if rec is not None:
                 say(f"loaded stored result ({rec.status}) {exp.name}/{p.hash} from the results folder")
                 return rec
-        for name in (RECORD_FILE, RESULTS_FILE):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(p.path / name)
         if force:
             shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
         prev = _io.read_json(p.path / PARAMS_FILE) or {}
@@ -844,6 +844,38 @@ def _run_on_processes(p: Plan, params, *, results_dir, force, progress, verbose)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _complete_swap(folder: Path) -> None:
+    """Put a finished run's files, written beside the previous ones (``*.new``), in their place.
+
+    Called with the run's lock held. A complete new record (``record.json.new``, whose
+    checksum names the new arrays) replaces the old files: the old record first goes (the new
+    arrays are then already complete on disk), then the arrays, then the record, each an
+    atomic ``os.replace``. A kill at any point leaves either the old result, or the new one,
+    or the new one with this swap still to finish; never nothing."""
+    new_rec, new_res = folder / (RECORD_FILE + NEW_SUFFIX), folder / (RESULTS_FILE + NEW_SUFFIX)
+    if not new_rec.exists():
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(new_res)  # arrays of a run killed before its record was written
+        return
+    info = _io.read_json(new_rec)
+    sha = info.get("arrays_sha256") if isinstance(info, dict) else None
+    if sha is None:
+        os.remove(new_rec)
+        return
+    if new_res.exists():
+        if _io.sha256_file(new_res) != sha:
+            os.remove(new_rec)
+            os.remove(new_res)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(folder / RECORD_FILE)
+        os.replace(new_res, folder / RESULTS_FILE)
+    elif not ((folder / RESULTS_FILE).exists() and _io.sha256_file(folder / RESULTS_FILE) == sha):
+        os.remove(new_rec)
+        return
+    os.replace(new_rec, folder / RECORD_FILE)
+
+
 def _load_or_warn(p: Plan, quiet: bool = False) -> Optional[Record]:
     rec, reason = _read_record(p)
     if reason is not None and not quiet:
@@ -875,7 +907,8 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
     tree = dict(out)
     if ctx.histories:
         tree[FITS_KEY] = {tag: h.arrays() for tag, h in ctx.histories.items()}
-    sha, flat, paths = _io.save_tree(p.path / RESULTS_FILE, tree, what=f"result of {p.experiment.name!r}")
+    new_results = p.path / (RESULTS_FILE + NEW_SUFFIX)
+    sha, flat, paths = _io.save_tree(new_results, tree, what=f"result of {p.experiment.name!r}")
     commit, dirty = _git_commit()
     info = {
         "format": _FORMAT,
@@ -899,10 +932,11 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
         "finished_at": _now(),
         "arrays_file": RESULTS_FILE,
         "arrays_sha256": sha,
-        "arrays_bytes": (p.path / RESULTS_FILE).stat().st_size,
+        "arrays_bytes": new_results.stat().st_size,
     }
     info["record_sha256"] = record_digest(info)
-    _io.write_json(p.path / RECORD_FILE, info)
+    _io.write_json(p.path / (RECORD_FILE + NEW_SUFFIX), info)
+    _complete_swap(p.path)
     info = _io.read_json(p.path / RECORD_FILE)  # exactly what a later load sees
     return Record(p.experiment.name, dict(p.params), status, p.path, flat, paths, info, loaded=False)
 

@@ -11,26 +11,9 @@ def tree_sub(a, b):
     return jax.tree_util.tree_map(lambda u, v: u - v, a, b)
 
 
-def tree_add(a, b):
-    return jax.tree_util.tree_map(lambda u, v: u + v, a, b)
-
-
-def tree_scale(a, s):
-    return jax.tree_util.tree_map(lambda u: s * u, a)
-
-
 def tree_axpy(alpha, x, y):
     """alpha * x + y, leaf by leaf."""
     return jax.tree_util.tree_map(lambda u, v: alpha * u + v, x, y)
-
-
-def tree_vdot(a, b):
-    leaves = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda u, v: jnp.vdot(u, v), a, b))
-    return sum(leaves) if leaves else jnp.zeros(())
-
-
-def tree_norm(a):
-    return jnp.sqrt(tree_vdot(a, a))
 
 
 def tree_select(pred, on_true, on_false):
@@ -55,22 +38,11 @@ def tree_all_finite(a):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-def tree_cast(a, dtype):
-    return jax.tree_util.tree_map(
-        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, a
-    )
-
-
 __all__ = [
     "ravel_pytree",
-    "tree_add",
     "tree_all_finite",
     "tree_axpy",
-    "tree_cast",
-    "tree_norm",
-    "tree_scale",
     "tree_select",
     "num_params",
     "tree_sub",
-    "tree_vdot",
 ]

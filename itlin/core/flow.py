@@ -31,13 +31,19 @@ import jax.numpy as jnp
 from .linearise import Linearisation
 
 
+def _nonzero(s):
+    """The eigenvalues taken as non-zero in the limit ``t = inf`` (the pseudo-inverse's rule:
+    above ``max(s) * M * eps``); the others are round-off of a singular kernel."""
+    return s > jnp.max(s) * s.shape[-1] * jnp.finfo(s.dtype).eps
+
+
 def _factor(s, rt):
     """``(1 - exp(-s rt)) / s``, continued to ``rt`` at ``s = 0``; ``1/s`` (pseudo-inverse) at ``rt = inf``."""
     inf = jnp.isinf(rt)
     finite_rt = jnp.where(inf, 0.0, rt)
     safe = jnp.where(jnp.abs(s) > 0, s, 1.0)
     at_t = jnp.where(jnp.abs(s) > 0, -jnp.expm1(-safe * finite_rt) / safe, finite_rt)
-    rel = s > jnp.max(s) * s.shape[-1] * jnp.finfo(s.dtype).eps
+    rel = _nonzero(s)
     at_inf = jnp.where(rel, 1.0 / jnp.where(rel, s, 1.0), 0.0)
     return jnp.where(inf, at_inf, at_t)
 
@@ -81,7 +87,8 @@ class GradientFlow:
         """Outputs at time(s) ``t``: on the training points (``k_test_train=None``, Eq. 14), or
         on test points given ``K(x_test, X)`` (``(M*C, N*C)``) and the test outputs at the
         anchor ``f_test0``. ``t`` may be a scalar or an array (a leading axis of times);
-        ``t = inf`` is the limit.
+        ``t = inf`` is the limit (eigenvalues below ``max * M * eps`` count as zero, as in
+        :func:`flow_params`: a singular kernel does not interpolate).
 
         >>> import jax.numpy as jnp
         >>> flow = gradient_flow(jnp.eye(2), jnp.zeros((2, 1)), jnp.ones((2, 1)), reduction="sum")
@@ -94,7 +101,9 @@ class GradientFlow:
         if k_test_train is None:
             v = self.eigenvectors
             decay = jnp.exp(-jnp.multiply.outer(self.rate * t, self.eigenvalues))
-            decay = jnp.where(jnp.isinf(t)[..., None], jnp.where(self.eigenvalues > 0, 0.0, 1.0), decay)
+            # t = inf: the same threshold as flow_params (the pseudo-inverse's), so that round-off
+            # eigenvalues of a singular kernel are not taken as directions that were fitted
+            decay = jnp.where(jnp.isinf(t)[..., None], jnp.where(_nonzero(self.eigenvalues), 0.0, 1.0), decay)
             out = self.targets + (decay * (v.T @ self.residual)) @ v.T
             return out.reshape(t.shape + tuple(self.shape))
         if f_test0 is None:

@@ -244,11 +244,30 @@ def _check_examples(trainer: Trainer, state: TrainState, x, y, what: str):
     check_same_leading(f"{what} x", x, f"{what} y", y)
     check_finite_array(f"{what} inputs x", x)
     check_finite_array(f"{what} targets y", y)
-    out_shape = output_shape(trainer.model.bind(state.model_state), state.params, x, f"{what} x")
+    out_shape = _output_shape(trainer.model, state.params, state.model_state, x, f"{what} x")
     try:
         trainer.loss.check_targets(out_shape, y)
     except ValueError as e:
         raise ValueError(f"{what} set: {e}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _output_shape_cached(model, params_spec, state_spec, x_spec, what):
+    params = jax.tree_util.tree_unflatten(*params_spec)
+    state = jax.tree_util.tree_unflatten(*state_spec)
+    return output_shape(lambda ps, xx: model.apply(ps[0], xx, ps[1]), (params, state), x_spec, what)
+
+
+def _output_shape(model, params, model_state, x, what):
+    """The model's output shape on ``x`` (abstract), traced once per model and shapes."""
+    spec = lambda t: jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), t)
+    flat = lambda t: (jax.tree_util.tree_structure(t), tuple(jax.tree_util.tree_leaves(t)))
+    try:
+        key = (flat(spec(params)), flat(spec(model_state)), jax.ShapeDtypeStruct(x.shape, x.dtype))
+        hash(key)
+    except TypeError:  # an unhashable leaf: no memo
+        return output_shape(model.bind(model_state), params, x, what)
+    return _output_shape_cached(model, key[0], key[1], key[2], what)
 
 
 def _check_batches(batches, n_examples, batch_size, needed):
@@ -379,6 +398,12 @@ def evaluate(trainer: Trainer, state: TrainState, x, y, *, batch_size: int = 500
     batch_size = check_positive_int("batch_size", batch_size)
     x, y = jnp.asarray(x), jnp.asarray(y)
     _check_examples(trainer, state, x, y, "evaluation")
+    return _evaluate(trainer, state, x, y, batch_size=batch_size, linearised=linearised)
+
+
+def _evaluate(trainer: Trainer, state: TrainState, x, y, *, batch_size: int = 500,
+              linearised: Optional[bool] = None) -> dict:
+    """:func:`evaluate` on inputs already checked (``fit`` checks its evaluation sets once)."""
     if linearised is None:
         linearised = not trainer.gd_path
     n = x.shape[0]
@@ -619,7 +644,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     def do_eval(st):
         rec = {"step": int(st.step), "feature_updates": st.feature_updates, "seconds": time.perf_counter() - t0}
         for name, (ex, ey) in eval_sets.items():
-            for k, v in evaluate(trainer, st, ex, ey).items():
+            for k, v in _evaluate(trainer, st, ex, ey).items():
                 rec[f"{name}/{k}"] = v
         history.add_eval(rec)
 

@@ -19,9 +19,11 @@ The environment :func:`init_distributed` reads, in this order:
   ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` (read here: JAX 0.10 does not read these two):
   set all three to run any set of processes, e.g. two shells on two hosts;
   ``JAX_LOCAL_DEVICE_IDS`` (optional, read by JAX: the GPUs this process uses, e.g. ``0,1``);
-* otherwise a cluster JAX detects by itself (SLURM under ``srun``, Open MPI under ``mpirun``,
-  Cloud TPU, Kubernetes with the ``kubernetes`` package): ``jax.distributed.initialize()`` with no
-  arguments (``JAX_COORDINATOR_PORT`` overrides the port JAX derives from the SLURM job id);
+* otherwise a cluster launch found in the environment (SLURM under ``srun``, Open MPI under
+  ``mpirun``: :data:`SLURM_ENV`, :data:`OMPI_ENV`): ``jax.distributed.initialize()`` with no
+  arguments, which detects it by itself (``JAX_COORDINATOR_PORT`` overrides the port JAX derives
+  from the SLURM job id); on other clusters (Cloud TPU, Kubernetes) call
+  ``jax.distributed.initialize()`` yourself before :func:`init_distributed`;
 * otherwise one process: nothing is initialised.
 
 On CPUs, processes exchange data through JAX's CPU collectives (``jax_cpu_collectives_implementation``,
@@ -48,29 +50,28 @@ ENV_PROCESS_ID = "JAX_PROCESS_ID"
 
 
 # --------------------------------------------------------------------------------- processes
+#: the environment of the clusters :func:`init_distributed` hands to ``jax.distributed.initialize()``
+#: (the variables JAX's own SLURM and Open MPI detection reads), and each one's process count
+SLURM_ENV = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+OMPI_ENV = ("OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+
+
 def _detected_cluster():
-    """``(found, processes)`` for the cluster JAX's auto-detection would use, found with the same
-    rule as ``jax.distributed.initialize()`` (the first non-opt-in environment present);
-    ``processes`` is None where the cluster does not say."""
+    """``(found, processes)`` for a cluster launch in the environment, read from the documented
+    variables of SLURM (``srun``) and Open MPI (``mpirun``), the launchers JAX detects without
+    opting in; ``processes`` is None where the count does not parse. Other clusters (Cloud TPU,
+    Kubernetes) are started by calling ``jax.distributed.initialize()`` yourself first."""
+    env = os.environ
+    if all(k in env for k in SLURM_ENV):
+        count = env["SLURM_NTASKS"]
+    elif "OMPI_MCA_orte_hnp_uri" in env or "OMPI_COMM_WORLD_SIZE" in env:
+        count = env.get("OMPI_COMM_WORLD_SIZE", "")
+    else:
+        return False, None
     try:
-        from jax._src.clusters import ClusterEnv  # JAX's own detectors (SLURM, Open MPI, TPU, k8s)
-        detectors = [e for e in ClusterEnv._cluster_types if not getattr(e, "opt_in_only_method", False)]
-    except (ImportError, AttributeError):  # pragma: no cover - another JAX layout: SLURM and Open MPI only
-        slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
-        if all(k in os.environ for k in slurm):
-            return True, int(os.environ["SLURM_NTASKS"])
-        return "OMPI_MCA_orte_hnp_uri" in os.environ, None
-    for env in detectors:
-        try:
-            if not env.is_env_present():
-                continue
-        except Exception:  # a detector that cannot even look (e.g. no metadata server) detects nothing
-            continue
-        try:
-            return True, int(env.get_process_count())
-        except Exception:
-            return True, None
-    return False, None
+        return True, int(count)
+    except ValueError:
+        return True, None
 
 
 def init_distributed() -> int:
@@ -78,7 +79,7 @@ def init_distributed() -> int:
     return the number of processes (1 when there is nothing to start).
 
     Explicit ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` first, then a
-    cluster JAX detects (SLURM, Open MPI, ...; one with a single process is left alone, since JAX
+    SLURM or Open MPI launch (one with a single process is left alone, since JAX
     would otherwise narrow that process to one GPU), else nothing. Idempotent: a second call (or a
     call after ``jax.distributed.initialize``) only returns the count. Call it before any other JAX
     call of the program.
@@ -307,5 +308,5 @@ def sweep(fn: Callable, grid, *, mesh: Optional[Mesh] = None, chunk: Optional[in
     return jax.tree_util.tree_map(lambda *a: np.concatenate(a, axis=0)[:g], *results)
 
 
-__all__ = ["ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "grid_product", "init_distributed",
-           "is_main_process", "sweep", "sweep_mesh"]
+__all__ = ["ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "OMPI_ENV", "SLURM_ENV", "grid_product",
+           "init_distributed", "is_main_process", "sweep", "sweep_mesh"]

@@ -125,7 +125,7 @@ def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None, label
     shows the ``scale="paper"`` value) and ``source`` (where that value comes from: a section,
     a caption, "our choice"). ``allow_inf``: a float parameter that accepts ``inf``."""
     meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt, "label": label, "paper": paper,
-            "source": source, "allow_inf": allow_inf}
+            "source": source, "allow_inf": bool(allow_inf)}
     if isinstance(default, (list, dict, set)):
         raise TypeError("a parameter default must be immutable: use a tuple, not a list.")
     return dataclasses.field(default=default, metadata=meta)
@@ -198,16 +198,23 @@ def _coerce(name: str, tp, value, meta: Mapping):
             raise ParameterError(f"{name} must be a string, got {value!r}.")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
-                or float(value) != int(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ParameterError(f"{name} must be an integer, got {value!r}.")
+        if not isinstance(value, numbers.Integral) and not (math.isfinite(value) and value == int(value)):
             raise ParameterError(f"{name} must be an integer, got {value!r}.")
         return _bounded(name, int(value), meta)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(float(value)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ParameterError(f"{name} must be a number, got {value!r}.")
-        if math.isinf(float(value)) and not meta.get("allow_inf"):
-            raise ParameterError(f"{name} must be a finite number, got {_fmt(float(value))}.")
-        return _bounded(name, float(value), meta)
+        try:
+            v = float(value)
+        except OverflowError:
+            v = math.inf if value > 0 else -math.inf
+        if math.isnan(v):
+            raise ParameterError(f"{name} must be a number, got {value!r}.")
+        if math.isinf(v) and not meta.get("allow_inf"):
+            raise ParameterError(f"{name} must be a finite number, got {_fmt(v)}.")
+        return _bounded(name, v, meta)
     raise TypeError(f"parameter {name}: unsupported annotation {tp!r}.")
 
 

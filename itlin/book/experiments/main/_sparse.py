@@ -278,7 +278,7 @@ def run_summary(rec, tag: str) -> dict:
         "tag": tag,
         "steps": int(r["steps"]),
         "updates": int(r["feature_updates"]),
-        "status": r["status"],
+        "status": r["status"] if r.get("diverged_at") is None else f"diverged at step {r['diverged_at']}",
         "diverged_at": r.get("diverged_at"),
         "test": final(h, "test/accuracy_lin"),
         "test_net": final(h, "test/accuracy"),

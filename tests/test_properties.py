@@ -1,0 +1,218 @@
+"""Property-based tests (hypothesis; issue 26): identities checked on generated problems against
+oracles computed independently (a plain optax loop, float64 numpy solves, scipy's matrix
+exponential), and the parameter parsers fuzzed.
+
+Fast by default (a few hundred examples in all); ``HYPOTHESIS_PROFILE=thorough`` runs ten times
+as many of each.
+"""
+
+import dataclasses
+import math
+import os
+import typing
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import scipy.linalg
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import itlin
+
+settings.register_profile("fast", deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile("thorough", parent=settings.get_profile("fast"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "fast")
+settings.load_profile(PROFILE)
+#: examples per test: the counts below in the default run, ten times more with the thorough profile
+FACTOR = 10 if PROFILE == "thorough" else 1
+
+
+def examples(n: int):
+    return settings(max_examples=n * FACTOR)
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _array(draw, shape, lo=-2.0, hi=2.0):
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    return np.random.default_rng(seed).uniform(lo, hi, size=shape)
+
+
+# ------------------------------------------------------------------------------ K = 1 is a plain optax loop
+OPTIMIZERS = {"sgd": lambda: optax.sgd(0.1), "momentum": lambda: optax.sgd(0.05, momentum=0.9),
+              "adam": lambda: optax.adam(0.01)}
+
+
+def _mlp(p, x):
+    return jnp.tanh(x @ p["w"]) @ p["v"]
+
+
+@examples(6)
+@given(data=st.data(), opt=st.sampled_from(sorted(OPTIMIZERS)), reduction=st.sampled_from(["mean", "sum"]),
+       loss=st.sampled_from(["squared", "cross_entropy"]), batch_size=st.sampled_from([None, 2, 4]))
+def test_K1_equals_a_plain_optax_loop(data, opt, reduction, loss, batch_size):
+    n, steps = 8, 6
+    x = _array(data.draw, (n, 3))
+    p0 = {"w": _array(data.draw, (3, 4), -1, 1), "v": _array(data.draw, (4, 3), -1, 1)}
+    if loss == "squared":
+        y = _array(data.draw, (n, 3))
+    else:
+        y = np.asarray(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int32)
+    optimizer = OPTIMIZERS[opt]()
+    tr = itlin.iterative_linearisation(_mlp, optimizer, 1, loss=loss, reduction=reduction)
+    state, log = itlin.run(tr, tr.init(p0), x, y, steps, batch_size=batch_size, seed=3)
+
+    lossf = itlin.get_loss(loss, reduction)
+    order = (itlin.batch_indices(3, 0, steps, n, batch_size) if batch_size else [np.arange(n)] * steps)
+    p, opt_state, losses = p0, optimizer.init(p0), []
+    for idx in order:
+        value, grads = jax.value_and_grad(lambda q: lossf(_mlp(q, x[idx]), y[idx]))(p)
+        updates, opt_state = optimizer.update(grads, opt_state, p)
+        p = optax.apply_updates(p, updates)
+        losses.append(float(value))
+    np.testing.assert_allclose(log.loss, losses, rtol=1e-10, atol=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(p)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    assert state.feature_updates == steps
+
+
+# ------------------------------------------------------------------------------ Gauss-Newton: kernel form = primal
+def _linear(p, x):
+    return x @ p
+
+
+def _reference_direction(x, p, y, loss, reduction, lam):
+    """``(J^T H J + lam I)^+ J^T g`` in float64 numpy (the primal system, H and g by hand)."""
+    n, c = y.shape[0], p.shape[1]
+    f = x @ p
+    scale = 1.0 / n if reduction == "mean" else 1.0
+    if loss == "squared":
+        g = scale * (f - y)
+        h = [scale * np.eye(c) for _ in range(n)]
+    else:
+        e = np.exp(f - f.max(1, keepdims=True))
+        prob = e / e.sum(1, keepdims=True)
+        g = scale * (prob - np.eye(c)[y])
+        h = [scale * (np.diag(q) - np.outer(q, q)) for q in prob]
+    J = np.zeros((n * c, p.size))  # d f[n, k] / d p[i, k'] = x[n, i] [k == k'] (row-major p)
+    for i in range(n):
+        for k in range(c):
+            J[i * c + k, np.arange(p.shape[0]) * c + k] = x[i]
+    H = scipy.linalg.block_diag(*h)
+    A = J.T @ H @ J + lam * np.eye(p.size)
+    return (np.linalg.pinv(A, rcond=1e-10, hermitian=True) @ (J.T @ g.reshape(-1))).reshape(p.shape), A
+
+
+@examples(30)
+@given(data=st.data(), loss=st.sampled_from(["squared", "cross_entropy"]), reduction=st.sampled_from(["mean", "sum"]),
+       solve=st.sampled_from(["eigh", "cholesky"]), lam=st.sampled_from([0.0, 1e-3, 0.5]))
+def test_gauss_newton_kernel_form_equals_a_float64_primal_solve(data, loss, reduction, solve, lam):
+    assume(not (solve == "cholesky" and lam == 0.0))  # Cholesky needs damping > 0
+    n, d, c = 5, 2, 3
+    x = _array(data.draw, (n, d))
+    p = _array(data.draw, (d, c), -1, 1)
+    y = (_array(data.draw, (n, c)) if loss == "squared"
+         else np.asarray(data.draw(st.lists(st.integers(0, c - 1), min_size=n, max_size=n)), np.int32))
+    ref, A = _reference_direction(x, p, y, loss, reduction, lam)
+    s = np.linalg.eigvalsh(A)
+    assume(s[0] > 1e-6 * s[-1])  # well posed in float64: the oracle is then exact to ~1e-10
+    d_k, _ = itlin.gauss_newton_direction(_linear, jnp.asarray(p), jnp.asarray(x), jnp.asarray(y), loss=loss,
+                                          reduction=reduction, damping=lam, solve=solve)
+    np.testing.assert_allclose(d_k, ref, rtol=1e-6, atol=1e-9 * max(1.0, np.abs(ref).max()))
+
+
+@examples(20)
+@given(data=st.data(), loss=st.sampled_from(["squared", "cross_entropy"]),
+       alpha=st.floats(0.0, 4.0), eps0=st.floats(1e-6, 1.0))
+def test_arbel_damping_gives_the_same_step_for_either_reduction(data, loss, alpha, eps0):
+    n, d, c = 4, 3, 3
+    x = jnp.asarray(_array(data.draw, (n, d)))
+    p = jnp.asarray(_array(data.draw, (d, c), -1, 1))
+    y = (jnp.asarray(_array(data.draw, (n, c))) if loss == "squared"
+         else jnp.asarray(data.draw(st.lists(st.integers(0, c - 1), min_size=n, max_size=n)), jnp.int32))
+    damping = itlin.ArbelDamping(alpha, eps0)
+    d_mean, i_mean = itlin.gauss_newton_direction(_linear, p, x, y, loss=loss, reduction="mean", damping=damping)
+    d_sum, i_sum = itlin.gauss_newton_direction(_linear, p, x, y, loss=loss, reduction="sum", damping=damping)
+    np.testing.assert_allclose(d_mean, d_sum, rtol=1e-7, atol=1e-10 * max(1.0, float(jnp.abs(d_sum).max())))
+    np.testing.assert_allclose(float(i_sum.damping), n * float(i_mean.damping), rtol=1e-9)
+
+
+# ------------------------------------------------------------------------------ the flow: expm and the limit
+@examples(25)
+@given(data=st.data(), m=st.integers(1, 6), rank=st.integers(1, 6), reduction=st.sampled_from(["mean", "sum"]),
+       t=st.floats(0.0, 50.0))
+def test_flow_equals_expm_and_the_pseudo_inverse_limit(data, m, rank, reduction, t):
+    rank = min(rank, m)  # rank < m: a singular kernel
+    a = _array(data.draw, (m, rank))
+    kernel = a @ a.T
+    s = np.linalg.eigvalsh(kernel)
+    assume(s[-rank] > 1e-6 * s[-1])  # the kernel's rank is clear in float64
+    f0, y = _array(data.draw, (m,)), _array(data.draw, (m,))
+    flow = itlin.gradient_flow(jnp.asarray(kernel), jnp.asarray(f0), jnp.asarray(y), reduction=reduction)
+    r = 1.0 / m if reduction == "mean" else 1.0
+    expected = y + scipy.linalg.expm(-r * t * kernel) @ (f0 - y)
+    np.testing.assert_allclose(flow.predict(t), expected, rtol=1e-8, atol=1e-9)
+    # t = inf: the residual's part outside the kernel's range is left, the rest fitted
+    proj = kernel @ np.linalg.pinv(kernel, rcond=1e-10, hermitian=True)
+    limit = y + (np.eye(m) - proj) @ (f0 - y)
+    np.testing.assert_allclose(flow.predict(jnp.inf), limit, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(flow.dual(jnp.inf), np.linalg.pinv(kernel, rcond=1e-10, hermitian=True) @ (f0 - y),
+                               rtol=1e-6, atol=1e-7 * max(1.0, float(np.abs(flow.dual(jnp.inf)).max())))
+
+
+# ------------------------------------------------------------------------------ parsers: only ValueError
+NUMBERS = st.one_of(st.integers(-10 ** 30, 10 ** 30), st.floats(allow_nan=True, allow_infinity=True),
+                    st.just(10 ** 400), st.just(-10 ** 400))
+WORDS = st.one_of(st.text(max_size=12), st.sampled_from(["inf", "+Inf", "never", "-inf", "nan", "1e999", "1e3",
+                                                          "2.5", "0", " 7 ", "[1, inf]", "[]", "[1e-3, inf]",
+                                                          "tiny", "paper", "None", "True", "'inf'"]))
+
+
+@examples(150)
+@given(value=st.one_of(NUMBERS, WORDS, NUMBERS.map(str)))
+def test_parse_period_raises_only_value_errors_on_strings_and_numbers(value):
+    try:
+        K = itlin.parse_period(value)
+    except ValueError as err:
+        assert str(err) and "\n" not in str(err)
+        return
+    assert K == math.inf or (isinstance(K, int) and 1 <= K <= 2 ** 31 - 1)
+
+
+def _fields():
+    from itlin.book import experiments as E
+
+    out = []
+    for name in E.names():
+        cls = E.get(name).params
+        hints = typing.get_type_hints(cls)
+        out += [(name, f.name, hints[f.name], f.metadata) for f in dataclasses.fields(cls)]
+    return out
+
+
+FIELDS = _fields()
+
+
+@examples(150)
+@given(field=st.sampled_from(FIELDS),
+       value=st.one_of(NUMBERS, WORDS, st.booleans(), st.none(), st.lists(st.one_of(NUMBERS, WORDS), max_size=3)))
+def test_every_chapter_parameter_parser_raises_only_value_errors(field, value):
+    from itlin.book import experiments as E
+
+    experiment, name, tp, meta = field
+    try:
+        E._coerce(name, tp, value, meta)
+    except ValueError as err:  # ParameterError is a ValueError
+        assert str(err) and "\n" not in str(err)
+    try:
+        E.get(experiment).params.from_dict({name: value}, experiment=experiment)
+    except ValueError as err:
+        assert str(err) and "\n" not in str(err)
