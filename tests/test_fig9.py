@@ -49,6 +49,19 @@ def test_tiny_scale_runs_and_returns_what_the_chapter_needs(tiny):
     assert all(sum(map(int, r["kept / dropped / diverged"].split(" / "))) == s for r in rows)
     assert [v.id for v in f9.claims(tiny)] == [f"flax.{c}" for c in f9.CLAIM_IDS]
     assert f9.EXPERIMENT.summary is f9.summary and f9.EXPERIMENT.claims is f9.claims
+    # the figures: a scatter, four panels of learnt functions (or one per damping), training, a comparison
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from itlin.book.figures import main as figures
+
+    drawn = [len(f.axes) for f in (figures.fig9(tiny), figures.fig9_functions(tiny),
+                                   figures.fig9_functions(tiny, every=True), figures.fig9_training(tiny),
+                                   figures.fig9_compare([tiny, tiny], ["a", "b"]))]
+    assert drawn[0] == 1 and drawn[1] == 4 and drawn[2] >= d and drawn[3] == 3 and drawn[4] == 1
+    plt.close("all")
 
 
 def test_vmapped_sweep_equals_one_run_alone():
