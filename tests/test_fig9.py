@@ -32,26 +32,36 @@ def test_tiny_scale_runs_and_returns_what_the_chapter_needs(tiny):
     assert tiny["x_test"].shape == tiny["y_test"].shape == (1000,)
     assert tiny["x_train"].shape == tiny["y_train"].shape == (20,)
     np.testing.assert_allclose(tiny["dampings"], sizes["dampings"])
-    assert tiny["sample_dampings"].shape == (f9.N_SAMPLE_DAMPINGS,)
     assert tiny["diverged"].dtype == bool and tiny["steps"].max() <= sizes["gn_steps"]
-    # the sizes used are recorded
-    res = tiny.meta["resolved"]
+    res = tiny.meta["resolved"]  # the runner stores the resolved parameters, the run its derived sizes
     assert res["seeds"] == s and res["gn_steps"] == sizes["gn_steps"] and res["samples"] == m
-    assert tiny.meta["dtype"] == "float64"
+    assert res["init"] == "flax" and res["learning_rate"] == 1.0 and tiny.meta["dtype"] == "float64"
     # the learnt functions are those of seeds 0..m-1: their test RMSE matches the record's
     rmse = np.sqrt(np.mean((tiny["functions"] - tiny["y_test"]) ** 2, axis=-1))
     np.testing.assert_allclose(rmse, tiny["test_rmse"][:, :m], rtol=1e-10)
     # the trace starts at the initial loss (the same network for every damping) and ends where the run did
     np.testing.assert_allclose(tiny["train_rmse_trace"][:, :, 0], tiny["train_rmse_trace"][:1, :, 0].repeat(d, 0))
     done = ~tiny["diverged"] & ~tiny["reached_tol"]
-    last = tiny["train_rmse_trace"][:, :, -1]
-    assert np.all(np.isfinite(last[done]))
-    # analysis: one row per damping, the verdict's ingredients present
-    rows = f9.summarize(tiny)
-    assert [r["damping"] for r in rows] == sizes["dampings"]
-    assert all(r["kept"] + r["dropped_threshold"] + r["diverged"] == s for r in rows)
-    check = f9.claim_check(rows)
-    assert check["enough"] and {"rho_mean", "rho_std", "mean_falls", "spread_narrows"} <= set(check)
+    assert np.all(np.isfinite(tiny["train_rmse_trace"][:, :, -1][done]))
+    # the summary: one row per damping, the counts adding up; the claims: every id, prefixed by the init
+    rows = f9.summary(tiny)
+    assert [r["λ"] for r in rows] == [f9.fmt_lam(v) for v in sizes["dampings"]]
+    assert all(sum(map(int, r["kept / dropped / diverged"].split(" / "))) == s for r in rows)
+    assert [v.id for v in f9.claims(tiny)] == [f"flax.{c}" for c in f9.CLAIM_IDS]
+    assert f9.EXPERIMENT.summary is f9.summary and f9.EXPERIMENT.claims is f9.claims
+    # the figures: a scatter, four panels of learnt functions (or one per damping), training, a comparison
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from itlin.book.figures import main as figures
+
+    drawn = [len(f.axes) for f in (figures.fig9(tiny), figures.fig9_functions(tiny),
+                                   figures.fig9_functions(tiny, every=True), figures.fig9_training(tiny),
+                                   figures.fig9_compare([tiny, tiny], ["a", "b"]))]
+    assert drawn[0] == 1 and drawn[1] == 4 and drawn[2] >= d and drawn[3] == 3 and drawn[4] == 1
+    plt.close("all")
 
 
 def test_vmapped_sweep_equals_one_run_alone():
@@ -62,7 +72,7 @@ def test_vmapped_sweep_equals_one_run_alone():
         model = models.mlp()
         params = f9.init_params(model, x, 3, seed=5)
         steps, lam, pick = 12, 10.0, 2
-        sweep = f9.make_sweep(model, x, y, xt, yt, gn_steps=steps, lr=1.0, train_tol=0.0, samples=3)
+        sweep = f9.make_sweep(model, x, y, xt, yt, gn_steps=steps, learning_rate=1.0, train_tol=0.0, samples=3)
         batched = sweep(params, lam)
         alone = jax.tree_util.tree_map(lambda a: a[pick], params)
         # the same run with the library alone: no vmap, damping a Python float
@@ -86,14 +96,16 @@ def test_vmapped_sweep_equals_one_run_alone():
 
 
 class _FakeRecord:
-    """The few fields filter_by_damping / summarize read, with chosen values."""
+    """The few fields masks / summary read, with chosen values."""
 
     def __init__(self, train, diverged, threshold):
         train = np.asarray(train, float)
         self.arrays = {"dampings": np.array([1e-3, 1.0]), "train_rmse": train, "test_rmse": train + 0.1,
                        "diverged": np.asarray(diverged, bool), "steps": np.full(train.shape, 7),
-                       "reached_tol": np.zeros(train.shape, bool), "still_descending": np.zeros(train.shape, bool)}
+                       "reached_tol": np.zeros(train.shape, bool), "still_descending": np.zeros(train.shape, bool),
+                       "train_rmse_trace": train[..., None]}
         self.params = {"rmse_threshold": threshold}
+        self.meta = {}
 
     def __getitem__(self, key):
         return self.arrays[key]
@@ -103,21 +115,21 @@ def test_dropping_rule_drops_exactly_runs_over_the_threshold_and_diverged_ones()
     train = [[0.1, 2.5, 2.5000001, 40.0, np.nan], [1.0, 3.0, 0.2, 2.4, 0.3]]
     diverged = [[False, False, False, False, False], [False, False, False, False, True]]
     rec = _FakeRecord(train, diverged, threshold=2.5)
-    kept = f9.kept_mask(rec)
+    kept, dropped, div = f9.masks(rec)
     t = np.asarray(train)
-    expected = (t <= 2.5) & ~np.asarray(diverged)  # NaN compares False: dropped (counted as diverged)
-    np.testing.assert_array_equal(kept, expected)
-    rows = f9.summarize(rec)
-    assert [(r["kept"], r["dropped_threshold"], r["diverged"]) for r in rows] == [(2, 2, 1), (3, 1, 1)]
-    # statistics over the kept runs only
-    assert rows[1]["mean"] == pytest.approx(np.mean([1.1, 0.3, 2.5]))
-    # another threshold given explicitly
-    np.testing.assert_array_equal(f9.kept_mask(rec, threshold=1.0), (t <= 1.0) & ~np.asarray(diverged))
+    np.testing.assert_array_equal(kept, (t <= 2.5) & ~np.asarray(diverged))  # NaN: dropped, counted as diverged
+    assert [(k.sum(), d.sum(), v.sum()) for k, d, v in zip(kept, dropped, div)] == [(2, 2, 1), (3, 1, 1)]
+    rows = f9.summary(rec)
+    assert [r["kept / dropped / diverged"] for r in rows] == ["2 / 2 / 1", "3 / 1 / 1"]
+    assert rows[1]["mean [95% CI]"].startswith(f"{np.mean([1.1, 0.3, 2.5]):.3g} [")  # over the kept runs only
+    np.testing.assert_array_equal(f9.masks(rec, threshold=1.0)[0], (t <= 1.0) & ~np.asarray(diverged))
+    # the columns the claims read: NaN where a run is dropped
+    assert np.isnan(f9.columns(rec)).sum() == (~kept).sum()
 
 
 def test_the_real_records_drop_rule(tiny):
     thr = float(np.median(tiny["train_rmse"]))
-    kept = f9.kept_mask(tiny, threshold=thr)
+    kept = f9.masks(tiny, threshold=thr)[0]
     np.testing.assert_array_equal(kept, (tiny["train_rmse"] <= thr) & ~tiny["diverged"])
     assert 0 < kept.sum() < kept.size
 
@@ -129,10 +141,9 @@ def test_the_real_records_drop_rule(tiny):
     ({"dampings": [None, 1.0]}, "dampings"),
     ({"seeds": 0}, "seeds"),
     ({"gn_steps": 0}, "gn_steps"),
-    ({"lr": 0}, "lr"),
+    ({"learning_rate": 0}, "learning_rate"),
     ({"rmse_threshold": -1}, "rmse_threshold"),
-    ({"sample_dampings": [0.5], "scale": "tiny"}, "sample_dampings"),
-    ({"samples": 9, "seeds": 4}, "samples"),
+    ({"samples": 0}, "samples"),
     ({"scale": "huge"}, "scale"),
     ({"damping": [1.0]}, "did you mean 'dampings'"),
 ])
@@ -142,16 +153,16 @@ def test_bad_parameters_fail_before_anything_runs(params, needle, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_scale_fills_in_only_what_is_not_given():
-    exp = runner.plan(f9.NAME, {}).experiment
-    sizes = f9.resolve_sizes(exp.resolve({"scale": "tiny", "seeds": 2}))
-    assert sizes["seeds"] == 2 and sizes["samples"] == 2  # samples clipped to seeds when not given
-    assert sizes["gn_steps"] == f9.SCALES["tiny"]["gn_steps"]
-    sizes = f9.resolve_sizes(exp.resolve({"dampings": [1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0]}))
-    assert sizes["sample_dampings"] == [1e-3, 1e-1, 1.0, 100.0]  # smallest, largest, two spread between
-    sizes = f9.resolve_sizes(exp.resolve({"dampings": [3.0, 1.0]}))
-    assert sizes["sample_dampings"] == [1.0, 3.0]
+def test_scale_fills_in_only_what_is_not_given(tmp_path):
+    r = lambda **p: f9.Fig9Params.from_dict(p).resolved()
+    assert r(scale="tiny", seeds=2)["gn_steps"] == f9.SCALES["tiny"]["gn_steps"] and r(scale="tiny", seeds=2)["seeds"] == 2
     assert all(math.isfinite(v) for v in f9.SCALES["paper"]["dampings"])
+    # every scale's largest damping gets the same gradient-flow time, gn_steps / lambda = 20
+    assert {s["gn_steps"] / max(s["dampings"]) for k, s in f9.SCALES.items() if k != "tiny"} == {20.0}
+    # samples come from the scale, at most seeds
+    rec = runner.run(f9.NAME, {"scale": "tiny", "seeds": 2, "gn_steps": 3, "dampings": [1.0, 10.0]}, results_dir=tmp_path,
+                     progress=False, verbose=False)
+    assert rec["functions"].shape == (2, 2, 1000) and rec.meta["resolved"]["samples"] == 2
 
 
 class _Crash(Exception):
@@ -186,86 +197,78 @@ def test_an_interrupted_sweep_resumes_at_the_damping_it_had_reached(tiny, tmp_pa
         np.testing.assert_array_equal(rec[key], tiny[key])
 
 
-def _row(lam, mean, std, kept=30):
-    return {"damping": lam, "kept": kept, "mean": mean, "median": mean, "trimmed": mean, "std": std, "iqr": std,
-            "sem": std / math.sqrt(kept), "min": mean - std, "max": mean + 3 * std}
+def _sweep(means, spread, seeds=32, seed=0, lams=None):
+    """Test RMSE (D, S): log-normal around ``means`` with log10 spread ``spread`` per damping."""
+    rng = np.random.default_rng(seed)
+    sp = np.broadcast_to(np.asarray(spread, float), (len(means),))
+    v = np.asarray(means, float)[:, None] * 10 ** (sp[:, None] * rng.standard_normal((len(means), seeds)))
+    return (np.logspace(-6, 2, len(means)) if lams is None else np.asarray(lams)), v
 
 
-def test_claim_check_on_made_up_statistics():
-    falling = [_row(1e-4, 2.0, 1.0), _row(1e-2, 1.0, 0.5), _row(1.0, 0.5, 0.1), _row(100.0, 0.2, 0.05)]
-    c = f9.claim_check(list(reversed(falling)))  # the order of the rows does not matter
-    assert c["enough"] and c["mean_falls"] and c["spread_narrows"] and c["monotone_mean"]
-    assert c["rho_mean"] == pytest.approx(-1.0) and c["rho_std"] == pytest.approx(-1.0)
-    assert c["first_damping"] == 1e-4 and c["best_damping"] == 100.0 and c["mean_rises"] == []
-    rising = [_row(r["damping"], 3.0 - r["mean"], 1.2 - r["std"]) for r in falling]
-    c = f9.claim_check(rising)
-    assert not c["mean_falls"] and not c["spread_narrows"]
-    # a rise within two standard errors is noise, a larger one is not
-    bumpy = [_row(1e-4, 1.0, 0.3), _row(1e-2, 1.05, 0.3), _row(1.0, 0.5, 0.1), _row(100.0, 0.9, 0.1)]
-    c = f9.claim_check(bumpy)
-    assert c["mean_rises"] == [100.0] and c["mean_rises_within_noise"] == [1e-2]
-    assert c["mean_falls"] and not c["monotone_mean"]
-    # runs with fewer than two kept runs do not count; fewer than three dampings: nothing to test
-    assert f9.claim_check([_row(1.0, 1.0, 0.1), _row(2.0, 0.5, 0.1), _row(3.0, 0.1, 0.1, kept=1)]) == \
-        {"dampings": [1.0, 2.0], "enough": False}
+def _verdicts(lams, v, **kw):
+    return {x.id: x.verdict for x in f9.judge_columns(lams, v, **kw)}
 
 
-def _srow(lam, mean, std, mn, *, median=None, trimmed=None, runs=20, descending=0, stalled=0, train=1e-6, mx=None,
-          half=0.02):
-    r = {"damping": lam, "mean": mean, "median": mean if median is None else median,
-         "trimmed": mean if trimmed is None else trimmed, "std": std, "iqr": std, "min": mn,
-         "max": mean * 3 if mx is None else mx, "kept": runs, "runs": runs, "sem": std / 4,
-         "still_descending": descending, "stalled": stalled, "train_median": train}
-    for key in ("mean", "median", "trimmed", "std"):
-        r[f"{key}_lo"], r[f"{key}_hi"] = r[key] - half, r[key] + half
-    return r
+def test_fig9_claims_hold_on_a_falling_sweep_with_a_shrinking_tail():
+    lams, v = _sweep([2.0, 1.0, 0.5, 0.2, 0.1], [0.2, 0.15, 0.1, 0.05, 0.02])
+    v[0, :8] = 5.0  # a tail of high-RMSE runs at the smallest damping
+    got = _verdicts(lams, v, best_quantile=0.1, similar_factor=1.5)
+    assert got["mean.falls"] == got["median.falls"] == got["trimmed.falls"] == "holds"
+    assert got["spread.narrows"] == got["tail.shrinks"] == got["mean.steady"] == "holds"
+    assert got["best.similar"] == "does not hold"  # the best tenth at 2.0 x 10^-0.26 is not 0.1 x 10^-0.03
+    # ids are prefixed, in order
+    assert [x.id for x in f9.judge_columns(lams, v, prefix="torch.")] == [f"torch.{c}" for c in f9.CLAIM_IDS]
 
 
-def test_fig9_verdicts_hold_fail_or_cannot_resolve_on_synthetic_sweeps():
-    lams = [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]
-    falling = [_srow(l, 1.0 / (i + 1), 0.5 / (i + 1), 0.05) for i, l in enumerate(lams)]
-    v = {r["claim"]: r["verdict"] for r in f9.verdicts(falling)}
-    assert v["the mean test RMSE falls as damping grows"] == "holds"
-    assert v["the spread narrows as damping grows"] == "holds"
-    assert v["the best runs are similar at low and high damping"] == "holds"
-    rising = [_srow(l, 0.1 * (i + 1), 0.1, 0.05 * (i + 1)) for i, l in enumerate(lams)]
-    v = {r["claim"]: r["verdict"] for r in f9.verdicts(rising)}
-    assert v["the mean test RMSE falls as damping grows"] == "does not hold"
-    assert v["the best runs are similar at low and high damping"] == "does not hold"
-    wobbly = [_srow(l, m, 0.1, 0.05) for l, m in zip(lams[:4], [0.5, 0.3, 0.45, 0.4])]
-    assert f9.verdicts(wobbly)[0]["verdict"] == "cannot resolve"   # falls at the ends, rho not significant
-    # a mean driven by one outlier falls while the median rises
-    outlier = [_srow(l, m, 0.1, 0.05, median=0.3 + 0.05 * i) for i, (l, m) in
-               enumerate(zip(lams, [5.0, 4.0, 3.0, 2.0, 1.0, 0.5]))]
-    v = {r["claim"]: r["verdict"] for r in f9.verdicts(outlier)}
-    assert v["the mean test RMSE falls as damping grows"] == "holds"
-    assert v["the median test RMSE falls as damping grows"] == "does not hold"
-    # a significant rank trend whose end-to-end fall the seed spread cannot resolve: cannot resolve
-    noisy = [_srow(l, 1.0 - 0.01 * i, 0.5, 0.05, half=0.5) for i, l in enumerate(lams)]
-    v = {r["claim"]: r for r in f9.verdicts(noisy)}
-    assert v["the mean test RMSE falls as damping grows"]["verdict"] == "cannot resolve"
-    # every trend states its resolution: the adjacent-damping change the seed spread resolves
-    row = v["the mean test RMSE falls as damping grows"]
-    assert row["resolvable"] == pytest.approx(math.hypot(0.5, 0.5))
-    assert "0 of 5 resolved" in row["detail"] and "[" in row["measured"]
-    table = f9.verdicts_markdown(noisy)
-    assert "0.707 RMSE" in table
+def test_fig9_claims_fail_on_a_rising_sweep_and_a_mid_grid_rise():
+    lams, v = _sweep([0.1, 0.2, 0.5, 1.0, 2.0], 0.05)
+    got = _verdicts(lams, v)
+    assert got["mean.falls"] == got["median.falls"] == got["spread.narrows"] == "does not hold"
+    assert got["mean.steady"] == "does not hold"
+    lams, v = _sweep([2.0, 1.0, 0.2, 0.5, 0.1], 0.05)  # falls end to end, but rises in the middle
+    got = _verdicts(lams, v)
+    assert got["mean.falls"] == "holds" and got["mean.steady"] == "does not hold"
 
 
-def test_per_damping_intervals_and_resolution():
-    v = np.array([0.1, 0.2, 0.4, 0.3, 0.25, 0.35, 0.15, 0.5])
-    iv = f9.intervals(v)
-    from scipy.stats import t
-    h = t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
-    assert iv["mean_lo"] == pytest.approx(v.mean() - h) and iv["mean_hi"] == pytest.approx(v.mean() + h)
-    for key, stat in (("median", np.median(v)), ("std", v.std(ddof=1))):
-        assert iv[f"{key}_lo"] <= stat <= iv[f"{key}_hi"] and iv[f"{key}_lo"] < iv[f"{key}_hi"]
-    assert f9.intervals(v) == iv                                   # reproducible
-    assert all(math.isnan(x) for x in f9.intervals([0.3]).values())  # one run: no interval
-    rows = [_srow(l, m, 0.1, 0.05, half=h) for l, m, h in ((1.0, 1.0, 0.1), (10.0, 0.5, 0.1), (100.0, 0.45, 0.1))]
-    res = f9.resolution(rows, "mean")
-    assert res["resolved"] == 1 and res["pairs"] == 2 and res["typical"] == pytest.approx(math.hypot(0.1, 0.1))
+def test_fig9_claims_cannot_resolve_on_noise_and_the_best_runs_can_be_similar():
+    lams, v = _sweep([1.0, 0.9, 1.1, 0.95, 1.0], 0.4, seeds=6)
+    got = _verdicts(lams, v)
+    assert got["mean.falls"] == got["median.falls"] == got["spread.narrows"] == "cannot resolve"
+    assert got["tail.shrinks"] == "cannot resolve"  # the same share above 1 at both ends, give or take
+    lams, v = _sweep([1.0, 0.5, 0.45, 0.2], [0.05, 0.05, 0.3, 0.05], seeds=8)  # one noisy step: not resolved
+    assert _verdicts(lams, v)["mean.steady"] == "cannot resolve"
+    # the same distribution at both ends, many seeds: the best tenth agrees within a factor 1.5
+    lams, v = _sweep([0.3, 0.3], 0.1, seeds=400)
+    assert _verdicts(lams, v)["best.similar"] == "holds"
+
+
+def test_dropped_runs_count_against_the_best_runs():
+    lams, v = _sweep([0.3, 0.3], 0.05, seeds=40)
+    v[0, :10] = np.nan  # a quarter of the smallest damping's runs dropped: its best tenth is no longer 0.3
+    assert f9.stats(v)["best"][0] > f9.stats(v)["best"][1]
+    s = f9.stats(np.array([0.1, 0.2, np.nan, np.nan, np.nan]), best_quantile=0.5)
+    assert math.isinf(s["best"]) and s["tail"] == 0.0
+
+
+def test_fig9_statistics_and_the_paired_bootstrap():
+    v = np.array([[0.1, 0.2, 0.4, 0.3, 0.25, 0.35, 0.15, 0.5, 9.0, np.nan]])
+    s = f9.stats(v, high_rmse=1.0, best_quantile=0.1)
+    kept = v[0][~np.isnan(v[0])]
+    assert s["mean"][0] == pytest.approx(kept.mean()) and s["median"][0] == pytest.approx(np.median(kept))
+    assert s["trimmed"][0] == pytest.approx(np.sort(kept)[0:9].mean())  # 10% of 9 runs: none cut
+    assert s["std"][0] == pytest.approx(kept.std(ddof=1)) and s["tail"][0] == pytest.approx(1 / 9)
+    b = f9.bootstrap(np.vstack([v, v]), resamples=50)
+    assert b["mean"].shape == (2, 50)
+    np.testing.assert_array_equal(b["mean"][0], b["mean"][1])  # the same resampled seeds in every damping
+    np.testing.assert_array_equal(f9.bootstrap(v, resamples=50)["median"], f9.bootstrap(v, resamples=50)["median"])
     assert f9.fmt_lam(10 ** -0.5) == "0.316" and f9.fmt_lam(1e-6) == "1e-06" and f9.fmt_lam(100.0) == "100"
+
+
+def test_fig9_flags_the_same_columns_for_any_record():
+    row = dict(runs=20, still_descending=9, stalled=0, train_median=1e-6, worst=0.1, median=0.07)
+    assert f9.flags(row) == ["still descending"]
+    assert f9.flags(dict(row, still_descending=0, stalled=18, train_median=0.45)) == ["stalled"]
+    assert f9.flags(dict(row, still_descending=0, worst=40.0, median=0.4)) == ["outlier-driven"]
 
 
 def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
@@ -288,6 +291,7 @@ def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
 
     class Rec(dict):
         params = {"blowup": None, "rmse_threshold": 2.5}
+        meta = {}
 
     rec = Rec(diverged=np.array([[False, False, True]]), train_rmse_trace=traces[None],
               train_rmse=np.array([[0.5, 3.0, np.nan]]))
@@ -295,13 +299,3 @@ def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
     assert f9.diverged(rec, blowup=100.0).tolist() == [[False, True, True]]      # the same rule as fit's
     Rec.params = {"blowup": 100.0, "rmse_threshold": 2.5}
     assert f9.diverged(rec).tolist() == [[False, True, True]]
-    ev = f9.blowup_evidence(rec, multiples=(50.0, 1000.0))
-    assert [(e["rose"], e["recovered"]) for e in ev] == [(2, 1), (0, 0)]
-
-
-def test_fig9_exceptions_flag_the_same_columns_for_any_record():
-    rows = [_srow(1e-4, 2.0, 1.0, 0.1, mx=40.0), _srow(1.0, 0.4, 0.05, 0.3, stalled=18, train=0.45),
-            _srow(1e3, 0.07, 0.01, 0.06, descending=9)]
-    ex = f9.exceptions(rows)
-    assert ex == {"undertrained": [1e3], "stalled": [1.0], "outliers": [1e-4]}
-    assert [r["damping"] for r in f9.trained(rows)] == [1e-4]

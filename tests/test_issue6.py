@@ -444,3 +444,16 @@ def test_quintic_maths_checks():
     assert fit["rmse"] == pytest.approx(0.0, abs=1e-12) and fit["jump"] == pytest.approx(4.0 - 2.5)
     g = Q.phase_gaps([0, 5, 10, 15], [1.0, 0.9, 1.0, 0.8], [1.0, 1.0, 1.0, 1.0], [10])
     assert (g["grew"], g["phases"]) == (0, 2)
+    # the chapter's statements on constructed checks: hold, fail, and cannot resolve when not run
+    c = {"kconv": {"measured": 0.3679, "predicted": 0.3678, "steps": 2548.0}, "lr_lo": 0.001, "lr_hi": 0.01, "N": 20,
+         "inf_resid": 1e-7, "inf_jump": 2.0, "inf_bound": 0.63, "k1_best": 1e-4, "k10_ratio": 1.01,
+         "part": {"grew": 4, "phases": 5}, "gd_completed": True, "gd_limit": 0.004, "sharpen": 10.0,
+         "div_hi": [10, 100, 1000], "finite_large": [10, 100, 1000], "inf_hi": True}
+    v = {x.id: x.verdict for x in Q.judge_checks(c)}
+    assert set(v.values()) == {"holds"} and len(v) == 8
+    bad = dict(c, kconv={"measured": 0.5, "predicted": 0.3678, "steps": 100.0}, inf_resid=0.1, inf_bound=1e-4,
+               k10_ratio=1.2, part={"grew": 1, "phases": 5}, gd_limit=0.05, div_hi=[10], inf_hi=False)
+    assert set(x.verdict for x in Q.judge_checks(bad)) == {"does not hold"}
+    none = {k: c[k] for k in ("kconv", "lr_lo", "lr_hi", "N")} | {"div_hi": [], "finite_large": [], "inf_hi": None}
+    v = {x.id: x.verdict for x in Q.judge_checks(none)}
+    assert v.pop("kconv.agrees") == "holds" and set(v.values()) == {"cannot resolve"}

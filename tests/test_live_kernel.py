@@ -23,7 +23,7 @@ def _live_cell_source():
     """The code of the chapter's live-demo cell, with the chapter's own call."""
     text = (ROOT / "book" / "iterative_linearisation.md").read_text()
     cells = re.findall(r"```\{code-cell\} ipython3\n(.*?)```", text, flags=re.S)
-    (cell,) = [c for c in cells if "quintic_demo.live_demo(" in c]
+    (cell,) = [c for c in cells if "quintic_live_demo(" in c]
     return "\n".join(ln for ln in cell.splitlines() if not ln.startswith(":tags:"))
 
 
@@ -47,7 +47,7 @@ def test_moving_a_slider_in_a_kernel_trains_and_pushes_a_new_image(tmp_path):
     try:
         setup = ("import os; os.environ['ITLIN_RESULTS'] = %r\n"
                  "import itlin.book\nitlin.book.setup()\n"
-                 "from itlin.book.experiments import quintic_demo\n"
+                 "from itlin.book.figures import main as figures\n"
                  "live_steps, scale, seed = 50, 'tiny', 0\n") % str(tmp_path / "results")
         src = setup + _live_cell_source()
         msg_id = kc.execute(src)

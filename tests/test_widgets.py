@@ -21,7 +21,8 @@ import pytest  # noqa: E402
 
 from itlin import models  # noqa: E402
 from itlin.book import derivations, diagrams, runner, widgets  # noqa: E402
-from itlin.book.experiments import quintic_demo  # noqa: E402
+from itlin.book.experiments.main import quintic_demo  # noqa: E402
+from itlin.book.figures import main as figures  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ static demo
@@ -227,14 +228,14 @@ def results_dir(tmp_path, monkeypatch):
 
 
 def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(results_dir):
-    params = {"scale": "tiny", "Ks": [1, "inf"], "learning_rates": [0.01], "steps": 40, "evals": 4}
+    params = {"scale": "tiny", "Ks": [1, "inf"], "learning_rates": [0.01], "steps": 40, "evals": 4, "kconv_lr": 0.05}
     rec = runner.run("quintic_demo", params, verbose=False)
     assert rec.completed and set(rec.runs) == {"K=1,lr=0.01", "K=inf,lr=0.01"}
     again = runner.run("quintic_demo", params, verbose=False)
     assert again.loaded
     Ks, lrs = quintic_demo.grid(rec)
     assert Ks == [1, math.inf] and lrs == [0.01]
-    frames, captions, runs = quintic_demo.frames(rec, dpi=30)
+    frames, captions, runs = figures.quintic_frames(rec, dpi=30)
     assert set(frames) == {(1, 0.01), (math.inf, 0.01)}
     assert all(f.startswith(b"\x89PNG") for f in frames.values())
     gd, lin = runs[(1, 0.01)], runs[(math.inf, 0.01)]
@@ -251,15 +252,20 @@ def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(r
     assert "40 feature updates" in captions[(1, 0.01)] and "K = ∞" in captions[(math.inf, 0.01)]
     html = widgets.static_demo(frames, {"K": Ks, "learning rate": lrs}, captions=captions, html_only=True)
     assert html.count("<img data-key=") == 2
+    # the summary has a row per setting; the claims that need settings not run cannot resolve
+    assert [r["K"] for r in quintic_demo.summary(rec)] == ["1", "∞"]
+    v = {c.id: c.verdict for c in quintic_demo.claims(rec)}
+    assert v["small_k.like_gd"] == v["large_k.phases_part"] == v["large_k.diverges"] == "cannot resolve"
+    assert v["kconv.agrees"] == v["inf.two_lines"] == v["inf.stable"] == "holds"
 
 
 def test_quintic_demo_parameters_follow_the_scale_and_are_validated():
     from itlin.book.experiments import ParameterError, get
 
     exp = get("quintic_demo")
-    p = quintic_demo.resolve(exp.resolve({"scale": "tiny"}))
+    p = quintic_demo.QuinticParams.from_dict({"scale": "tiny"}).resolved()
     assert p["Ks"] == quintic_demo.SCALES["tiny"]["Ks"] and p["steps"] == 300
-    p = quintic_demo.resolve(exp.resolve({"Ks": "[1, 10, inf]"}))
+    p = quintic_demo.QuinticParams.from_dict({"Ks": "[1, 10, inf]"}).resolved()
     assert p["Ks"] == [1, 10, math.inf] and p["learning_rates"] == quintic_demo.SCALES["default"]["learning_rates"]
     with pytest.raises(ParameterError):
         exp.resolve({"Ks": [0]})
@@ -269,10 +275,10 @@ def test_quintic_demo_parameters_follow_the_scale_and_are_validated():
 
 
 def test_quintic_demo_live_version_trains_through_itlin():
-    box = quintic_demo.live_demo(steps=10, Ks=[1, math.inf], learning_rates=[0.01], initial=(1, 0.01))
+    box = figures.quintic_live_demo(steps=10, Ks=[1, math.inf], learning_rates=[0.01], initial=(1, 0.01))
     (run,) = box.results.values()
     assert isinstance(run, quintic_demo.DemoRun) and run.steps == 10 and run.feature_updates == 10
-    fig = quintic_demo.plot_setting(run)
+    fig = figures.quintic_setting(run)
     assert len(fig.axes) == 2
     # the static demo's frames are this figure: legible at the column width like every other
     from itlin.book.plotting import MIN_TEXT_PX, smallest_text
