@@ -6,12 +6,15 @@ each run's feature updates; ticks along the bottom of an axis mark a run's relin
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 
 from ..experiments.main import _rows as R
 from ..experiments.main import fig2_k_sweep as _fig2
+from ..experiments.main import fig8_adam as _fig8
 from ..labels import K_label, legend_label
-from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band
+from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band, shared_legend, update_axis
 
 
 def fig2(rec):
@@ -73,4 +76,64 @@ def fig2(rec):
     return fig
 
 
-__all__ = ["fig2"]
+def fig3(rec):
+    """Main paper Fig. 3. Left: test accuracy, right: train accuracy (un-augmented examples): K=1
+    (the network, black) and for every other K the model being trained (solid) and the network
+    at its weights (dashed). The top axis counts the largest finite K's feature updates."""
+    rows = R.rows_of(rec)
+    Ks = sorted({r["K"] for r in rows})
+    col = colours(Ks)
+    finite = [K for K in Ks if math.isfinite(K) and K != 1.0]
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9))
+    for ax, split in zip(axes, ("test", "train")):
+        for K in Ks:
+            g = R.select(rows, K=K)
+            hs = [rec.history(r["tag"]) for r in g]
+            if K == 1.0:
+                seed_band(ax, hs, f"{split}/accuracy", color="black",
+                          label=legend_label(1, g[0]["updates"], f" network, {len(hs)} seeds"))
+                continue
+            seed_band(ax, hs, f"{split}/accuracy_lin", color=col[K], label=legend_label(K, g[0]["updates"],
+                                                                                          " trained model"))
+            if math.isfinite(K):
+                seed_band(ax, hs, f"{split}/accuracy", color=col[K], lw=1.1, linestyle="--", alpha=0.0,
+                          label=f"{K_label(K)} network")
+                relin_marks(ax, hs[0], color=col[K])
+        if finite:
+            relin = rec.history(R.select(rows, K=finite[-1])[0]["tag"]).relin_steps
+            update_axis(ax, relin, label=f"feature updates, {K_label(finite[-1])}", max_ticks=6)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{split} accuracy" + (" (un-augmented)" if split == "train" else ""))
+    shared_legend(fig, axes[0])
+    return fig
+
+
+def fig8(rec):
+    """Main paper Fig. 8. Test (left) and train (right) accuracy of K=1 SGD, K=1 Adam, and of the
+    Adam-solved run's linearised model (solid) and network (dashed); dotted verticals and the top
+    axis mark the Adam-solved run's feature updates."""
+    rows = _fig8.rows(rec)
+    solved = _fig8.solved_tag(rec.meta["resolved"]["K"])
+    hist = lambda t: [rec.history(r["tag"]) for r in R.select(rows, setting=t)]
+    updates = lambda t: R.select(rows, setting=t)[0]["updates"]
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9), sharey=True)
+    for ax, split in zip(axes, ("test", "train")):
+        seed_band(ax, hist("SGD K=1"), f"{split}/accuracy", color="black",
+                  label=f"SGD {legend_label(1, updates('SGD K=1'))}")
+        seed_band(ax, hist("Adam K=1"), f"{split}/accuracy", color="tab:blue",
+                  label=f"Adam {legend_label(1, updates('Adam K=1'))}")
+        seed_band(ax, hist(solved), f"{split}/accuracy_lin", color="tab:red",
+                  label=f"Adam solved, linearised ({legend_label(rec.meta['resolved']['K'], updates(solved))})")
+        seed_band(ax, hist(solved), f"{split}/accuracy", color="tab:red", lw=1.1, linestyle="--", alpha=0.0,
+                  label="Adam solved, network")
+        relin = hist(solved)[0].relin_steps
+        for s in relin:
+            ax.axvline(s, color="tab:red", lw=0.6, linestyle=":", alpha=0.6)
+        update_axis(ax, relin, label="feature updates, Adam-solved", max_ticks=6)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{split} accuracy")
+    shared_legend(fig, axes[0])
+    return fig
+
+
+__all__ = ["fig2", "fig3", "fig8"]
