@@ -27,11 +27,11 @@ NAME = "fig3_augmentation"
 SCALES = {
     "tiny": {"n_train": 256, "n_test": 200, "n_eval_train": 256, "channels": 4, "Ks": [1, 20],
              "steps": 60, "eval_every": 5, "learning_rate": 1e-2, "momentum": 0.9, "seeds": 2},
-    # five seeds within the CPU budget: K=1 and one large K, 4000 steps (three feature updates at
-    # K=1000). K=inf adds about 65 s: Ks=[1, 1000, "inf"]. Verdicts on 15,000 generated test signals.
-    "default": {"n_train": 4000, "n_test": 1000, "n_eval_train": 1000, "channels": 16,
-                "Ks": [1, 1000], "steps": 4000, "eval_every": 200, "learning_rate": 3e-3,
-                "momentum": 0.9, "seeds": 5, "n_test_final": 15_000},
+    # chosen on training accuracy (selection seeds 100-102): three feature updates within the CPU budget and
+    # the large K fitting its training signals (large.fits). K=inf adds a minute: Ks=[1, 600, "inf"].
+    "default": {"n_train": 500, "n_test": 1000, "n_eval_train": 500, "channels": 16, "Ks": [1, 600],
+                "steps": 2400, "eval_every": 200, "learning_rate": 3e-2, "momentum": 0.9, "seeds": 5,
+                "n_test_final": 15_000},
     # The paper: lr 1e-5, K=5e6, batch 256, 50 channels (Fig. 3 text and Appendix C); no step
     # count stated: ten phases (nine feature updates, within the paper's "8-12").
     "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50,
@@ -74,6 +74,8 @@ class Fig3Params(S.SparseParams):
     pad: int = param(4, "images: zero padding before the random crop", min=0)
     flip: bool = param(True, "images: random horizontal flips")
     max_shift: int = param(4, "MNIST-1D: largest random circular shift", min=0)
+    blowup: float = param(1e4, "diverged: training loss above this multiple of the first (or not finite); above the "
+                               "usual 100, since the loss jumps to the network's at each relinearisation", gt=1)
 
     def check(self):
         S.check_periods(self.resolved(), "the SGD baseline")
