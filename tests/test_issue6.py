@@ -101,7 +101,7 @@ def test_fig3_tiny_run_records_network_and_linearised_accuracy(tiny):
     assert "| K | 1, 20 | 1, 5e6 | Section 4.1" in settings and "| feature updates (largest finite K) | 2 | 9 |" in settings
     assert "| augmentation | random circular shifts by up to 4 positions" in settings
     fig = figures.fig3(rec)
-    assert len(fig.axes) == 4 and all(ax.lines for ax in fig.axes[:2])  # two panels, each with its top axis
+    assert len(fig.axes) == 2 and all(ax.lines and ax.child_axes for ax in fig.axes)  # two panels, each with its top axis
     matplotlib.pyplot.close(fig)
 
 
@@ -127,7 +127,7 @@ def test_fig8_tiny_run_has_three_runs_phases_and_claims(tiny):
     assert verdicts["adam.not_cause"].margin == -0.02
     assert "| K of the Adam-solved run | 20 | 2e5 | Fig. 8 caption" in render.settings(rec)
     fig = figures.fig8(rec)
-    assert len(fig.axes) == 4 and all(ax.lines for ax in fig.axes[:2])
+    assert len(fig.axes) == 2 and all(ax.lines and ax.child_axes for ax in fig.axes)
     matplotlib.pyplot.close(fig)
 
 
@@ -329,7 +329,8 @@ def test_fashion_mnist_runs_with_the_2d_lenet(tmp_path, monkeypatch):
                      results_dir=tmp_path / "results", progress=False, verbose=False)
     assert rec.completed and rec.params["dataset"] == "fashion_mnist"
     assert rec.meta["model"] == "lenet" and rec.meta["input_shape"] == [28, 28, 1]
-    assert "random crops" in rec.meta["resolved"]["augmentation"]
+    assert "random crops" in fig3.augmentation(rec.meta["resolved"])
+    assert "| augmentation | random crops (zero padding 4) and random horizontal flips |" in render.settings(rec)
     assert rec.runs["K=5 seed=0"]["feature_updates"] == 1
 
 
