@@ -55,7 +55,7 @@ def test_one_set_of_infinity_spellings_for_periods_lists_and_records():
     from typing import Optional
 
     from itlin.book.experiments import ParameterError, Params, Period, param
-    from itlin.book.experiments.main._sparse import as_K
+    from itlin.book.experiments.main._rows import as_K
     from itlin.core.schedules import INF_WORDS
 
     @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,9 @@ from ..experiments.main import feature_learning as _fl
 from ..experiments.main import fig2_k_sweep as _fig2
 from ..experiments.main import fig4_resnet as _fig4
 from ..experiments.main import fig5_data_scaling as _fig5
+from ..experiments.main import fig8_adam as _fig8
 from ..labels import K_label, legend_label
-from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band
-from ..plotting import shared_legend
+from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band, shared_legend, update_axis
 from ..verdicts import seed_interval
 
 
@@ -79,6 +79,70 @@ def fig2(rec):
     axes[2].set_ylabel("test accuracy")
     fig.tight_layout()
     return fig
+
+
+# --- Figs 3 and 8 (main paper Fig. 3: augmentation; Fig. 8: Adam-solved linearisations)
+
+
+def fig3(rec):
+    """Main paper Fig. 3. Left: test accuracy, right: train accuracy (un-augmented examples): K=1
+    (the network, black) and for every other K the model being trained (solid) and the network
+    at its weights (dashed). The top axis counts the largest finite K's feature updates."""
+    rows = R.rows_of(rec)
+    Ks = sorted({r["K"] for r in rows})
+    col = colours(Ks)
+    finite = [K for K in Ks if math.isfinite(K) and K != 1.0]
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9))
+    for ax, split in zip(axes, ("test", "train")):
+        for K in Ks:
+            g = R.select(rows, K=K)
+            hs = [rec.history(r["tag"]) for r in g]
+            if K == 1.0:
+                seed_band(ax, hs, f"{split}/accuracy", color="black",
+                          label=legend_label(1, g[0]["updates"], f" network, {len(hs)} seeds"))
+                continue
+            seed_band(ax, hs, f"{split}/accuracy_lin", color=col[K], label=legend_label(K, g[0]["updates"],
+                                                                                          " trained model"))
+            if math.isfinite(K):
+                seed_band(ax, hs, f"{split}/accuracy", color=col[K], lw=1.1, linestyle="--", alpha=0.0,
+                          label=f"{K_label(K)} network")
+                relin_marks(ax, hs[0], color=col[K])
+        if finite:
+            relin = rec.history(R.select(rows, K=finite[-1])[0]["tag"]).relin_steps
+            update_axis(ax, relin, label=f"feature updates, {K_label(finite[-1])}", max_ticks=6)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{split} accuracy" + (" (un-augmented)" if split == "train" else ""))
+    shared_legend(fig, axes[0])
+    return fig
+
+
+def fig8(rec):
+    """Main paper Fig. 8. Test (left) and train (right) accuracy of K=1 SGD, K=1 Adam, and of the
+    Adam-solved run's linearised model (solid) and network (dashed); dotted verticals and the top
+    axis mark the Adam-solved run's feature updates."""
+    rows = _fig8.rows(rec)
+    solved = _fig8.solved_tag(rec.meta["resolved"]["K"])
+    hist = lambda t: [rec.history(r["tag"]) for r in R.select(rows, setting=t)]
+    updates = lambda t: R.select(rows, setting=t)[0]["updates"]
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9), sharey=True)
+    for ax, split in zip(axes, ("test", "train")):
+        seed_band(ax, hist("SGD K=1"), f"{split}/accuracy", color="black",
+                  label=f"SGD {legend_label(1, updates('SGD K=1'))}")
+        seed_band(ax, hist("Adam K=1"), f"{split}/accuracy", color="tab:blue",
+                  label=f"Adam {legend_label(1, updates('Adam K=1'))}")
+        seed_band(ax, hist(solved), f"{split}/accuracy_lin", color="tab:red",
+                  label=f"Adam solved, linearised ({legend_label(rec.meta['resolved']['K'], updates(solved))})")
+        seed_band(ax, hist(solved), f"{split}/accuracy", color="tab:red", lw=1.1, linestyle="--", alpha=0.0,
+                  label="Adam solved, network")
+        relin = hist(solved)[0].relin_steps
+        for s in relin:
+            ax.axvline(s, color="tab:red", lw=0.6, linestyle=":", alpha=0.6)
+        update_axis(ax, relin, label="feature updates, Adam-solved", max_ticks=6)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{split} accuracy")
+    shared_legend(fig, axes[0])
+    return fig
+
 
 
 # --- Figs 4-7 (main paper Figs. 4-7: ResNet-18 and batch norm, data scaling, probes, filters, the kernel)
@@ -648,4 +712,4 @@ def adaptive_stability(rec):
     return fig
 
 
-__all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig9", "fig9_compare", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_frames", "quintic_live_demo", "quintic_loss_limits", "quintic_setting"]
+__all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_frames", "quintic_live_demo", "quintic_loss_limits", "quintic_setting"]

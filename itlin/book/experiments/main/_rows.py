@@ -121,10 +121,41 @@ def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, headline=headline, dropped=dropped)
 
 
+def pool_seeds(records: Sequence):
+    """One record of several recorded one seed each (runs made before seeds were a parameter):
+    each training run renamed ``"<tag> seed=<s>"`` (its ``setting`` and ``seed`` recorded, as
+    :func:`~._setup.fit_seeds` does), ``seeds`` in the resolved parameters, the wall time summed;
+    the first record's provenance otherwise. Generic renderers then show them as one run."""
+    from ...runner import FITS_KEY, Record
+
+    first = records[0]
+    arrays, paths, runs, meta_runs = {}, [], {}, {}
+    for rec in records:
+        s = int(rec.params.get("seed", 0))
+        names = {tag: f"{tag} seed={s}" for tag in rec.runs}
+        for tag, new in names.items():
+            runs[new] = rec.runs[tag]
+            meta_runs[new] = {**rec.meta["runs"][tag], "seed": s, "setting": tag}
+        for p in rec.paths:
+            q = [p[0], names.get(p[1], p[1]), *p[2:]] if len(p) > 1 and p[0] == FITS_KEY else list(p)
+            arrays["/".join(q)] = rec.arrays["/".join(p)]
+            paths.append(q)
+    meta = {**first.meta, "runs": meta_runs, "resolved": {**first.meta["resolved"], "seeds": len(records)}}
+    info = {**first.info, "runs": runs, "meta": meta, "wall_seconds": sum(r.info["wall_seconds"] for r in records)}
+    status = "completed" if all(r.completed for r in records) else "; ".join(r.status for r in records)
+    return Record(first.experiment, dict(first.params), status, first.path.parent, arrays, paths, info, loaded=True)
+
+
+def seeds_cell(rows: Sequence[Mapping]) -> str:
+    """``"4 of 5 completed"``: how many of a setting's runs (one per seed) completed."""
+    return f"{sum(r['status'] == 'completed' for r in rows)} of {len(rows)} completed"
+
+
 def mean_cell(rows: Sequence[Mapping], key: str) -> str:
     """The mean of ``key`` over the completed rows with its interval over seeds (``n/a`` if none)."""
     done = [r[key] for r in rows if r["status"] == "completed"]
     return V.fmt_mean(done) if done else "n/a"
 
 
-__all__ = ["as_K", "final", "gap_verdict", "late_gain", "mean_cell", "rows_of", "run_summary", "select"]
+__all__ = ["as_K", "final", "gap_verdict", "late_gain", "mean_cell", "pool_seeds", "rows_of", "run_summary",
+           "seeds_cell", "select"]
