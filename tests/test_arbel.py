@@ -501,12 +501,15 @@ def test_mnist_claims_need_the_effect_the_paper_implies():
 def test_gd_onset_and_the_divergence_count():
     lr = np.array([1.0, 10.0, 100.0, 1000.0])
     div = np.array([[False] * 5, [False] * 5, [True] * 5, [True] * 5])
-    assert EM.gd_onset(lr, div) == (10.0, 100.0)
+    assert EM.gd_onset(lr, div) == "onset in (10, 100]"
     mixed = div.copy()
     mixed[2, 0] = False
-    assert EM.gd_onset(lr, mixed) == (10.0, 1000.0)
-    assert EM.gd_onset(lr, np.ones((4, 5), bool)) == (None, 1.0)
-    assert EM.gd_onset(lr, np.zeros((4, 5), bool)) == (1000.0, None)
+    assert EM.gd_onset(lr, mixed) == "onset in (10, 1e3]"
+    assert EM.gd_onset(lr, np.ones((4, 5), bool)) == "every run diverged from λ = 1"
+    assert EM.gd_onset(lr, np.zeros((4, 5), bool)) == "no run diverged up to λ = 1e3"
+    odd = np.zeros((4, 5), bool)
+    odd[0, 0] = True                                      # one seed diverges at the smallest step only
+    assert EM.gd_onset(lr, odd).startswith("no clean onset")
     s = _mnist()
     s["lr"]["gd"], s["diverged"]["gd"] = lr, div
     row = {v.id: v for v in EM.judge_arrays(s)}["mnist.gd_diverges"]

@@ -17,8 +17,8 @@ from ..plotting import COLUMN_WIDTH
 from ..verdicts import seed_interval
 
 COLOURS = {"gn": "#b2182b", "gd": "#2166ac", "rf": "0.35"}
-METRIC_LABELS = {"wcd": "WCD (Eq. 9)", "wcd_code": "WCD (their code)", "train": "training loss", "val": "validation loss",
-                 "test": "test loss", "lrfit": "Test-LRfit", "sigma_min": r"$\sigma_{\min}(JJ^\top)$",
+METRIC_LABELS = {"wcd": "WCD (Eq. 9)", "wcd_code": "WCD (their code)", "train": "training loss",
+                 "val": "validation loss", "test": "test loss", "lrfit": "Test-LRfit", "sigma_min": r"$\sigma_{\min}(JJ^\top)$",
                  "sigma_rel": r"$\sigma_{\min}(JJ^\top)$ / mean eigenvalue"}
 
 

@@ -1,32 +1,18 @@
 """What Arbel et al.'s experiments share: their parameters, data, engine and verdict helpers.
 
-Arbel, Menegaux & Wolinski (NeurIPS 2023), Section 5 and Appendix C, as their code runs it
-(``/work/shared/papers/README.md`` lists its conventions):
-
-* **Student** (their Eq. 2 with a hidden bias): ``f(x) = (1/M) sum_i v_i gamma(u_i^T x + b_i)``,
-  hidden weights and biases ``N(0, tau0^2)``, readout ``v = 0``. Inputs get a constant 1
-  appended, so ``(u_i, b_i)`` is one row of :func:`itlin.models.mean_field`'s ``u``.
-* **Loss** ``0.5 mean_n (f(x_n) - y_n)^2`` (for ``C`` outputs also averaged over outputs).
-* **GN**: ``theta <- theta - lr J^T (J J^T + eps I)^{-1} (f - y)/N``, ``eps = max(alpha
-  sigma_min(J J^T), eps0)`` (:func:`itlin.gauss_newton_direction`, ``hessian="identity"``,
-  :class:`itlin.ArbelDamping`), in float64. **GD**: ``theta <- theta - lr grad L`` (float32).
-* **Stop** at ``stop_rtol`` (1e-8) times the initial training loss (their code), at a
-  non-finite or blown-up loss (diverged: the parameters before the bad step are kept), or at
-  the step budget.
-* **RF**: the readout fitted by minimum-norm least squares on the features at initialisation;
-  **Test-LRfit** (their Eq. 8): the same fit on the trained hidden layer; **WCD**: their Eq. 9
-  (``wcd``) and their code's variant (``wcd_code``).
-* **Validation.** Where the paper picks a step size by test loss, we pick it by the loss on
-  ``n_val`` further points of the same teacher (``val``) and judge on the test set.
-
-**Units.** Step sizes and ``eps0`` are quoted in the paper's units (``M_ref = 5000``,
-``N_ref = 500``) and converted so that a smaller run takes the same step: GN
-``lr * N / N_ref`` (the same fraction ``lr / N_ref`` of a full Gauss-Newton step), GD
-``lr * M / M_ref`` (the same move per hidden unit), ``eps0 * (N / N_ref) (M_ref / M)`` (the same
-place in the spectrum of ``J J^T``); ``/ C`` for ``C`` averaged outputs. The identity at their sizes.
-
-A sweep is one compiled program per method and shape, mapped over configurations (seed,
-``tau0``, step, floor): a ``lax.scan`` over log-spaced checkpoints of ``lax.while_loop`` steps.
+Their Section 5 as their code runs it (``/work/shared/papers/README.md``): the student ``f(x) =
+(1/M) sum_i v_i gamma(u_i^T x + b_i)`` (inputs get a constant 1 appended, so ``(u_i, b_i)`` is a
+row of :func:`itlin.models.mean_field`'s ``u``), hidden layer ``N(0, tau0^2)``, readout 0; loss
+``0.5 mean (f - y)^2``; GN ``theta <- theta - lr J^T (J J^T + eps I)^{-1} (f - y)/N``, ``eps =
+max(alpha sigma_min, eps0)``, float64 (:func:`itlin.gauss_newton_direction`,
+:class:`itlin.ArbelDamping`); GD in float32; stop at ``stop_rtol`` of the initial training loss,
+at a non-finite or blown-up loss (diverged: the parameters before the bad step are kept), or at
+the budget. RF and Test-LRfit (Eq. 8) fit the readout by minimum-norm least squares on the
+initial and on the trained features; WCD is Eq. 9 or their code's variant. Step sizes are chosen
+on ``n_val`` further points of the same teacher and judged on the test set. Step sizes and
+``eps0`` are in the paper's units (``M = 5000``, ``N = 500``), converted so that a smaller run
+takes the same step: GN ``lr N / 500`` (the same fraction of a full GN step), GD ``lr M / 5000``
+(the same move per unit), ``eps0 (N / 500)(5000 / M)``; ``/ C`` for ``C`` averaged outputs.
 """
 
 from __future__ import annotations
@@ -52,34 +38,35 @@ LABELS = {"gn": "GN", "gd": "GD", "rf": "RF"}
 
 
 # ------------------------------------------------------------------------------ parameters
+def _p(default, doc, label=None, source="", **kw):  # a parameter, its settings-table label and source
+    return param(default, doc, label=label, source=source, **kw)
+
+
 @dataclass(frozen=True)
 class ArbelParams(Params):
-    """The parameters every Arbel experiment takes: sizes, seeds, the student, GN's damping,
-    the stopping rule and the margin of the claims."""
+    """What every Arbel experiment takes: sizes, seeds, the student, GN's damping, the stopping
+    rule and the margin of the claims."""
 
-    seeds: Optional[int] = param(None, "independent runs (teacher, data and student all change); None: from scale",
-                                 min=1, label="seeds", source="one in their Figs. 1-2, five in App. C.1")
-    width: Optional[int] = param(None, "hidden units M of the student", min=1, label="student width M",
-                                 source="Section 5.1")
-    n_train: Optional[int] = param(None, "training points N", min=1, label="training points N", source="Section 5.1")
-    n_test: Optional[int] = param(None, "test points (the verdicts)", min=1, label="test points", source="Section 5.1")
-    n_val: int = param(1000, "validation points of the same teacher: step sizes are chosen on them", min=1,
-                       label="validation points (step-size choice)",
-                       paper="none", source="ours: the paper chooses by test loss")
-    tau0: float = param(1e-3, "std of the student's hidden weights and biases at initialisation", gt=0,
-                        label="τ0 (std of the hidden layer at init)", source="Fig. 1 right")
-    activation: Literal["relu", "silu"] = param("relu", "the teacher's and the student's non-linearity",
-                                                label="non-linearity", source="Section 5.1")
-    beta: float = param(1.0, "SiLU temperature: x * sigmoid(beta x)", gt=0)
-    alpha: float = param(1.0, "damping factor: eps = max(alpha sigma_min(J J^T), eps0)", min=0)
-    eps0: float = param(1e-7, "damping floor, the paper's units", min=0, label="damping floor ε0 (their units)",
-                        source="Section 5.2")
-    stop_rtol: float = param(1e-8, "stop when the training loss is below this times its initial value", min=0, lt=1,
-                             label="stop at this fraction of the initial training loss",
-                             source="their code (the paper: absolute 1e-7)")
-    checkpoints: Optional[int] = param(None, "log-spaced checkpoints where every metric is recorded", min=2)
-    effect: float = param(0.1, "decades: two losses within this 'match', a claimed difference must exceed it", gt=0,
-                          label="margin of the claims (decades of loss)", source="ours: ×1.26")
+    seeds: Optional[int] = _p(None, "independent runs (teacher, data and student change); None: from scale", "seeds",
+                              "one in their Figs. 1-2, five in App. C.1", min=1)
+    width: Optional[int] = _p(None, "hidden units M of the student", "student width M", "Section 5.1", min=1)
+    n_train: Optional[int] = _p(None, "training points N", "training points N", "Section 5.1", min=1)
+    n_test: Optional[int] = _p(None, "test points (the verdicts)", "test points", "Section 5.1", min=1)
+    n_val: int = _p(1000, "validation points of the same teacher: step sizes are chosen on them",
+                    "validation points (step-size choice)", "ours: the paper chooses by test loss", paper="none", min=1)
+    tau0: float = _p(1e-3, "std of the student's hidden weights and biases at initialisation",
+                     "τ0 (std of the hidden layer at init)", "Fig. 1 right", gt=0)
+    activation: Literal["relu", "silu"] = _p("relu", "the teacher's and the student's non-linearity", "non-linearity",
+                                             "Section 5.1")
+    beta: float = _p(1.0, "SiLU temperature: x * sigmoid(beta x)", gt=0)
+    alpha: float = _p(1.0, "damping factor: eps = max(alpha sigma_min(J J^T), eps0)", min=0)
+    eps0: float = _p(1e-7, "damping floor, the paper's units", "damping floor ε0 (their units)", "Section 5.2", min=0)
+    stop_rtol: float = _p(1e-8, "stop when the training loss is below this times its initial value",
+                          "stop at this fraction of the initial training loss", "their code (the paper: absolute 1e-7)",
+                          min=0, lt=1)
+    checkpoints: Optional[int] = _p(None, "log-spaced checkpoints where every metric is recorded", min=2)
+    effect: float = _p(0.1, "decades: two losses within this 'match', a claimed difference must exceed it",
+                       "margin of the claims (decades of loss)", "ours: ×1.26", gt=0)
 
     def check(self):
         r = self.resolved()
@@ -92,22 +79,26 @@ class ArbelParams(Params):
             if v is not None and (len(v) < 2 or any(b <= a for a, b in zip(v, v[1:]))):
                 raise ValueError(f"{name} must be at least two increasing values, got {v}")
         for name in ("gn_lrs", "gd_lrs"):
-            v = r.get(name)
-            if v is not None and len(set(v)) != len(v):
-                raise ValueError(f"{name} has repeated values: {v}")
+            if r.get(name) is not None and len(set(r[name])) != len(r[name]):
+                raise ValueError(f"{name} has repeated values: {r[name]}")
+        for what in ("small_lr", "large_lr"):  # the claims' two steps must be in GN's grid
+            if what in r and not any(math.isclose(r[what], v, rel_tol=1e-9) for v in r["gn_lrs"]):
+                raise ValueError(f"{what} = {r[what]:g} is not among gn_lrs {r['gn_lrs']}")
+        if r.get("small_lr", 0) >= r.get("large_lr", math.inf):
+            raise ValueError(f"small_lr = {r['small_lr']:g} must be smaller than large_lr = {r['large_lr']:g}")
 
 
 @dataclass(frozen=True)
 class SweepParams(ArbelParams):
     """:class:`ArbelParams` with a grid of step sizes and a step budget per method."""
 
-    gn_lrs: Optional[tuple[float, ...]] = param(None, "GN step sizes, the paper's units", gt=0,
-                                                label="GN step sizes (their units)", source="Fig. 1")
-    gd_lrs: Optional[tuple[float, ...]] = param(None, "GD step sizes, the paper's units", gt=0,
-                                                label="GD step sizes (their units)", source="Fig. 1")
-    gn_steps: Optional[int] = param(None, "most GN steps per run", min=1, label="GN step budget", source="Section 5.2")
-    gd_steps: Optional[int] = param(None, "most GD steps per run", min=1, label="GD step budget", source="Section 5.2")
-    gd_dtype: Literal["float32", "float64"] = param("float32", "GD's precision (GN is always float64)")
+    gn_lrs: Optional[tuple[float, ...]] = _p(None, "GN step sizes, the paper's units", "GN step sizes (their units)",
+                                             "Fig. 1", gt=0)
+    gd_lrs: Optional[tuple[float, ...]] = _p(None, "GD step sizes, the paper's units", "GD step sizes (their units)",
+                                             "Fig. 1", gt=0)
+    gn_steps: Optional[int] = _p(None, "most GN steps per run", "GN step budget", "Section 5.2", min=1)
+    gd_steps: Optional[int] = _p(None, "most GD steps per run", "GD step budget", "Section 5.2", min=1)
+    gd_dtype: Literal["float32", "float64"] = _p("float32", "GD's precision (GN is always float64)")
 
 
 def from_dict(cls, p: dict) -> dict:
@@ -116,8 +107,8 @@ def from_dict(cls, p: dict) -> dict:
 
 
 def variant(r: dict, default: str = "relu") -> tuple:
-    """``(id prefix, claim prefix)`` of a run whose activation is not its experiment's default,
-    e.g. ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter."""
+    """``(id prefix, claim prefix)`` of a run whose activation is not the default, e.g.
+    ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter."""
     if r["activation"] == default:
         return "", ""
     if r["activation"] == "silu":
@@ -143,8 +134,7 @@ def eps0_ours(eps0, *, width: int, n_train: int, ref_width: int = REF_WIDTH, ref
 
 def checkpoints(steps: int, points: int) -> np.ndarray:
     """``0`` and about ``points`` log-spaced step counts up to ``steps`` (both ends included)."""
-    ends = np.unique(np.round(np.geomspace(1, steps, max(points, 2))).astype(np.int64))
-    return np.concatenate([[0], ends])
+    return np.concatenate([[0], np.unique(np.round(np.geomspace(1, steps, max(points, 2))).astype(np.int64))])
 
 
 def with_bias(x) -> np.ndarray:
@@ -164,8 +154,7 @@ def teacher_data(seeds: int, seed: int, *, n_train: int, n_test: int, n_val: int
 
     sets = [data.arbel_teacher_student(n_train=n_train, n_test=n_test + n_val, seed=seed + s, activation=activation,
                                        beta=beta) for s in range(seeds)]
-    xt = np.stack([with_bias(d.x_test) for d in sets])
-    yt = np.stack([np.asarray(d.y_test, np.float64) for d in sets])
+    xt, yt = np.stack([with_bias(d.x_test) for d in sets]), np.stack([np.asarray(d.y_test, np.float64) for d in sets])
     return {"x": np.stack([with_bias(d.x_train) for d in sets]),
             "y": np.stack([np.asarray(d.y_train, np.float64) for d in sets]),
             "xt": xt[:, :n_test], "yt": yt[:, :n_test], "xv": xt[:, n_test:], "yv": yt[:, n_test:],
@@ -173,19 +162,16 @@ def teacher_data(seeds: int, seed: int, *, n_train: int, n_test: int, n_val: int
 
 
 def hidden_directions(seeds: int, seed: int, width: int, dim: int) -> np.ndarray:
-    """``z`` ``(S, M, dim)`` standard normal, one draw per seed; the student's hidden layer at
-    initialisation is ``tau0 * z`` (so every ``tau0`` of one seed shares the directions)."""
+    """``z`` ``(S, M, dim)`` standard normal per seed: the hidden layer at init is ``tau0 * z``."""
     import jax
 
     with jax.enable_x64(True):
-        base = jax.random.PRNGKey(seed)
-        return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(base, s), (width, dim), jax.numpy.float64))
-                         for s in range(seeds)])
+        return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), s), (width, dim),
+                                                      jax.numpy.float64)) for s in range(seeds)])
 
 
 def prepare(r: dict, *, n_train: Optional[int] = None, width: Optional[int] = None) -> tuple:
-    """``(data, z, common)`` of a resolved run: the teacher data (:func:`teacher_data`), the
-    hidden directions for the largest width, and the engine's settings (eps0 converted)."""
+    """``(data, z, common)``: :func:`teacher_data`, the hidden directions and the engine's settings."""
     N, M = n_train or r["n_train"], width or max(r.get("widths") or [r["width"]])
     data = teacher_data(r["seeds"], r["seed"], n_train=N, n_test=r["n_test"], n_val=r["n_val"],
                         activation=r["activation"], beta=r["beta"])
@@ -196,9 +182,8 @@ def prepare(r: dict, *, n_train: Optional[int] = None, width: Optional[int] = No
 
 # ------------------------------------------------------------------------------ metrics (JAX)
 def refit_test_loss(act, u, x, y, xt, yt, cutoff: float = REFIT_CUTOFF):
-    """Test-LRfit (their Eq. 8): the readout re-fitted by minimum-norm least squares on the
-    frozen features ``Phi = act(x u^T)``, eigenvalues of ``Phi Phi^T`` below ``cutoff`` times
-    the largest dropped; returns ``0.5 mean (pred - yt)^2`` over test examples and outputs."""
+    """Test-LRfit (their Eq. 8): ``0.5 mean (pred - yt)^2`` of the readout re-fitted by minimum-norm
+    least squares on ``Phi = act(x u^T)`` (eigenvalues of ``Phi Phi^T`` below ``cutoff`` of the largest dropped)."""
     import jax.numpy as jnp
 
     phi = act(x @ u.T)
@@ -210,30 +195,24 @@ def refit_test_loss(act, u, x, y, xt, yt, cutoff: float = REFIT_CUTOFF):
     return 0.5 * jnp.mean(r * r)
 
 
-def _cosines(u, ustar):
+def _wcd(u, ustar, code: bool):
     import jax.numpy as jnp
 
     sq = jnp.sum(u * u, axis=1)
     norm = jnp.sqrt(sq)
-    safe = jnp.where(norm > 0, norm, 1.0)
-    cos = (u @ ustar.T) / (safe[:, None] * jnp.linalg.norm(ustar, axis=1)[None, :])
-    return sq / jnp.sum(sq), cos, norm > 0
+    cos = (u @ ustar.T) / (jnp.where(norm > 0, norm, 1.0)[:, None] * jnp.linalg.norm(ustar, axis=1)[None, :])
+    d = jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1) if code else 2.0 * (1.0 - cos.max(axis=1))
+    return jnp.sum(sq / jnp.sum(sq) * jnp.where(norm > 0, d, 0.0))
 
 
 def wcd_eq9(u, ustar):
     """The paper's Eq. 9, ``2 sum_i p_i (1 - max_j cos(u_i, u*_j))``, in JAX."""
-    import jax.numpy as jnp
-
-    p, cos, nz = _cosines(u, ustar)
-    return 2.0 * jnp.sum(p * jnp.where(nz, 1.0 - cos.max(axis=1), 0.0))
+    return _wcd(u, ustar, False)
 
 
 def wcd_code(u, ustar):
     """The distance their code logs (:func:`itlin.metrics.min_cosine_distance`), in JAX."""
-    import jax.numpy as jnp
-
-    p, cos, nz = _cosines(u, ustar)
-    return jnp.sum(p * jnp.where(nz, jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1), 0.0))
+    return _wcd(u, ustar, True)
 
 
 # ------------------------------------------------------------------------------ the engine
@@ -241,15 +220,10 @@ def wcd_code(u, ustar):
 def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activation: str = "relu",
                 beta: float = 1.0, alpha: float = 1.0, stop_rtol: float = 1e-8, blowup: float = 1e3, ends=(0, 1),
                 dtype: str = "float64"):
-    """A jitted ``run(z, x, y, xv, yv, xt, yt, ustar, tau0, lr, eps0) -> dict`` over a leading
-    batch axis (one compilation serves every ``tau0``, step and floor; memoised).
-
-    ``method``: ``"gn"`` or ``"gd"``; ``eps0`` and ``lr`` in *our* units; ``ends``: the
-    checkpoints (steps, first 0). Returns per configuration ``steps`` (taken), ``converged``,
-    ``diverged`` and ``(T,)`` traces of :data:`METRICS` (losses averaged over outputs;
-    ``sigma_rel`` is ``sigma_min`` over the mean eigenvalue of ``J J^T``). Call inside
-    ``jax.enable_x64(True)``.
-    """
+    """A jitted, memoised ``run(z, x, y, xv, yv, xt, yt, ustar, tau0, lr, eps0) -> dict`` over a leading
+    batch axis (one compilation for every ``tau0``, step and floor, our units; checkpoints ``ends``):
+    ``steps`` taken, ``converged``, ``diverged`` and ``(T,)`` traces of :data:`METRICS` (``sigma_rel``:
+    ``sigma_min`` over the mean eigenvalue of ``J J^T``). Call inside ``jax.enable_x64(True)``."""
     import jax
     import jax.numpy as jnp
 
@@ -269,8 +243,7 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
 
     def metrics(p, x, y, xv, yv, xt, yt, ustar):
         p = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), p)
-        u = p["u"]
-        kernel = model.ntk_fn(p, x)
+        u, kernel = p["u"], model.ntk_fn(p, x)
         eig = jnp.linalg.eigvalsh(0.5 * (kernel + kernel.T))
         return {"train": loss(f(p, x), y) / outputs, "val": loss(f(p, xv), yv) / outputs,
                 "test": loss(f(p, xt), yt) / outputs, "lrfit": refit_test_loss(act, u, x, y, xt, yt),
@@ -315,18 +288,16 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
         (p, _, k, conv, div), trace = jax.lax.scan(segment, init, ends)
         return {"steps": k, "converged": conv, "diverged": div, **trace}
 
-    # lax.map, not vmap: a batched LAPACK eigh inside this loop deadlocks the XLA CPU thread pool
-    # on small machines (jaxlib 0.10.2); one configuration at a time keeps every eigh unbatched.
+    # lax.map, not vmap: a batched LAPACK eigh in this loop deadlocks XLA's CPU pool (jaxlib 0.10.2)
     return jax.jit(lambda *args: jax.lax.map(lambda a: one(*a), args))
 
 
 def sweep(method: str, data: dict, z: np.ndarray, seed_index, tau0, lr, *, width: int, dim: int, outputs: int = 1,
           activation: str = "relu", beta: float = 1.0, alpha: float = 1.0, eps0: float = 1e-7,
           stop_rtol: float = 1e-8, blowup: float = 1e3, ends=(0, 1), dtype: str = "float64") -> dict:
-    """Run the configurations ``(seed_index[i], tau0[i], lr[i])`` (lr and ``eps0``, a number or
-    one per configuration, in our units) of one method as one batch (one compiled program per
-    shape and setting, memoised); numpy arrays with a leading configuration axis. ``z`` is cut
-    to ``width`` units (nested widths)."""
+    """Run the configurations ``(seed_index[i], tau0[i], lr[i], eps0[i])`` (numbers broadcast; our
+    units) of one method (:func:`make_runner`); numpy arrays with a leading configuration axis.
+    ``z`` is cut to ``width`` units (nested widths)."""
     import jax
     import jax.numpy as jnp
 
@@ -342,11 +313,13 @@ def sweep(method: str, data: dict, z: np.ndarray, seed_index, tau0, lr, *, width
         return {k: np.asarray(v) for k, v in out.items()}
 
 
-def lr_grid(ctx, method: str, r: dict, data: dict, z, common: dict, *, tau0s, ends, ours) -> dict:
-    """Method ``method`` at every step size of ``r[<method>_lrs]`` (``ours``: as run) and every
-    ``tau0`` of ``tau0s``, all seeds: arrays ``(L, G, S, ...)``, one staged call per (step, ``tau0``)
-    (a batch ends when its slowest run does)."""
-    S = len(z)
+def lr_grid(ctx, method: str, r: dict, data: dict, z, common: dict, *, tau0s, ends, ref_n: int = REF_N) -> dict:
+    """Method ``method`` at every step of ``r[<method>_lrs]`` (the paper's units for ``ref_n`` points)
+    and every ``tau0`` of ``tau0s``, all seeds: arrays ``(L, G, S, ...)``, one staged call per (step, ``tau0``)."""
+    S, N, C = len(z), data["x"].shape[1], common.get("outputs", 1)
+    ours = [gn_lr(v, n_train=N, outputs=C, ref_n=ref_n) if method == "gn" else
+            gd_lr(v, width=common["width"], outputs=C) for v in r[f"{method}_lrs"]]
+    ctx.say(f"{method.upper()}: {len(ours)} step sizes x {len(tau0s)} tau0 x {S} seeds, at most {r[f'{method}_steps']}")
     per = [[ctx.stage(f"{method} lr={lr:.12g} tau0={t:.12g}", lambda t=t, o=o: sweep(
         method, data, z, np.arange(S), np.full(S, t), np.full(S, o), ends=ends,
         dtype="float64" if method == "gn" else r.get("gd_dtype", "float32"), **common)) for t in tau0s]
@@ -357,19 +330,26 @@ def lr_grid(ctx, method: str, r: dict, data: dict, z, common: dict, *, tau0s, en
     return res
 
 
-def final_results(res, lrs) -> dict:
-    """One method's results kept at their last checkpoint, with the RF baseline (``"rf"``:
-    Test-LRfit at initialisation), steps, convergence, divergence and the step sizes ``lrs``."""
-    return {**{k: res[k][..., -1] for k in METRICS}, "rf": res["lrfit"][..., 0], "steps": res["steps"],
-            "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool),
-            "lr": np.asarray(lrs)}
+def lr_sweep(ctx, r: dict, data: dict, z, common: dict, ref_n: int = REF_N) -> dict:
+    """Both methods at every step of their grids from ``r["tau0"]`` (:func:`lr_grid`): arrays
+    ``m/<key>`` (L, S, ...) and ``rf_test`` (S,), RF's test loss."""
+    out = {}
+    for m in ("gn", "gd"):
+        res = lr_grid(ctx, m, r, data, z, common, tau0s=[r["tau0"]], ref_n=ref_n,
+                      ends=checkpoints(r[f"{m}_steps"], r["checkpoints"]))
+        out[m] = {k: (v if k in ("lr", "lr_ours", "ends") else v[:, 0]) for k, v in res.items()}
+    return {**out, "rf_test": out["gn"]["lrfit"][0, :, 0]}
 
 
-def with_rf(out: dict) -> dict:
-    """``out`` with ``rf_test`` (the RF test loss, the same for GN's and GD's seed rows: GN's kept)."""
-    out["rf_test"] = out["gn"].pop("rf")[:, 0]
-    out["gd"].pop("rf")
-    return out
+def finals(per: dict, r: dict) -> dict:
+    """``per[m]``: one dict of sweep arrays ``(L, ..., T)`` per size; as arrays ``(K, L, ...)`` at their
+    last checkpoint, with ``m/lr`` and ``rf_test`` ``(K, ...)``: RF's test loss (GN's Test-LRfit at init)."""
+    out = {}
+    for m, sizes in per.items():
+        res = {k: np.stack([q[k] for q in sizes]) for k in sizes[0]}
+        out[m] = {**{k: res[k][..., -1] for k in METRICS}, "steps": res["steps"], "lr": np.asarray(r[f"{m}_lrs"]),
+                  "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool)}
+    return {**out, "rf_test": np.stack([q["lrfit"][0, ..., 0] for q in per["gn"]])}
 
 
 # ------------------------------------------------------------------------------ analysis
@@ -394,38 +374,37 @@ def geo(values) -> str:
 
 
 def best_index(val: np.ndarray, diverged: np.ndarray) -> np.ndarray:
-    """Index of the step size with the lowest seed-mean log10 *validation* loss over
-    ``(..., L, S)`` arrays; step sizes with a diverged seed are excluded (all diverged: 0)."""
+    """The step (axis -2 of ``(..., L, S)``) with the lowest mean log10 *validation* loss; a step
+    with a diverged seed is excluded (all diverged: 0)."""
     score = np.where(np.asarray(diverged).any(axis=-1), np.inf, np.nanmean(log10(val), axis=-1))
     return np.argmin(np.where(np.isnan(score), np.inf, score), axis=-1)
 
 
-def chosen(rec, m: str, axis: int, keys=("test", "converged", "diverged")) -> tuple:
-    """``(best, arrays)``: over the step-size axis ``axis`` of method ``m``'s final arrays (seeds
-    last), the step with the lowest mean log validation loss (:func:`best_index`) and the arrays
-    ``keys`` at it, that axis removed."""
-    move = lambda k: np.moveaxis(np.asarray(rec[f"{m}/{k}"]), axis, -2)  # noqa: E731
-    best = best_index(move("val").astype(np.float64), move("diverged").astype(bool))
-    return best, {k: np.take_along_axis(move(k), best[..., None, None], -2)[..., 0, :] for k in keys}
+def chosen(rec, axis: int, keys=("test", "converged", "diverged")) -> dict:
+    """Per method ``m``: ``best[m]``, the step (axis ``axis`` of its final arrays, seeds last) with the
+    lowest mean log validation loss (:func:`best_index`), ``lr[m]``, and ``<key>[m]`` at that step."""
+    out = {k: {} for k in ("best", "lr", *keys)}
+    for m in ("gn", "gd"):
+        move = lambda k: np.moveaxis(np.asarray(rec[f"{m}/{k}"]), axis, -2)  # noqa: E731
+        best = out["best"][m] = best_index(move("val").astype(np.float64), move("diverged").astype(bool))
+        out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
+        for k in keys:
+            out[k][m] = np.take_along_axis(move(k), best[..., None, None], -2)[..., 0, :]
+    return out
 
 
 def slope_margin(effect: float, grid) -> float:
-    """Decades of loss per decade of ``grid``: the slope that changes the loss across the grid by
-    ``effect`` decades, ``effect / log10(max / min)``."""
+    """The slope (decades per decade) that changes the loss across ``grid`` by ``effect`` decades."""
     return effect / np.log10(max(grid) / min(grid))
 
 
 def at(lrs, lr) -> int:
-    """Index of step size ``lr`` in the grid ``lrs``."""
-    i = np.flatnonzero(np.isclose(np.asarray(lrs, np.float64), lr, rtol=1e-9))
-    if not i.size:
-        raise KeyError(f"step size {lr:g} is not in the grid {list(np.asarray(lrs).tolist())}")
-    return int(i[0])
+    """Index of step size ``lr`` in the grid ``lrs`` (an IndexError if it is not there)."""
+    return int(np.flatnonzero(np.isclose(np.asarray(lrs, np.float64), lr, rtol=1e-9))[0])
 
 
 def slopes(x, values) -> np.ndarray:
-    """Least-squares slope of log10 ``values`` against log10 ``x``, per seed: ``values``
-    (K, ..., S) -> (..., S)."""
+    """Least-squares slope of log10 ``values`` (K, ..., S) against log10 ``x``, per seed: (..., S)."""
     lx = np.log10(np.asarray(x, np.float64))
     y = log10(values)
     xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
@@ -444,9 +423,8 @@ def hidden_gain(train, lrfit, rf, delta: float) -> np.ndarray:
 
 def decades(id, claim, paper, a, b, margin, *, rule="exceeds", log=True, diverged=None, measured="", detail="",
             headline=False, unit="decades") -> V.Verdict:
-    """``judge`` on the paired gap of ``log10 a - log10 b`` (``log=False``: of ``a - b``) over
-    seeds, printed in ``unit``; seeds with a diverged run (``diverged``, per seed) are left out
-    and counted (an equivalence with any left out is at most *cannot resolve*)."""
+    """``judge`` on the paired gap of ``log10 a - log10 b`` (``log=False``: ``a - b``) over seeds;
+    seeds with a diverged run (``diverged``) are left out and counted (``dropped``)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if log:
         a, b = log10(a), log10(b)
@@ -455,28 +433,19 @@ def decades(id, claim, paper, a, b, margin, *, rule="exceeds", log=True, diverge
                    headline=headline, unit=unit, scale=1.0, digits=2, dropped=int((~keep).sum()))
 
 
-def lr_rows(s: dict, prefix: str = "") -> list:
-    """Summary rows of a step-size sweep (:func:`lr_arrays`): per method and step size, the
-    geometric means over seeds of the final losses and WCD, and how the runs ended."""
-    out = []
-    for m in ("gn", "gd"):
-        F = s["final"][m]
-        for i, lr in enumerate(s["lr"][m]):
-            out.append({"method": prefix + LABELS[m], "step (their units)": fmt_lr(lr),
-                        "train loss": geo(F["train"][i]), "test loss": geo(F["test"][i]),
-                        "Test-LRfit": geo(F["lrfit"][i]), "WCD": geo(F["wcd"][i]),
-                        "steps (median)": int(np.median(s["steps"][m][i])),
-                        "converged / diverged": f"{int(s['converged'][m][i].sum())} / "
-                                                f"{int(s['diverged'][m][i].sum())} of {s['steps'][m][i].size}"})
-    out.append({"method": prefix + "RF", "test loss": geo(s["rf"])})
-    return out
+def lr_rows(s: dict) -> list:
+    """Summary rows of :func:`lr_arrays`: per method and step, geometric means over seeds, and how runs ended."""
+    return [{"method": LABELS[m], "step (their units)": fmt_lr(lr), **{w: geo(s["final"][m][k][i]) for k, w in (
+        ("train", "train loss"), ("test", "test loss"), ("lrfit", "Test-LRfit"), ("wcd", "WCD"))},
+        "steps (median)": int(np.median(s["steps"][m][i])), "converged / diverged": f"{s['converged'][m][i].sum()} / "
+        f"{s['diverged'][m][i].sum()} of {s['steps'][m][i].size}"} for m in ("gn", "gd")
+        for i, lr in enumerate(s["lr"][m])] + [{"method": "RF", "test loss": geo(s["rf"])}]
 
 
 def lr_arrays(rec) -> dict:
-    """A step-size sweep's record (``m/<metric>`` (L, S, T)) as plain arrays: ``lr[m]``,
-    ``trace[m][metric]``, ``final[m][metric]`` (L, S), ``ends[m]``, ``diverged[m]``,
-    ``converged[m]``, ``steps[m]`` (L, S), ``rf`` (S,), ``best[m]`` (the step with the lowest
-    mean log validation loss) and ``r``, the resolved parameters."""
+    """A step-size sweep's record as arrays: ``lr[m]``, ``trace[m][metric]`` (L, S, T), ``final[m][metric]``,
+    ``diverged[m]``, ``converged[m]``, ``steps[m]`` (L, S), ``ends[m]``, ``rf`` (S,), ``best[m]`` (chosen on
+    validation) and ``r`` (the parameters)."""
     out = {k: {} for k in ("lr", "trace", "final", "ends", "diverged", "converged", "steps", "best")}
     out.update(rf=np.asarray(rec["rf_test"], np.float64), r=dict(rec.meta["resolved"]))
     for m in ("gn", "gd"):
@@ -493,6 +462,6 @@ def lr_arrays(rec) -> dict:
 
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
-           "final_results", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain",
-           "log10", "lr_arrays", "lr_grid", "lr_rows", "make_runner", "prepare", "refit_test_loss", "slope_margin", "slopes", "sweep",
-           "teacher_data", "variant", "wcd_code", "wcd_eq9", "with_bias", "with_rf"]
+           "finals", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
+           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "refit_test_loss", "slope_margin",
+           "slopes", "sweep", "teacher_data", "variant", "wcd_code", "wcd_eq9", "with_bias"]

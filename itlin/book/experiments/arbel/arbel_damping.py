@@ -1,17 +1,13 @@
 """The main paper's damping claim in Arbel et al.'s setting: GN with more damping.
 
 Goldwaser & Ge (Section 3.3, Fig. 9; ``book/damping.md``) read damping as a finite ``K``: more
-damping fits the data over more feature updates and generalises better. In Arbel et al.'s GN
-the damping is ``eps = max(alpha sigma_min(J J^T), eps0)`` and, from a small initialisation, the
-floor ``eps0`` is what acts (``sigma_min`` starts far below it). This experiment trains the
-student of their Section 5 (:mod:`~itlin.book.experiments.arbel._arbel`) by GN at one step size
-for every ``eps0`` of a grid (the paper's units; they use 1e-7 and report that small values
-change little) and every seed.
-
-Results (``E`` floors, ``S`` seeds): ``eps0`` (E,) their units and ``eps0_ours`` (E,); for every
-metric of :data:`~itlin.book.experiments.arbel._arbel.METRICS` the final value ``<metric>``
-(E, S) and the initial one ``<metric>_init`` (E, S); ``steps``, ``converged``, ``diverged``
-(E, S); ``rf_test`` (S,).
+damping fits the data over more feature updates and generalises better. In Arbel et al.'s GN,
+``eps = max(alpha sigma_min(J J^T), eps0)``, and from a small initialisation the floor ``eps0``
+is what acts. This experiment trains the student of their Section 5 by GN at one step size for
+every ``eps0`` of a grid (their units; they use 1e-7) and seed. Results (``E`` floors, ``S``
+seeds): ``eps0``, ``eps0_ours`` (E,); per metric of :data:`~._arbel.METRICS` the final
+``<metric>`` and initial ``<metric>_init`` (E, S); ``steps``, ``converged``, ``diverged`` (E, S);
+``rf_test`` (S,).
 """
 
 from __future__ import annotations
@@ -52,42 +48,30 @@ def run(p: dict, ctx) -> dict:
     r = A.from_dict(DampingParams, p)
     S, M, N = r["seeds"], r["width"], r["n_train"]
     data, z, common = A.prepare(r)
-    lr = A.gn_lr(r["lr"], n_train=N)
-    per, ours = [], [A.eps0_ours(e, width=M, n_train=N) for e in r["eps0s"]]
-    for e, eo in zip(r["eps0s"], ours):
-        per.append(ctx.stage(f"eps0={e:.12g}", lambda eo=eo: A.sweep(
-            "gn", data, z, np.arange(S), np.full(S, r["tau0"]), np.full(S, lr), ends=(0, r["steps"]),
-            dtype="float64", **{**common, "eps0": eo})))
-    out = {"eps0": np.asarray(r["eps0s"], np.float64), "eps0_ours": np.asarray(ours)}
-    for k in A.METRICS:
-        out[k] = np.stack([q[k][:, -1] for q in per])
-        out[f"{k}_init"] = np.stack([q[k][:, 0] for q in per])
-    for k in ("steps", "converged", "diverged"):
-        out[k] = np.stack([q[k] for q in per])
-    out["rf_test"] = out["lrfit_init"][0]
-    return out
+    E, ours = len(r["eps0s"]), np.asarray([A.eps0_ours(e, width=M, n_train=N) for e in r["eps0s"]])
+    res = ctx.stage("gn", lambda: A.sweep("gn", data, z, np.tile(np.arange(S), E), r["tau0"], A.gn_lr(
+        r["lr"], n_train=N), ends=(0, r["steps"]), **{**common, "eps0": np.repeat(ours, S)}))
+    res = {k: v.reshape((E, S) + v.shape[1:]) for k, v in res.items()}
+    return {"eps0": np.asarray(r["eps0s"], np.float64), "eps0_ours": ours, "rf_test": res["lrfit"][0, :, 0],
+            **{k: res[k][..., -1] for k in A.METRICS}, **{f"{k}_init": res[k][..., 0] for k in A.METRICS},
+            **{k: res[k] for k in ("steps", "converged", "diverged")}}
 
 
 def claims(rec) -> list:
     """More damping generalises better (the main paper): ``damping.test`` and ``damping.lrfit``,
-    the test loss and Test-LRfit lower at the largest ``eps0`` than at the smallest, paired over
-    seeds (decades, margin ``effect``; seeds with a diverged run at either end left out)."""
-    eps, r = np.asarray(rec["eps0"]), rec.meta["resolved"]
-    div = np.asarray(rec["diverged"], bool)
-    lo, hi = A.fmt_lr(eps[0]), A.fmt_lr(eps[-1])
-    out = []
-    for key, what in (("test", "test loss"), ("lrfit", "Test-LRfit")):
-        v = np.asarray(rec[key], np.float64)
-        out.append(A.decades(f"damping.{key}", f"GN: {what} lower with damping floor ε0 = {hi} than {lo}",
-                             "main paper: more damping generalises better (Fig. 9); Arbel et al.: small ε0 changes "
-                             "little", v[0], v[-1], r["effect"], diverged=div[0] | div[-1],
-                             measured="log10 at the smallest floor minus at the largest"))
-    return out
+    the test loss and Test-LRfit lower at the largest ``eps0`` than at the smallest (decades,
+    margin ``effect``; seeds with a diverged run at either end left out)."""
+    eps, div = np.asarray(rec["eps0"]), np.asarray(rec["diverged"], bool)
+    return [A.decades(f"damping.{k}", f"GN: {w} lower with damping floor ε0 = {A.fmt_lr(eps[-1])} than "
+                      f"{A.fmt_lr(eps[0])}", "main paper: more damping generalises better (Fig. 9); Arbel et al.: "
+                      "small ε0 changes little", np.asarray(rec[k])[0], np.asarray(rec[k])[-1],
+                      rec.meta["resolved"]["effect"], diverged=div[0] | div[-1],
+                      measured="log10 at the smallest floor minus at the largest")
+            for k, w in (("test", "test loss"), ("lrfit", "Test-LRfit"))]
 
 
 def summary(rec) -> list:
-    """Per floor: as run, the final test loss and Test-LRfit, ``sigma_min`` at initialisation
-    (geometric means over seeds) and the median number of steps."""
+    """Per floor: as run, the final test loss and Test-LRfit, ``sigma_min`` at init and the steps taken."""
     return [{"ε0 (their units)": A.fmt_lr(e), "as run": f"{eo:.3g}", "test loss": A.geo(rec["test"][i]),
              "Test-LRfit": A.geo(rec["lrfit"][i]), "σ_min(JJᵀ) at init": A.geo(rec["sigma_min_init"][i]),
              "steps (median)": int(np.median(rec["steps"][i])),
@@ -112,26 +96,23 @@ def main_paper_claim(rec, threshold: float = 2.5, margin: float = 0.1) -> V.Verd
 
 
 def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
-    """Whether the two papers' claims agree on our runs, from verdicts already judged (two
-    :func:`~itlin.book.verdicts.stated` verdicts): ``tie.one_effect`` holds when Arbel et al.'s
-    step-size claim (``step``: smaller GN steps, lower Test-LRfit) and the damping claim in
-    their setting (``lrfit``: :func:`claims`' ``damping.lrfit``) both hold; ``tie.both_tasks``
-    when the damping claim holds in their setting and on the quintic (``quintic``:
-    :func:`main_paper_claim`). Cannot resolve when either cannot; does not hold otherwise."""
+    """Whether the two papers' claims agree on our runs (two stated verdicts from judged ones):
+    ``tie.one_effect`` holds when Arbel et al.'s step-size claim (``step``) and the damping claim
+    in their setting (``lrfit``: ``damping.lrfit``) both hold; ``tie.both_tasks`` when the damping
+    claim holds there and on the quintic (``quintic``). Cannot resolve when either cannot."""
     word = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve"}
 
-    def both(a, b):
+    def both(id, claim, paper, a, b, what):
         vs = (a.verdict, b.verdict)
-        return V.HOLDS if vs == (V.HOLDS, V.HOLDS) else (V.UNRESOLVED if V.UNRESOLVED in vs else V.FAILS)
+        res = V.HOLDS if vs == (V.HOLDS, V.HOLDS) else (V.UNRESOLVED if V.UNRESOLVED in vs else V.FAILS)
+        return V.stated(id, claim, paper, f"{what[0]} {word[a.verdict]}; {what[1]} {word[b.verdict]}", res,
+                        detail="holds only if both hold")
 
-    return [V.stated("tie.one_effect", "one effect: smaller GN steps and more damping both give better features "
-                     "(Arbel et al.'s setting)", "Arbel et al.: small steps, better features; main paper: more "
-                     "damping, better generalisation", f"step-size claim {word[step.verdict]}; damping claim "
-                     f"(Test-LRfit) {word[lrfit.verdict]}", both(step, lrfit), detail="holds only if both hold"),
-            V.stated("tie.both_tasks", "the main paper's damping claim holds on both tasks", "more damping "
-                     "generalises better (main paper Fig. 9)", f"Arbel et al.'s setting (Test-LRfit) "
-                     f"{word[lrfit.verdict]}; quintic {word[quintic.verdict]}", both(lrfit, quintic),
-                     detail="holds only if both hold")]
+    return [both("tie.one_effect", "one effect: smaller GN steps and more damping both give better features "
+                 "(Arbel et al.'s setting)", "Arbel et al.: small steps, better features; main paper: more damping, "
+                 "better generalisation", step, lrfit, ("step-size claim", "damping claim (Test-LRfit)")),
+            both("tie.both_tasks", "the main paper's damping claim holds on both tasks", "more damping generalises "
+                 "better (main paper Fig. 9)", lrfit, quintic, ("Arbel et al.'s setting (Test-LRfit)", "quintic"))]
 
 
 EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims,

@@ -1,15 +1,13 @@
 """Arbel et al. Figure 1 (left), Figure 3 (left) and Figure 4 (right): the scale of the initialisation.
 
 The teacher-student task of their Section 5 (:mod:`~itlin.book.experiments.arbel._arbel`) for
-every ``tau0`` of a grid (the std of the student's hidden weights and biases at initialisation),
-every step size of each method's grid and every seed. Each method is reported at the step size
-with the lowest mean log *validation* loss per ``tau0`` (the paper picks by test loss), beside
-the random-features baseline (RF). The same runs record the smallest eigenvalue of ``J J^T``
-along GN training (their Fig. 4 right), absolute and relative to the mean eigenvalue.
-
-Results (``L`` step sizes, ``G`` values of ``tau0``, ``S`` seeds, ``T`` checkpoints), for ``m`` in
-``gn``, ``gd``: ``tau0`` (G,); ``m/lr``, ``m/lr_ours`` (L,); ``m/ends`` (T,); ``m/<metric>``
-(L, G, S, T); ``m/steps``, ``m/converged``, ``m/diverged`` (L, G, S); ``rf_test`` (G, S).
+every ``tau0`` of a grid (the std of the student's hidden layer at initialisation), every step
+size of each method's grid and every seed; each method is reported at the step with the lowest
+mean log *validation* loss per ``tau0`` (the paper picks by test loss), beside RF. The same runs
+record the smallest eigenvalue of ``J J^T`` along GN training (their Fig. 4 right). Results
+(``L`` steps, ``G`` values of ``tau0``, ``S`` seeds, ``T`` checkpoints), ``m`` in ``gn``, ``gd``:
+``tau0`` (G,); ``m/lr``, ``m/lr_ours`` (L,); ``m/ends`` (T,); ``m/<metric>`` (L, G, S, T);
+``m/steps``, ``m/converged``, ``m/diverged`` (L, G, S); ``rf_test`` (G, S).
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ PAPER_TAU0 = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 12, "n_test": 200, "tau0s": (1e-3, 1.0, 100.0),
              "gn_lrs": (10.0, 100.0), "gd_lrs": (1e-2, 100.0), "gn_steps": 12, "gd_steps": 40, "checkpoints": 5},
-    # GD's steps below 0.1 never move in 4000 steps and GN's 1e3 was never chosen: left out for seeds
     "default": {"seeds": 8, "width": 250, "n_train": 50, "n_test": 2000, "tau0s": PAPER_TAU0,
                 "gn_lrs": (1.0, 10.0, 100.0), "gd_lrs": (0.1, 1.0, 10.0, 100.0, 1000.0), "gn_steps": 400,
                 "gd_steps": 4000, "checkpoints": 12},
@@ -50,72 +47,58 @@ class InitParams(A.SweepParams):
 def run(p: dict, ctx) -> dict:
     r = A.from_dict(InitParams, p)
     data, z, common = A.prepare(r)
-    N, M = r["n_train"], r["width"]
     out = {"tau0": np.asarray(r["tau0s"], np.float64)}
     for m in ("gn", "gd"):
-        ours = [A.gn_lr(v, n_train=N) if m == "gn" else A.gd_lr(v, width=M) for v in r[f"{m}_lrs"]]
-        ctx.say(f"{m.upper()}: {len(ours)} step sizes x {len(r['tau0s'])} tau0 x {r['seeds']} seeds")
-        out[m] = A.lr_grid(ctx, m, r, data, z, common, tau0s=r["tau0s"], ours=ours,
+        out[m] = A.lr_grid(ctx, m, r, data, z, common, tau0s=r["tau0s"],
                            ends=A.checkpoints(r[f"{m}_steps"], r["checkpoints"]))
     out["rf_test"] = out["gn"]["lrfit"][0, :, :, 0]
     return out
 
 
 def arrays(rec) -> dict:
-    """Plain arrays: ``tau0`` (G,), ``rf`` (G, S), ``lr[m]``, ``trace[m][metric]`` (L, G, S, T),
-    ``diverged[m]``, ``converged[m]`` (L, G, S), ``ends[m]``; ``best[m]`` (G,): the step with the
-    lowest mean log validation loss per ``tau0``, and ``best_trace[m][metric]`` (G, S, T),
-    ``best_final[m][metric]``, ``best_diverged[m]`` (G, S) there; ``r``: the parameters."""
+    """``tau0`` (G,), ``rf`` (G, S), ``lr[m]``, ``ends[m]``; ``best[m]`` (G,): the step with the
+    lowest mean log validation loss per ``tau0``; ``best_trace[m][metric]`` (G, S, T),
+    ``best_final[m][metric]`` and ``best_diverged[m]`` (G, S) there; ``r``: the parameters."""
     out = {"tau0": np.asarray(rec["tau0"], np.float64), "rf": np.asarray(rec["rf_test"], np.float64),
-           "r": dict(rec.meta["resolved"])}
-    for k in ("lr", "trace", "diverged", "converged", "ends", "best", "best_trace", "best_final", "best_diverged"):
-        out[k] = {}
+           "r": dict(rec.meta["resolved"]), **{k: {} for k in ("lr", "ends", "best", "best_trace", "best_final",
+                                                                 "best_diverged")}}
     for m in ("gn", "gd"):
-        out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
-        out["trace"][m] = {k: np.asarray(rec[f"{m}/{k}"], np.float64) for k in A.METRICS}
-        out["diverged"][m] = np.asarray(rec[f"{m}/diverged"], bool)
-        out["converged"][m] = np.asarray(rec[f"{m}/converged"], bool)
-        out["ends"][m] = np.asarray(rec[f"{m}/ends"])
-        best = A.best_index(np.moveaxis(out["trace"][m]["val"][..., -1], 0, 1), np.moveaxis(out["diverged"][m], 0, 1))
+        div = np.asarray(rec[f"{m}/diverged"], bool)
+        best = A.best_index(np.moveaxis(np.asarray(rec[f"{m}/val"])[..., -1], 0, 1), np.moveaxis(div, 0, 1))
         g = np.arange(len(best))
-        out["best"][m] = best
-        out["best_trace"][m] = {k: v[best, g] for k, v in out["trace"][m].items()}
+        out["lr"][m], out["ends"][m], out["best"][m] = np.asarray(rec[f"{m}/lr"]), np.asarray(rec[f"{m}/ends"]), best
+        out["best_trace"][m] = {k: np.asarray(rec[f"{m}/{k}"], np.float64)[best, g] for k in A.METRICS}
         out["best_final"][m] = {k: v[..., -1] for k, v in out["best_trace"][m].items()}
-        out["best_diverged"][m] = out["diverged"][m][best, g]
+        out["best_diverged"][m] = div[best, g]
     return out
 
 
 def judge_arrays(s) -> list:
     """Their Section 5.3 and App. C.1 claims at the ends of the ``tau0`` grid, each method at its
     step chosen on validation, paired with RF by seed (decades, margin ``effect``):
-    ``init.small_<m>_beats_rf`` (learned features beat RF at the smallest ``tau0``; GN's is a
-    headline), ``init.large_<m>_matches_rf`` (both match RF at the largest: the lazy regime), and
-    for GN ``init.sigma_grows`` / ``init.sigma_stays``: the smallest eigenvalue of ``J J^T``
-    *relative to its mean eigenvalue* rises during training at the smallest ``tau0`` and stays at
-    the largest. (Its absolute value rises from any readout that starts at zero, whatever the
-    features do: not a test.)"""
+    ``init.small_<m>_beats_rf`` (learned features beat RF at the smallest ``tau0``),
+    ``init.large_<m>_matches_rf`` (both match RF at the largest: the lazy regime), and for GN
+    ``init.sigma_grows`` / ``init.sigma_stays``: ``sigma_min(J J^T)`` *relative to the mean
+    eigenvalue* rises at the smallest ``tau0`` and stays at the largest (sigma_min itself rises
+    from any readout that starts at zero, whatever the features do)."""
     e, t, F = s["r"]["effect"], s["tau0"], s["best_final"]
     tl, th = A.fmt_lr(t[0]), A.fmt_lr(t[-1])
-    out = []
-    for m in ("gn", "gd"):
-        step = A.fmt_lr(s["lr"][m][s["best"][m][0]])
-        out.append(A.decades(f"init.small_{m}_beats_rf", f"τ0 = {tl}: {A.LABELS[m]} beats RF",
-                             "features are learned at small τ0 (Fig. 1 left)", s["rf"][0], F[m]["test"][0], e,
-                             diverged=s["best_diverged"][m][0], headline=m == "gn",
-                             measured=f"log10 test loss of RF minus {A.LABELS[m]}'s at step {step}"))
-    for m in ("gn", "gd"):
-        step = A.fmt_lr(s["lr"][m][s["best"][m][-1]])
-        out.append(A.decades(f"init.large_{m}_matches_rf", f"τ0 = {th}: {A.LABELS[m]} matches RF",
-                             "the lazy (kernel) regime at large τ0 (Fig. 1 left)", F[m]["test"][-1], s["rf"][-1], e,
-                             rule="close", diverged=s["best_diverged"][m][-1],
-                             measured=f"log10 test loss of {A.LABELS[m]} at step {step} minus RF's"))
-    sig, div = s["best_trace"]["gn"]["sigma_rel"], s["best_diverged"]["gn"]
-    out += [A.decades("init.sigma_grows", f"τ0 = {tl}: σ_min(JJᵀ) grows relative to the spectrum during GN training",
-                      "σ_min increases during training, most at small τ0 (Fig. 4 right)", sig[0, :, -1],
-                      sig[0, :, 0], e, diverged=div[0], measured="log10 σ_min / mean eigenvalue, final minus initial"),
-            A.decades("init.sigma_stays", f"τ0 = {th}: σ_min(JJᵀ) relative to the spectrum stays during GN training",
-                      "nearly constant at large τ0 (Fig. 4 right)", sig[-1, :, -1], sig[-1, :, 0], e, rule="close",
-                      diverged=div[-1], measured="log10 σ_min / mean eigenvalue, final minus initial")]
+    step = lambda m, g: A.fmt_lr(s["lr"][m][s["best"][m][g]])  # noqa: E731
+    out = [A.decades(f"init.small_{m}_beats_rf", f"τ0 = {tl}: {A.LABELS[m]} beats RF", "features are learned at small "
+                     "τ0 (Fig. 1 left)", s["rf"][0], F[m]["test"][0], e, diverged=s["best_diverged"][m][0],
+                     measured=f"log10 test loss of RF minus {A.LABELS[m]}'s at step {step(m, 0)}")
+           for m in ("gn", "gd")]
+    out += [A.decades(f"init.large_{m}_matches_rf", f"τ0 = {th}: {A.LABELS[m]} matches RF", "the lazy (kernel) "
+                      "regime at large τ0 (Fig. 1 left)", F[m]["test"][-1], s["rf"][-1], e, rule="close",
+                      diverged=s["best_diverged"][m][-1],
+                      measured=f"log10 test loss of {A.LABELS[m]} at step {step(m, -1)} minus RF's") for m in ("gn", "gd")]
+    sig, div, what = s["best_trace"]["gn"]["sigma_rel"], s["best_diverged"]["gn"], "σ_min(JJᵀ) relative to its mean"
+    out += [A.decades("init.sigma_grows", f"τ0 = {tl}: {what} grows during GN training", "σ_min increases during "
+                      "training, most at small τ0 (Fig. 4 right)", sig[0, :, -1], sig[0, :, 0], e, diverged=div[0],
+                      measured="log10 σ_min / mean eigenvalue, final minus initial"),
+            A.decades("init.sigma_stays", f"τ0 = {th}: {what} stays during GN training", "nearly constant at large τ0 "
+                      "(Fig. 4 right)", sig[-1, :, -1], sig[-1, :, 0], e, rule="close", diverged=div[-1],
+                      measured="log10 σ_min / mean eigenvalue, final minus initial")]
     return out
 
 
@@ -124,8 +107,7 @@ def claims(rec) -> list:
 
 
 def summary(rec) -> list:
-    """Per ``tau0``: each method's step chosen on validation and its test loss, RF's, and GN's
-    change of the relative ``sigma_min`` (geometric means over seeds)."""
+    """Per ``tau0``: each method's step (chosen on validation) and test loss, RF's, and GN's relative sigma_min."""
     s = arrays(rec)
     out = []
     for g, t in enumerate(s["tau0"]):

@@ -2,14 +2,12 @@
 
 The teacher-student task of their Section 5 (:mod:`~itlin.book.experiments.arbel._arbel`) for
 every training-set size ``N`` of a grid, ``tau0`` in ``tau0s`` and every seed: GN and GD at each
-step size of a small grid (the one with the lowest mean log validation loss is reported per
-``N`` and ``tau0``) and the random-features baseline. Training sets of one seed are nested (the
-teacher, the test set and the student's initial hidden layer do not change with ``N``). GN step
-sizes are in the paper's units at ``N = 500`` (a fraction ``lr / 500`` of a full step at every ``N``).
-
-Results (``K`` sizes, ``L`` step sizes, ``G`` values of ``tau0``, ``S`` seeds), for ``m`` in ``gn``,
-``gd``: ``n_train`` (K,), ``tau0`` (G,), ``m/lr`` (L,), ``m/<metric>`` (K, L, G, S) final values;
-``m/steps``, ``m/converged``, ``m/diverged`` (K, L, G, S); ``rf_test`` (K, G, S).
+step of a small grid (the one with the lowest mean log validation loss per ``N`` and ``tau0`` is
+reported) and RF. Training sets of one seed are nested (teacher, test set and initial hidden
+layer do not change with ``N``); GN steps are in the paper's units at ``N = 500``. Results (``K``
+sizes, ``L`` steps, ``G`` values of ``tau0``, ``S`` seeds), ``m`` in ``gn``, ``gd``: ``n_train``
+(K,), ``tau0`` (G,), ``m/lr`` (L,), ``m/<metric>``, ``m/steps``, ``m/converged``, ``m/diverged``
+(K, L, G, S) final values; ``rf_test`` (K, G, S).
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ SCALES = {
 @dataclass(frozen=True)
 class SamplesParams(A.SweepParams):
     SCALES = SCALES
-    DERIVED = (Derived("margin of the slope claims (per decade of N)", lambda r: f"{A.slope_margin(r['effect'], r['n_trains']):.3g}",
-                       "ours: the margin over the range of N"),)
+    DERIVED = (Derived("margin of the slope claims (per decade of N)",
+                       lambda r: f"{A.slope_margin(r['effect'], r['n_trains']):.3g}", "ours: margin over N's range"),)
 
     n_train: Optional[int] = param(None, "unused here: see n_trains", min=1)
     tau0: float = param(1e-3, "unused here: see tau0s", gt=0)
@@ -59,28 +57,20 @@ def run(p: dict, ctx) -> dict:
             row = []
             for lr in r[f"{m}_lrs"]:
                 lr_o = A.gn_lr(lr, n_train=n) if m == "gn" else A.gd_lr(lr, width=M)
-                res = ctx.stage(f"{m} N={n} lr={lr:.12g}", lambda m=m, data=data, z=z, common=common, lr_o=lr_o: A.sweep(
-                    m, data, z, si, tau0s[ti], np.full(len(si), lr_o), ends=(0, r[f"{m}_steps"]),
-                    dtype="float64" if m == "gn" else r["gd_dtype"], **common))
+                res = ctx.stage(f"{m} N={n} lr={lr:.12g}", lambda m=m, data=data, z=z, common=common, lr_o=lr_o:
+                                A.sweep(m, data, z, si, tau0s[ti], lr_o, ends=(0, r[f"{m}_steps"]),
+                                        dtype="float64" if m == "gn" else r["gd_dtype"], **common))
                 row.append({k: v.reshape((len(tau0s), S) + v.shape[1:]) for k, v in res.items()})
-            per[m].append(row)
-    out = {m: A.final_results({k: np.stack([np.stack([q[k] for q in row]) for row in per[m]]) for k in per[m][0][0]},
-                              r[f"{m}_lrs"]) for m in ("gn", "gd")}
-    return {**A.with_rf(out), "n_train": np.asarray(r["n_trains"]), "tau0": tau0s}
+            per[m].append({k: np.stack([q[k] for q in row]) for k in row[0]})
+    return {**A.finals(per, r), "n_train": np.asarray(r["n_trains"]), "tau0": tau0s}
 
 
 def arrays(rec) -> dict:
     """``n`` (K,), ``tau0`` (G,), ``rf`` (K, G, S), ``best[m]`` (K, G) step indices (lowest mean
     log validation loss, diverged excluded), ``test[m]``, ``diverged[m]`` (K, G, S) there,
     ``lr[m]`` and ``r``."""
-    out = {"n": np.asarray(rec["n_train"], np.float64), "tau0": np.asarray(rec["tau0"], np.float64),
-           "rf": np.asarray(rec["rf_test"], np.float64), "r": dict(rec.meta["resolved"]), "best": {}, "lr": {}}
-    for m in ("gn", "gd"):
-        out["best"][m], at_best = A.chosen(rec, m, 1, keys=("test", "diverged"))
-        out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
-        for k, v in at_best.items():
-            out.setdefault(k, {})[m] = v
-    return out
+    return {"n": np.asarray(rec["n_train"], np.float64), "tau0": np.asarray(rec["tau0"], np.float64),
+            "rf": np.asarray(rec["rf_test"], np.float64), "r": dict(rec.meta["resolved"]), **A.chosen(rec, 1)}
 
 
 def bend(n, values) -> np.ndarray:
@@ -98,13 +88,12 @@ def bend(n, values) -> np.ndarray:
 
 
 def judge_arrays(s) -> list:
-    """Appendix C.2 on :func:`arrays`, per seed, slopes in decades of test loss per decade of
-    ``N`` against the margin :func:`~._arbel.slope_margin` over the sizes: ``lead.<m>.tau<tau0>`` the learned model's lead
-    over RF grows with ``N`` (RF's slope minus its slope); ``regime.<m>`` the slope depends on the
-    regime, steeper in the feature-learning regime (slope at the largest ``tau0`` minus at the
-    smallest); ``affine`` log test loss is affine in log ``N``: the bend (:func:`bend`, averaged
-    per seed over both methods and every ``tau0``) within ``effect`` decades. Ids carry the
-    activation when it is not ReLU. A seed with a diverged run at any size is left out."""
+    """Appendix C.2 on :func:`arrays`, per seed; slopes (decades of test loss per decade of ``N``)
+    against :func:`~._arbel.slope_margin`: ``lead.<m>.tau<tau0>`` the lead over RF grows with ``N``
+    (RF's slope minus the method's); ``regime.<m>`` the slope is steeper in the feature-learning
+    regime (at the largest ``tau0`` minus at the smallest); ``affine``: the :func:`bend`, averaged
+    per seed over methods and ``tau0``, within ``effect`` decades. Seeds with a diverged run are
+    left out; ids carry the activation when it is not ReLU."""
     r = s["r"]
     pre, word = A.variant(r)
     sm, n, lab = A.slope_margin(r["effect"], r["n_trains"]), s["n"], A.LABELS
@@ -139,8 +128,7 @@ def claims(rec) -> list:
 
 
 def summary(rec) -> list:
-    """Per ``tau0`` and method (RF too): the slope of log test loss against log N (mean and 95%
-    half-width over seeds) and GN's steps chosen on validation per N."""
+    """Per ``tau0`` and method (RF too): the slope of log test loss in log N over seeds and the chosen steps."""
     from ...verdicts import seed_interval
 
     s = arrays(rec)
@@ -155,7 +143,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 3 (right) and Fig. 5: test loss against the training-set size."))
+                                 doc="Arbel et al. Fig. 3 (right) and Fig. 5: test loss against the sample size."))
 
 __all__ = ["EXPERIMENT", "NAME", "SCALES", "SamplesParams", "arrays", "bend", "claims", "judge_arrays", "run",
            "summary"]

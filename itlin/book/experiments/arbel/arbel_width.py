@@ -1,18 +1,14 @@
 """Arbel et al. Figure 4 (left) (Appendix C.1): test loss against the number of hidden units.
 
 The teacher-student task of their Section 5 (:mod:`~itlin.book.experiments.arbel._arbel`) at one
-training-set size and ``tau0`` (their Fig. 4 left: ``N = 2000``, ``tau0 = 1``, SiLU, 5 seeds) for
-every width ``M`` of a grid: GN and GD at each step size of a small grid (the one with the lowest
-mean log validation loss per ``M``) and the random-features baseline (RF). The student's hidden
-directions are nested in ``M``; the teacher and the data of a seed do not change with ``M``.
-
-The grid starts at four times ``N``, away from ``M = N``: there the minimum-norm RF fit
-interpolates with a badly conditioned feature matrix and its test loss peaks, so that RF falls
-just after ``M = N`` whatever happens further out.
-
-Results (``W`` widths, ``L`` step sizes, ``S`` seeds), for ``m`` in ``gn``, ``gd``: ``width`` (W,),
-``m/lr`` (L,), ``m/<metric>`` (W, L, S) final values; ``m/steps``, ``m/converged``,
-``m/diverged`` (W, L, S); ``rf_test`` (W, S).
+``N`` and ``tau0`` (their Fig. 4 left: ``N = 2000``, ``tau0 = 1``, SiLU, 5 seeds) for every width
+``M`` of a grid: GN and GD at the step of a small grid with the lowest mean log validation loss
+per ``M``, and RF. Hidden directions are nested in ``M``; the data of a seed do not change. The
+grid starts at ``MIN_RATIO`` times ``N``, away from ``M = N``, where the minimum-norm RF fit
+interpolates with a badly conditioned feature matrix and its test loss peaks (RF falls just after
+it whatever happens further out). Results (``W`` widths, ``L`` steps, ``S`` seeds), ``m`` in
+``gn``, ``gd``: ``width`` (W,), ``m/lr`` (L,), ``m/<metric>``, ``m/steps``, ``m/converged``,
+``m/diverged`` (W, L, S) final values; ``rf_test`` (W, S).
 """
 
 from __future__ import annotations
@@ -44,8 +40,8 @@ MIN_RATIO = 4
 @dataclass(frozen=True)
 class WidthParams(A.SweepParams):
     SCALES = SCALES
-    DERIVED = (Derived("margin of the slope claims (per decade of M)", lambda r: f"{A.slope_margin(r['effect'], r['widths']):.3g}",
-                       "ours: the margin over the range of M"),)
+    DERIVED = (Derived("margin of the slope claims (per decade of M)",
+                       lambda r: f"{A.slope_margin(r['effect'], r['widths']):.3g}", "ours: margin over M's range"),)
 
     width: Optional[int] = param(None, "unused here: see widths", min=1)
     widths: Optional[tuple[int, ...]] = param(None, f"hidden units M, increasing, from {MIN_RATIO} n_train", min=1,
@@ -78,30 +74,21 @@ def run(p: dict, ctx) -> dict:
                 m, data, z, si, np.full(len(si), r["tau0"]), lr_o, ends=(0, r[f"{m}_steps"]),
                 dtype="float64" if m == "gn" else r["gd_dtype"], **kw))
             per[m].append({k: v.reshape((len(lrs), S) + v.shape[1:]) for k, v in res.items()})
-    out = {m: A.final_results({k: np.stack([q[k] for q in per[m]]) for k in per[m][0]}, r[f"{m}_lrs"])
-           for m in ("gn", "gd")}
-    return {**A.with_rf(out), "width": np.asarray(r["widths"])}
+    return {**A.finals(per, r), "width": np.asarray(r["widths"])}
 
 
 def arrays(rec) -> dict:
     """``width`` (W,), ``rf`` (W, S), ``best[m]`` (W,) step indices (lowest mean log validation
     loss, diverged excluded), ``test[m]``, ``converged[m]``, ``diverged[m]`` (W, S) there,
     ``lr[m]`` and ``r``."""
-    out = {"width": np.asarray(rec["width"], np.float64), "rf": np.asarray(rec["rf_test"], np.float64),
-           "r": dict(rec.meta["resolved"]), "best": {}, "lr": {}}
-    for m in ("gn", "gd"):
-        out["best"][m], at_best = A.chosen(rec, m, 1)
-        out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
-        for k, v in at_best.items():
-            out.setdefault(k, {})[m] = v
-    return out
+    return {"width": np.asarray(rec["width"], np.float64), "rf": np.asarray(rec["rf_test"], np.float64),
+            "r": dict(rec.meta["resolved"]), **A.chosen(rec, 1)}
 
 
 def judge_arrays(s) -> list:
-    """Appendix C.1 (Fig. 4 left), per seed, slopes of log10 test loss per decade of ``M``
-    against :func:`~._arbel.slope_margin` over the widths: ``width.<m>_stable`` GN's and GD's test losses are stable in
-    ``M`` (slope within the margin, an equivalence; a diverged run counts against it);
-    ``width.rf_falls`` RF's falls (its slope below minus the margin)."""
+    """Appendix C.1 (Fig. 4 left), slopes of log10 test loss per decade of ``M`` per seed against
+    :func:`~._arbel.slope_margin`: ``width.<m>_stable`` (within it; a diverged run counts against
+    it) and ``width.rf_falls`` (RF's slope below minus the margin)."""
     w, sm = s["width"], A.slope_margin(s["r"]["effect"], s["r"]["widths"])
     rng = f"M = {w[0]:g} to {w[-1]:g}"
     out = []
@@ -123,8 +110,7 @@ def claims(rec) -> list:
 
 
 def summary(rec) -> list:
-    """Per width: each method's step chosen on validation, its test loss and how many runs
-    converged; RF's test loss (geometric means over seeds)."""
+    """Per width: each method's step (chosen on validation), test loss and converged runs; RF's test loss."""
     s = arrays(rec)
     out = []
     for i, M in enumerate(s["width"]):
