@@ -442,6 +442,12 @@ def lr_rows(s: dict) -> list:
         for i, lr in enumerate(s["lr"][m])] + [{"method": "RF", "test loss": geo(s["rf"])}]
 
 
+def step_cells(s: dict, i, test: dict) -> dict:
+    """Each method's chosen step (``s["best"]``) and its test loss (geometric mean) at grid point ``i``."""
+    return {k: v for m in ("gn", "gd") for k, v in ((f"{LABELS[m]} step", fmt_lr(s["lr"][m][s["best"][m][i]])),
+                                                     (f"{LABELS[m]} test loss", geo(test[m][i])))}
+
+
 def lr_arrays(rec) -> dict:
     """A step-size sweep's record as arrays: ``lr[m]``, ``trace[m][metric]`` (L, S, T), ``final[m][metric]``,
     ``diverged[m]``, ``converged[m]``, ``steps[m]`` (L, S), ``ends[m]``, ``rf`` (S,), ``best[m]`` (chosen on
@@ -464,4 +470,4 @@ __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_G
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
            "finals", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
            "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "refit_test_loss", "slope_margin",
-           "slopes", "sweep", "teacher_data", "variant", "wcd_code", "wcd_eq9", "with_bias"]
+           "slopes", "step_cells", "sweep", "teacher_data", "variant", "wcd_code", "wcd_eq9", "with_bias"]

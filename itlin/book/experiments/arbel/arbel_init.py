@@ -73,6 +73,10 @@ def arrays(rec) -> dict:
     return out
 
 
+def claims(rec) -> list:
+    return judge_arrays(arrays(rec))
+
+
 def judge_arrays(s) -> list:
     """Their Section 5.3 and App. C.1 claims at the ends of the ``tau0`` grid, each method at its
     step chosen on validation, paired with RF by seed (decades, margin ``effect``):
@@ -102,23 +106,13 @@ def judge_arrays(s) -> list:
     return out
 
 
-def claims(rec) -> list:
-    return judge_arrays(arrays(rec))
-
-
 def summary(rec) -> list:
     """Per ``tau0``: each method's step (chosen on validation) and test loss, RF's, and GN's relative sigma_min."""
     s = arrays(rec)
-    out = []
-    for g, t in enumerate(s["tau0"]):
-        row = {"τ0": A.fmt_lr(t)}
-        for m in ("gn", "gd"):
-            row[f"{A.LABELS[m]} step"] = A.fmt_lr(s["lr"][m][s["best"][m][g]])
-            row[f"{A.LABELS[m]} test loss"] = A.geo(s["best_final"][m]["test"][g])
-        sig = s["best_trace"]["gn"]["sigma_rel"][g]
-        out.append({**row, "RF test loss": A.geo(s["rf"][g]), "GN σ_min/mean, final / initial":
-                    A.geo(sig[:, -1] / sig[:, 0])})
-    return out
+    sig = s["best_trace"]["gn"]["sigma_rel"]
+    return [{"τ0": A.fmt_lr(t), **A.step_cells(s, g, {m: s["best_final"][m]["test"] for m in ("gn", "gd")}),
+             "RF test loss": A.geo(s["rf"][g]), "GN σ_min/mean, final / initial": A.geo(sig[g, :, -1] / sig[g, :, 0])}
+            for g, t in enumerate(s["tau0"])]
 
 
 EXPERIMENT = register(Experiment(NAME, InitParams, run, version="2", summary=summary, claims=claims,

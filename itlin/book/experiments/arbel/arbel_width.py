@@ -85,6 +85,10 @@ def arrays(rec) -> dict:
             "r": dict(rec.meta["resolved"]), **A.chosen(rec, 1)}
 
 
+def claims(rec) -> list:
+    return judge_arrays(arrays(rec))
+
+
 def judge_arrays(s) -> list:
     """Appendix C.1 (Fig. 4 left), slopes of log10 test loss per decade of ``M`` per seed against
     :func:`~._arbel.slope_margin`: ``width.<m>_stable`` (within it; a diverged run counts against
@@ -105,22 +109,12 @@ def judge_arrays(s) -> list:
     return out
 
 
-def claims(rec) -> list:
-    return judge_arrays(arrays(rec))
-
-
 def summary(rec) -> list:
     """Per width: each method's step (chosen on validation), test loss and converged runs; RF's test loss."""
     s = arrays(rec)
-    out = []
-    for i, M in enumerate(s["width"]):
-        row = {"M": int(M)}
-        for m in ("gn", "gd"):
-            row[f"{A.LABELS[m]} step"] = A.fmt_lr(s["lr"][m][s["best"][m][i]])
-            row[f"{A.LABELS[m]} test loss"] = A.geo(s["test"][m][i])
-            row[f"{A.LABELS[m]} converged"] = f"{int(s['converged'][m][i].sum())} of {s['converged'][m][i].size}"
-        out.append({**row, "RF test loss": A.geo(s["rf"][i])})
-    return out
+    return [{"M": int(M), **A.step_cells(s, i, s["test"]), "RF test loss": A.geo(s["rf"][i]),
+             **{f"{A.LABELS[m]} converged": f"{s['converged'][m][i].sum()} of {s['converged'][m][i].size}"
+                for m in ("gn", "gd")}} for i, M in enumerate(s["width"])]
 
 
 EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims,
