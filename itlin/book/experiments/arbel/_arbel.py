@@ -1,61 +1,119 @@
-"""Shared machinery of the Arbel et al. chapters (``book/arbel_setting.md``, ``book/arbel_ablations.md``).
+"""What Arbel et al.'s experiments share: their parameters, data, engine and verdict helpers.
 
-Arbel, Menegaux & Wolinski (NeurIPS 2023), Section 5 and Appendix C, as their code runs it
-(``/work/shared/papers/README.md`` lists its conventions):
-
-* **Student** (their Eq. 2 with a hidden bias): ``f(x) = (1/M) sum_i v_i gamma(u_i^T x + b_i)``;
-  hidden weights and biases ``N(0, tau0^2)``, readout ``v = 0``. We append a constant 1 to every
-  input, so ``(u_i, b_i)`` is one row of :func:`itlin.models.mean_field`'s ``u`` and its
-  closed-form NTK :func:`itlin.models.mean_field_ntk` covers the bias.
-* **Loss** ``0.5 mean_n (f(x_n) - y_n)^2`` (``itlin``'s ``"squared"`` loss with the mean over
-  examples; for ``C`` outputs their code also averages over outputs, so reported losses are
-  divided by ``C``).
-* **GN**: ``theta <- theta - lr J^T (J J^T + eps I)^{-1} (f - y)/N`` with
-  ``eps = max(alpha * sigma_min(J J^T), eps0)``: :func:`itlin.gauss_newton_direction` with
-  ``hessian="identity"``, the mean loss and :class:`itlin.ArbelDamping`, in float64.
-* **GD**: ``theta <- theta - lr grad L``, float32 by default (their networks are float32).
-* **Stop** when the training loss is at most ``stop_rtol`` (1e-8) times its initial value (their
-  code's rule), when a step is not finite or the loss exceeds ``blowup`` times its initial value
-  (diverged: the parameters before that step are kept), or at the step budget.
-* **RF**: the readout fitted by minimum-norm least squares on the features at initialisation;
-  **Test-LRfit**: the same fit on the features of the trained hidden layer (their Eq. 8), with
-  their code's cut-off (eigenvalues of ``Phi Phi^T`` below ``1e-10`` of the largest dropped).
-* **WCD** of the hidden weights (bias column excluded, as their code) to the teacher's: the
-  paper's Eq. 9 (``wcd``) and the variant their code logs (``wcd_code``, see
-  :func:`itlin.metrics.min_cosine_distance`).
-
-**Units.** Step sizes and ``eps0`` are given in the paper's units, i.e. for their sizes
-``M_ref = 5000``, ``N_ref = 500``, and converted so that a smaller run takes the same step:
-
-* GN moves the training outputs by ``lr/N`` of a full (undamped) Gauss-Newton step, whatever
-  ``M``: ``lr_ours = lr * N / N_ref`` (and ``/ C`` for ``C`` outputs, whose loss they average);
-* GD moves each hidden unit by ``lr/M`` times an ``O(1)`` amount in the mean-field scaling,
-  whatever ``N``: ``lr_ours = lr * M / M_ref`` (``/ C`` likewise);
-* ``J J^T`` scales like ``N / M`` along its leading directions, so ``eps0_ours = eps0 * (N / N_ref)
-  * (M_ref / M)`` keeps the floor in the same place relative to the spectrum.
-
-At the paper's sizes the three conversions are the identity.
-
-A sweep is one compiled program per method: every configuration (seed, ``tau0``, step size)
-is a row of a ``jax.vmap``; the run is a ``lax.scan`` over log-spaced checkpoints with a
-``lax.while_loop`` of steps between them, and every metric is computed at every checkpoint.
+Their Section 5 as their code runs it (``/work/shared/papers/README.md``): the student ``f(x) =
+(1/M) sum_i v_i gamma(u_i^T x + b_i)`` (inputs get a constant 1 appended, so ``(u_i, b_i)`` is a
+row of :func:`itlin.models.mean_field`'s ``u``), hidden layer ``N(0, tau0^2)``, readout 0; loss
+``0.5 mean (f - y)^2``; GN ``theta <- theta - lr J^T (J J^T + eps I)^{-1} (f - y)/N``, ``eps =
+max(alpha sigma_min, eps0)``, float64 (:func:`itlin.gauss_newton_direction`,
+:class:`itlin.ArbelDamping`); GD in float32; stop at ``stop_rtol`` of the initial training loss,
+at a non-finite or blown-up loss (diverged: the parameters before the bad step are kept), or at
+the budget. RF and Test-LRfit (Eq. 8) fit the readout by minimum-norm least squares on the
+initial and on the trained features; WCD is Eq. 9 or their code's variant. Step sizes are chosen
+on ``n_val`` further points of the same teacher and judged on the test set. Step sizes and
+``eps0`` are in the paper's units (``M = 5000``, ``N = 500``), converted so that a smaller run
+takes the same step: GN ``lr N / 500`` (the same fraction of a full GN step), GD ``lr M / 5000``
+(the same move per unit), ``eps0 (N / 500)(5000 / M)``; ``/ C`` for ``C`` averaged outputs.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import Literal, Optional
 
 import numpy as np
 
-REF_WIDTH = 5000
-REF_N = 500
-TEACHER_WIDTH = 5
-DIM = 10
+from .. import Params, param
+from ... import verdicts as V
+
+REF_WIDTH, REF_N, DIM = 5000, 500, 10
 #: eigenvalues of Phi Phi^T below this fraction of the largest are dropped in the re-fit (their code)
 REFIT_CUTOFF = 1e-10
-METRICS = ("train", "test", "lrfit", "wcd", "wcd_code", "sigma_min")
+PAPER_LRS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
+#: the paper's step budgets (Section 5.2)
+PAPER_GN_STEPS, PAPER_GD_STEPS = 100_000, 1_000_000
+METRICS = ("train", "val", "test", "lrfit", "wcd", "wcd_code", "sigma_min", "sigma_rel")
+LABELS = {"gn": "GN", "gd": "GD", "rf": "RF"}
+
+
+# ------------------------------------------------------------------------------ parameters
+def _p(default, doc, label=None, source="", **kw):  # a parameter, its settings-table label and source
+    return param(default, doc, label=label, source=source, **kw)
+
+
+@dataclass(frozen=True)
+class ArbelParams(Params):
+    """What every Arbel experiment takes: sizes, seeds, the student, GN's damping, the stopping
+    rule and the margin of the claims."""
+
+    seeds: Optional[int] = _p(None, "independent runs (teacher, data and student change); None: from scale", "seeds",
+                              "one in their Figs. 1-2, five in App. C.1", min=1)
+    width: Optional[int] = _p(None, "hidden units M of the student", "student width M", "Section 5.1", min=1)
+    n_train: Optional[int] = _p(None, "training points N", "training points N", "Section 5.1", min=1)
+    n_test: Optional[int] = _p(None, "test points (the verdicts)", "test points", "Section 5.1", min=1)
+    n_val: int = _p(1000, "validation points of the same teacher: step sizes are chosen on them",
+                    "validation points (step-size choice)", "ours: the paper chooses by test loss", paper="none", min=1)
+    tau0: float = _p(1e-3, "std of the student's hidden weights and biases at initialisation",
+                     "τ0 (std of the hidden layer at init)", "Fig. 1 right", gt=0)
+    activation: Literal["relu", "silu"] = _p("relu", "the teacher's and the student's non-linearity", "non-linearity",
+                                             "Section 5.1")
+    beta: float = _p(1.0, "SiLU temperature: x * sigmoid(beta x)", gt=0)
+    alpha: float = _p(1.0, "damping factor: eps = max(alpha sigma_min(J J^T), eps0)", min=0)
+    eps0: float = _p(1e-7, "damping floor, the paper's units", "damping floor ε0 (their units)", "Section 5.2", min=0)
+    stop_rtol: float = _p(1e-8, "stop when the training loss is below this times its initial value",
+                          "stop at this fraction of the initial training loss", "their code (the paper: absolute 1e-7)",
+                          min=0, lt=1)
+    checkpoints: Optional[int] = _p(None, "log-spaced checkpoints where every metric is recorded", min=2)
+    effect: float = _p(0.1, "decades: two losses within this 'match', a claimed difference must exceed it",
+                       "margin of the claims (decades of loss)", "ours: ×1.26", gt=0)
+
+    def check(self):
+        r = self.resolved()
+        n = max(r.get("n_trains") or [r["n_train"]])
+        if min(r.get("widths") or [r["width"]]) < n:
+            raise ValueError(f"width below n_train = {n}: RF and Test-LRfit need at least as many hidden units as "
+                             "training points (over-parameterised)")
+        for name in ("tau0s", "n_trains", "widths", "eps0s"):
+            v = r.get(name)
+            if v is not None and (len(v) < 2 or any(b <= a for a, b in zip(v, v[1:]))):
+                raise ValueError(f"{name} must be at least two increasing values, got {v}")
+        for name in ("gn_lrs", "gd_lrs"):
+            if r.get(name) is not None and len(set(r[name])) != len(r[name]):
+                raise ValueError(f"{name} has repeated values: {r[name]}")
+        for what in ("small_lr", "large_lr"):  # the claims' two steps must be in GN's grid
+            if what in r and not any(math.isclose(r[what], v, rel_tol=1e-9) for v in r["gn_lrs"]):
+                raise ValueError(f"{what} = {r[what]:g} is not among gn_lrs {r['gn_lrs']}")
+        if r.get("small_lr", 0) >= r.get("large_lr", math.inf):
+            raise ValueError(f"small_lr = {r['small_lr']:g} must be smaller than large_lr = {r['large_lr']:g}")
+
+
+@dataclass(frozen=True)
+class SweepParams(ArbelParams):
+    """:class:`ArbelParams` with a grid of step sizes and a step budget per method."""
+
+    gn_lrs: Optional[tuple[float, ...]] = _p(None, "GN step sizes, the paper's units", "GN step sizes (their units)",
+                                             "Fig. 1", gt=0)
+    gd_lrs: Optional[tuple[float, ...]] = _p(None, "GD step sizes, the paper's units", "GD step sizes (their units)",
+                                             "Fig. 1", gt=0)
+    gn_steps: Optional[int] = _p(None, "most GN steps per run", "GN step budget", "Section 5.2", min=1)
+    gd_steps: Optional[int] = _p(None, "most GD steps per run", "GD step budget", "Section 5.2", min=1)
+    gd_dtype: Literal["float32", "float64"] = _p("float32", "GD's precision (GN is always float64)")
+
+
+def from_dict(cls, p: dict) -> dict:
+    """The resolved parameters of ``p`` (a run's dict) for the class ``cls``."""
+    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in p.items()}).resolved()
+
+
+def variant(r: dict, default: str = "relu") -> tuple:
+    """``(id prefix, claim prefix)`` of a run whose activation is not the default, e.g.
+    ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter."""
+    if r["activation"] == default:
+        return "", ""
+    if r["activation"] == "silu":
+        return f"silu_b{fmt_lr(r['beta'])}.", f"SiLU β = {fmt_lr(r['beta'])}: "
+    return f"{r['activation']}.", f"{r['activation'].replace('relu', 'ReLU')}: "
 
 
 # ------------------------------------------------------------------------------ units
@@ -76,8 +134,7 @@ def eps0_ours(eps0, *, width: int, n_train: int, ref_width: int = REF_WIDTH, ref
 
 def checkpoints(steps: int, points: int) -> np.ndarray:
     """``0`` and about ``points`` log-spaced step counts up to ``steps`` (both ends included)."""
-    ends = np.unique(np.round(np.geomspace(1, steps, max(points, 2))).astype(np.int64))
-    return np.concatenate([[0], ends])
+    return np.concatenate([[0], np.unique(np.round(np.geomspace(1, steps, max(points, 2))).astype(np.int64))])
 
 
 def with_bias(x) -> np.ndarray:
@@ -87,42 +144,46 @@ def with_bias(x) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ data
-def teacher_data(seeds: int, seed: int, *, n_train: int, n_test: int, activation: str = "relu",
+def teacher_data(seeds: int, seed: int, *, n_train: int, n_test: int, n_val: int, activation: str = "relu",
                  beta: float = 1.0) -> dict:
-    """Seed ``s = 0 .. seeds-1`` uses data seed ``seed + s`` (teacher, test and training inputs).
-
-    Returns stacked float64 arrays: ``x`` ``(S, N, d+1)`` (bias column appended), ``y``
-    ``(S, N, 1)``, ``xt``, ``yt`` (test), ``ustar`` ``(S, M*, d)`` (teacher weights, no bias).
-    """
+    """Stacked float64 arrays, seed ``s`` from data seed ``seed + s``: ``x`` ``(S, N, d+1)`` (bias
+    column appended), ``y`` ``(S, N, 1)``; ``xt``, ``yt`` the first ``n_test`` test points; ``xv``,
+    ``yv`` the ``n_val`` after them (the test set does not depend on ``n_val``); ``ustar``
+    ``(S, M*, d)`` the teacher's hidden weights."""
     from .... import data
 
-    sets = [data.arbel_teacher_student(n_train=n_train, n_test=n_test, seed=seed + s, activation=activation,
+    sets = [data.arbel_teacher_student(n_train=n_train, n_test=n_test + n_val, seed=seed + s, activation=activation,
                                        beta=beta) for s in range(seeds)]
-    return {
-        "x": np.stack([with_bias(d.x_train) for d in sets]),
-        "y": np.stack([np.asarray(d.y_train, np.float64) for d in sets]),
-        "xt": np.stack([with_bias(d.x_test) for d in sets]),
-        "yt": np.stack([np.asarray(d.y_test, np.float64) for d in sets]),
-        "ustar": np.stack([np.asarray(d.meta["teacher"]["u"], np.float64) for d in sets]),
-    }
+    xt, yt = np.stack([with_bias(d.x_test) for d in sets]), np.stack([np.asarray(d.y_test, np.float64) for d in sets])
+    return {"x": np.stack([with_bias(d.x_train) for d in sets]),
+            "y": np.stack([np.asarray(d.y_train, np.float64) for d in sets]),
+            "xt": xt[:, :n_test], "yt": yt[:, :n_test], "xv": xt[:, n_test:], "yv": yt[:, n_test:],
+            "ustar": np.stack([np.asarray(d.meta["teacher"]["u"], np.float64) for d in sets])}
 
 
 def hidden_directions(seeds: int, seed: int, width: int, dim: int) -> np.ndarray:
-    """``z`` ``(S, M, dim)`` standard normal, one draw per seed; the student's hidden layer at
-    initialisation is ``tau0 * z`` (so every ``tau0`` of one seed shares the directions)."""
+    """``z`` ``(S, M, dim)`` standard normal per seed: the hidden layer at init is ``tau0 * z``."""
     import jax
 
     with jax.enable_x64(True):
-        base = jax.random.PRNGKey(seed)
-        return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(base, s), (width, dim), jax.numpy.float64))
-                         for s in range(seeds)])
+        return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), s), (width, dim),
+                                                      jax.numpy.float64)) for s in range(seeds)])
+
+
+def prepare(r: dict, *, n_train: Optional[int] = None, width: Optional[int] = None) -> tuple:
+    """``(data, z, common)``: :func:`teacher_data`, the hidden directions and the engine's settings."""
+    N, M = n_train or r["n_train"], width or max(r.get("widths") or [r["width"]])
+    data = teacher_data(r["seeds"], r["seed"], n_train=N, n_test=r["n_test"], n_val=r["n_val"],
+                        activation=r["activation"], beta=r["beta"])
+    common = dict(width=M, dim=DIM, activation=r["activation"], beta=r["beta"], alpha=r["alpha"],
+                  eps0=eps0_ours(r["eps0"], width=M, n_train=N), stop_rtol=r["stop_rtol"])
+    return data, hidden_directions(r["seeds"], r["seed"], M, DIM + 1), common
 
 
 # ------------------------------------------------------------------------------ metrics (JAX)
 def refit_test_loss(act, u, x, y, xt, yt, cutoff: float = REFIT_CUTOFF):
-    """Test-LRfit (their Eq. 8): the readout re-fitted by minimum-norm least squares on the
-    frozen features ``Phi = act(x u^T)``, eigenvalues of ``Phi Phi^T`` below ``cutoff`` times
-    the largest dropped; returns ``0.5 mean (pred - yt)^2`` over test examples and outputs."""
+    """Test-LRfit (their Eq. 8): ``0.5 mean (pred - yt)^2`` of the readout re-fitted by minimum-norm
+    least squares on ``Phi = act(x u^T)`` (eigenvalues of ``Phi Phi^T`` below ``cutoff`` of the largest dropped)."""
     import jax.numpy as jnp
 
     phi = act(x @ u.T)
@@ -134,47 +195,35 @@ def refit_test_loss(act, u, x, y, xt, yt, cutoff: float = REFIT_CUTOFF):
     return 0.5 * jnp.mean(r * r)
 
 
-def _cosines(u, ustar):
+def _wcd(u, ustar, code: bool):
     import jax.numpy as jnp
 
     sq = jnp.sum(u * u, axis=1)
     norm = jnp.sqrt(sq)
-    safe = jnp.where(norm > 0, norm, 1.0)
-    cos = (u @ ustar.T) / (safe[:, None] * jnp.linalg.norm(ustar, axis=1)[None, :])
-    p = sq / jnp.sum(sq)
-    return p, cos, norm > 0
+    cos = (u @ ustar.T) / (jnp.where(norm > 0, norm, 1.0)[:, None] * jnp.linalg.norm(ustar, axis=1)[None, :])
+    d = jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1) if code else 2.0 * (1.0 - cos.max(axis=1))
+    return jnp.sum(sq / jnp.sum(sq) * jnp.where(norm > 0, d, 0.0))
 
 
 def wcd_eq9(u, ustar):
-    """The paper's Eq. 9, ``2 sum_i p_i (1 - max_j cos(u_i, u*_j))`` (as
-    :func:`itlin.metrics.weighted_cosine_distance`), in JAX."""
-    import jax.numpy as jnp
-
-    p, cos, nz = _cosines(u, ustar)
-    return 2.0 * jnp.sum(p * jnp.where(nz, 1.0 - cos.max(axis=1), 0.0))
+    """The paper's Eq. 9, ``2 sum_i p_i (1 - max_j cos(u_i, u*_j))``, in JAX."""
+    return _wcd(u, ustar, False)
 
 
 def wcd_code(u, ustar):
     """The distance their code logs (:func:`itlin.metrics.min_cosine_distance`), in JAX."""
-    import jax.numpy as jnp
-
-    p, cos, nz = _cosines(u, ustar)
-    d = jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1)
-    return jnp.sum(p * jnp.where(nz, d, 0.0))
+    return _wcd(u, ustar, True)
 
 
-# ------------------------------------------------------------------------------ the sweep
+# ------------------------------------------------------------------------------ the engine
+@lru_cache(maxsize=16)
 def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activation: str = "relu",
-                beta: float = 1.0, alpha: float = 1.0, eps0: float = 1e-7, stop_rtol: float = 1e-8,
-                blowup: float = 1e3, ends: Sequence[int], dtype: str = "float64"):
-    """A jitted ``run(z, x, y, xt, yt, ustar, tau0, lr) -> dict`` over a leading batch axis.
-
-    ``method``: ``"gn"`` or ``"gd"``; ``eps0`` and ``lr`` are in *our* units (convert with
-    :func:`eps0_ours`, :func:`gn_lr`, :func:`gd_lr`); ``ends``: the checkpoints (steps, first 0).
-    Returns per configuration: ``steps`` (taken), ``converged``, ``diverged`` and ``(T,)``
-    traces of :data:`METRICS` at the checkpoints (losses in their convention, averaged over
-    outputs). Call inside ``jax.enable_x64(True)``.
-    """
+                beta: float = 1.0, alpha: float = 1.0, stop_rtol: float = 1e-8, blowup: float = 1e3, ends=(0, 1),
+                dtype: str = "float64"):
+    """A jitted, memoised ``run(z, x, y, xv, yv, xt, yt, ustar, tau0, lr, eps0) -> dict`` over a leading
+    batch axis (one compilation for every ``tau0``, step and floor, our units; checkpoints ``ends``):
+    ``steps`` taken, ``converged``, ``diverged`` and ``(T,)`` traces of :data:`METRICS` (``sigma_rel``:
+    ``sigma_min`` over the mean eigenvalue of ``J J^T``). Call inside ``jax.enable_x64(True)``."""
     import jax
     import jax.numpy as jnp
 
@@ -189,24 +238,20 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
     f = model.bind()
     act, _ = models.get_activation(activation, beta)
     loss = get_loss("squared", "mean")
-    damping = ArbelDamping(alpha, eps0)
     dt = jnp.float64 if (method == "gn" or dtype == "float64") else jnp.float32
     ends = jnp.asarray(np.asarray(ends, np.int64), jnp.int32)
 
-    def metrics(p, x, y, xt, yt, ustar):
+    def metrics(p, x, y, xv, yv, xt, yt, ustar):
         p = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), p)
-        u = p["u"]
-        kernel = model.ntk_fn(p, x)
-        return {
-            "train": loss(f(p, x), y) / outputs,
-            "test": loss(f(p, xt), yt) / outputs,
-            "lrfit": refit_test_loss(act, u, x, y, xt, yt),
-            "wcd": wcd_eq9(u[:, :dim], ustar),
-            "wcd_code": wcd_code(u[:, :dim], ustar),
-            "sigma_min": jnp.linalg.eigvalsh(0.5 * (kernel + kernel.T))[0],
-        }
+        u, kernel = p["u"], model.ntk_fn(p, x)
+        eig = jnp.linalg.eigvalsh(0.5 * (kernel + kernel.T))
+        return {"train": loss(f(p, x), y) / outputs, "val": loss(f(p, xv), yv) / outputs,
+                "test": loss(f(p, xt), yt) / outputs, "lrfit": refit_test_loss(act, u, x, y, xt, yt),
+                "wcd": wcd_eq9(u[:, :dim], ustar), "wcd_code": wcd_code(u[:, :dim], ustar),
+                "sigma_min": eig[0], "sigma_rel": eig[0] / jnp.mean(eig)}
 
-    def one(z, x, y, xt, yt, ustar, tau0, lr):
+    def one(z, x, y, xv, yv, xt, yt, ustar, tau0, lr, eps0):
+        damping = ArbelDamping(alpha, eps0)
         xl, yl = x.astype(dt), y.astype(dt)
         p0 = {"u": (tau0 * z).astype(dt), "v": jnp.zeros((width, outputs), dt)}
         loss0 = loss(f(p0, xl), yl)
@@ -220,95 +265,97 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
             return jax.value_and_grad(lambda q: loss(f(q, xl), yl))(p)
 
         def body(c):
-            # ``value`` is the loss at ``p``. A bad value (not finite, or blown up) means the step
+            # ``value`` is the loss at ``p``; a bad value (not finite, or blown up) means the step
             # that made ``p`` diverged: go back to ``prev``, the parameters before it.
             p, prev, k, conv, div, end = c
             value, d = step(p)
             bad = ~jnp.isfinite(value) | (value > blowup * loss0)
             reached = (value <= stop_rtol * loss0) & ~bad
             new = jax.tree_util.tree_map(lambda a, b: a - lr * b, p, d)
-            bad_step = ~tree_all_finite(new) & ~bad & ~reached  # the step itself is not finite
+            bad_step = ~tree_all_finite(new) & ~bad & ~reached
             halt = bad | reached | bad_step
             p_out = tree_select(bad, prev, tree_select(halt, p, new))
             k_out = k + jnp.where(halt, jnp.where(bad, -1, 0), 1)
             return (p_out, tree_select(halt, prev, p), k_out, conv | reached, div | bad | bad_step, end)
 
-        def cond(c):
-            _, _, k, conv, div, end = c
-            return (k < end) & ~conv & ~div
-
         def segment(carry, end):
             p, prev, k, conv, div = carry
-            p, prev, k, conv, div, _ = jax.lax.while_loop(cond, body, (p, prev, k, conv, div, end))
-            return (p, prev, k, conv, div), metrics(p, x, y, xt, yt, ustar)
+            p, prev, k, conv, div, _ = jax.lax.while_loop(lambda c: (c[2] < c[5]) & ~c[3] & ~c[4], body,
+                                                          (p, prev, k, conv, div, end))
+            return (p, prev, k, conv, div), metrics(p, x, y, xv, yv, xt, yt, ustar)
 
         init = (p0, p0, jnp.zeros((), jnp.int32), jnp.asarray(False), jnp.asarray(False))
         (p, _, k, conv, div), trace = jax.lax.scan(segment, init, ends)
         return {"steps": k, "converged": conv, "diverged": div, **trace}
 
-    def mapped(*args):
-        # lax.map, not vmap: a vmapped (batched) LAPACK eigh inside this loop deadlocks the XLA CPU
-        # thread pool on small machines (jaxlib 0.10.2: its ParallelBatchMap waits for tasks on the pool
-        # it runs on). One configuration at a time keeps every eigh unbatched.
-        return jax.lax.map(lambda a: one(*a), args)
-
-    return jax.jit(mapped)
+    # lax.map, not vmap: a batched LAPACK eigh in this loop deadlocks XLA's CPU pool (jaxlib 0.10.2)
+    return jax.jit(lambda *args: jax.lax.map(lambda a: one(*a), args))
 
 
-@lru_cache(maxsize=16)
-def _cached_runner(method, width, dim, outputs, activation, beta, alpha, eps0, stop_rtol, blowup, ends, dtype):
-    return make_runner(method, width=width, dim=dim, outputs=outputs, activation=activation, beta=beta, alpha=alpha,
-                       eps0=eps0, stop_rtol=stop_rtol, blowup=blowup, ends=ends, dtype=dtype)
-
-
-def runner(method: str, *, width: int, dim: int, outputs: int = 1, activation: str = "relu", beta: float = 1.0,
-           alpha: float = 1.0, eps0: float = 1e-7, stop_rtol: float = 1e-8, blowup: float = 1e3, ends=(0, 1),
-           dtype: str = "float64"):
-    """:func:`make_runner`, memoised on its arguments (one compilation per shape and setting)."""
-    return _cached_runner(method, int(width), int(dim), int(outputs), activation, float(beta), float(alpha),
-                          float(eps0), float(stop_rtol), float(blowup), tuple(int(e) for e in ends), dtype)
-
-
-def sweep(method: str, data: dict, z: np.ndarray, seed_index, tau0, lr, **runner_kwargs) -> dict:
-    """Run the configurations ``(seed_index[i], tau0[i], lr[i])`` (lr in our units) of one
-    method as one batch; returns numpy arrays with a leading configuration axis. The batch
-    stops when its last configuration does: group configurations that stop together (for
-    instance one step size per call) to save time."""
+def sweep(method: str, data: dict, z: np.ndarray, seed_index, tau0, lr, *, width: int, dim: int, outputs: int = 1,
+          activation: str = "relu", beta: float = 1.0, alpha: float = 1.0, eps0: float = 1e-7,
+          stop_rtol: float = 1e-8, blowup: float = 1e3, ends=(0, 1), dtype: str = "float64") -> dict:
+    """Run the configurations ``(seed_index[i], tau0[i], lr[i], eps0[i])`` (numbers broadcast; our
+    units) of one method (:func:`make_runner`); numpy arrays with a leading configuration axis.
+    ``z`` is cut to ``width`` units (nested widths)."""
     import jax
     import jax.numpy as jnp
 
     idx = np.asarray(seed_index, np.int64)
     with jax.enable_x64(True):
-        run = runner(method, **runner_kwargs)
-        out = run(jnp.asarray(z[idx]), jnp.asarray(data["x"][idx]), jnp.asarray(data["y"][idx]),
-                  jnp.asarray(data["xt"][idx]), jnp.asarray(data["yt"][idx]), jnp.asarray(data["ustar"][idx]),
-                  jnp.asarray(np.asarray(tau0, np.float64)), jnp.asarray(np.asarray(lr, np.float64)))
+        run = make_runner(method, width=int(width), dim=int(dim), outputs=int(outputs), activation=activation,
+                          beta=float(beta), alpha=float(alpha), stop_rtol=float(stop_rtol), blowup=float(blowup),
+                          ends=tuple(int(e) for e in ends), dtype=dtype)
+        arrays = [np.ascontiguousarray(z[idx, :width])] + [data[k][idx] for k in ("x", "y", "xv", "yv", "xt", "yt",
+                                                                                   "ustar")]
+        per = [np.broadcast_to(np.asarray(v, np.float64), idx.shape) for v in (tau0, lr, eps0)]
+        out = run(*map(jnp.asarray, arrays + per))
         return {k: np.asarray(v) for k, v in out.items()}
 
 
-def grid(*axes) -> list:
-    """Flattened index grids: ``grid(3, 2)`` -> two arrays of length 6 (row-major)."""
-    mesh = np.meshgrid(*[np.arange(a) for a in axes], indexing="ij")
-    return [m.ravel() for m in mesh]
+def lr_grid(ctx, method: str, r: dict, data: dict, z, common: dict, *, tau0s, ends, ref_n: int = REF_N) -> dict:
+    """Method ``method`` at every step of ``r[<method>_lrs]`` (the paper's units for ``ref_n`` points)
+    and every ``tau0`` of ``tau0s``, all seeds: arrays ``(L, G, S, ...)``, one staged call per (step, ``tau0``)."""
+    S, N, C = len(z), data["x"].shape[1], common.get("outputs", 1)
+    ours = [gn_lr(v, n_train=N, outputs=C, ref_n=ref_n) if method == "gn" else
+            gd_lr(v, width=common["width"], outputs=C) for v in r[f"{method}_lrs"]]
+    ctx.say(f"{method.upper()}: {len(ours)} step sizes x {len(tau0s)} tau0 x {S} seeds, at most {r[f'{method}_steps']}")
+    per = [[ctx.stage(f"{method} lr={lr:.12g} tau0={t:.12g}", lambda t=t, o=o: sweep(
+        method, data, z, np.arange(S), np.full(S, t), np.full(S, o), ends=ends,
+        dtype="float64" if method == "gn" else r.get("gd_dtype", "float32"), **common)) for t in tau0s]
+        for lr, o in zip(r[f"{method}_lrs"], ours)]
+    res = {k: np.stack([np.stack([q[k] for q in row]) for row in per]) for k in per[0][0]}
+    res["converged"], res["diverged"] = res["converged"].astype(bool), res["diverged"].astype(bool)
+    res.update(lr=np.asarray(r[f"{method}_lrs"], np.float64), lr_ours=np.asarray(ours), ends=np.asarray(ends))
+    return res
 
 
-# ------------------------------------------------------------------------------ analysis helpers
-def final(trace: np.ndarray) -> np.ndarray:
-    """The last checkpoint of ``(..., T)`` traces (runs that stopped keep their final value)."""
-    return np.asarray(trace)[..., -1]
+def lr_sweep(ctx, r: dict, data: dict, z, common: dict, ref_n: int = REF_N) -> dict:
+    """Both methods at every step of their grids from ``r["tau0"]`` (:func:`lr_grid`): arrays
+    ``m/<key>`` (L, S, ...) and ``rf_test`` (S,), RF's test loss."""
+    out = {}
+    for m in ("gn", "gd"):
+        res = lr_grid(ctx, m, r, data, z, common, tau0s=[r["tau0"]], ref_n=ref_n,
+                      ends=checkpoints(r[f"{m}_steps"], r["checkpoints"]))
+        out[m] = {k: (v if k in ("lr", "lr_ours", "ends") else v[:, 0]) for k, v in res.items()}
+    return {**out, "rf_test": out["gn"]["lrfit"][0, :, 0]}
 
 
+def finals(per: dict, r: dict) -> dict:
+    """``per[m]``: one dict of sweep arrays ``(L, ..., T)`` per size; as arrays ``(K, L, ...)`` at their
+    last checkpoint, with ``m/lr`` and ``rf_test`` ``(K, ...)``: RF's test loss (GN's Test-LRfit at init)."""
+    out = {}
+    for m, sizes in per.items():
+        res = {k: np.stack([q[k] for q in sizes]) for k in sizes[0]}
+        out[m] = {**{k: res[k][..., -1] for k in METRICS}, "steps": res["steps"], "lr": np.asarray(r[f"{m}_lrs"]),
+                  "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool)}
+    return {**out, "rf_test": np.stack([q["lrfit"][0, ..., 0] for q in per["gn"]])}
+
+
+# ------------------------------------------------------------------------------ analysis
 def log10(a):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log10(np.asarray(a, np.float64))
-
-
-def best_index(test: np.ndarray, diverged: np.ndarray) -> np.ndarray:
-    """Index of the step size with the lowest seed-mean log10 final test loss, over ``(..., L, S)``
-    arrays; step sizes with a diverged seed are excluded (all diverged: index 0)."""
-    score = np.where(np.asarray(diverged).any(axis=-1), np.inf, np.nanmean(log10(test), axis=-1))
-    score = np.where(np.isnan(score), np.inf, score)
-    return np.argmin(score, axis=-1)
 
 
 def fmt_lr(v: float) -> str:
@@ -317,79 +364,110 @@ def fmt_lr(v: float) -> str:
     if v == 0 or not math.isfinite(v):
         return f"{v:g}"
     e = math.log10(abs(v))
-    if abs(e - round(e)) < 1e-9 and (e <= -2 or e >= 3):
-        return f"1e{int(round(e))}"
-    return f"{v:g}"
+    return f"1e{int(round(e))}" if abs(e - round(e)) < 1e-9 and (e <= -2 or e >= 3) else f"{v:g}"
 
 
-__all__ = ["DIM", "METRICS", "REFIT_CUTOFF", "REF_N", "REF_WIDTH", "best_index", "checkpoints", "eps0_ours",
-           "final", "fmt_lr", "gd_lr", "gn_lr", "grid", "hidden_directions", "log10", "make_runner",
-           "refit_test_loss", "runner", "sweep", "teacher_data", "wcd_code", "wcd_eq9", "with_bias"]
+def geo(values) -> str:
+    """The geometric mean over seeds (last axis), three digits."""
+    m = float(np.nanmean(log10(values)))
+    return "n/a" if not math.isfinite(m) else f"{10 ** m:.3g}"
 
 
-# ------------------------------------------------------------------------------ shared by the experiments
-COLOURS = {"gn": "#b2182b", "gd": "#2166ac", "rf": "0.35"}
-LABELS = {"gn": "GN", "gd": "GD", "rf": "RF"}
-METRIC_LABELS = {"wcd": "WCD (Eq. 9)", "wcd_code": "WCD (their code)", "train": "training loss",
-                 "test": "test loss", "lrfit": "Test-LRfit", "sigma_min": r"$\sigma_{\min}(JJ^\top)$"}
+def best_index(val: np.ndarray, diverged: np.ndarray) -> np.ndarray:
+    """The step (axis -2 of ``(..., L, S)``) with the lowest mean log10 *validation* loss; a step
+    with a diverged seed is excluded (all diverged: 0)."""
+    score = np.where(np.asarray(diverged).any(axis=-1), np.inf, np.nanmean(log10(val), axis=-1))
+    return np.argmin(np.where(np.isnan(score), np.inf, score), axis=-1)
 
 
-def log_band(values, axis=-1):
-    """``(centre, lo, hi)`` of ``values`` over ``axis`` (seeds): the mean of log10 with its 95%
-    t-interval, returned as values (a geometric mean and its interval). NaN where a value is not
-    finite or not positive."""
-    from ...verdicts import seed_interval
-
-    lv = np.moveaxis(log10(values), axis, -1)
-    shape = lv.shape[:-1]
-    flat = lv.reshape(-1, lv.shape[-1])
-    out = np.full((3, flat.shape[0]), np.nan)
-    for i, row in enumerate(flat):
-        m, h = seed_interval(row)
-        if math.isfinite(m):
-            h = h if math.isfinite(h) else 0.0
-            out[:, i] = (10 ** m, 10 ** (m - h), 10 ** (m + h))
-    return tuple(o.reshape(shape) for o in out)
-
-
-def log_gap(a, b):
-    """:func:`itlin.book.verdicts.paired_gap` of ``log10 a - log10 b`` seed by seed (decades)."""
-    from ...verdicts import paired_gap
-
-    return paired_gap(log10(a), log10(b))
-
-
-def fmt_decades(gap) -> str:
-    """``"+0.42 ± 0.10 decades (5 seeds), x2.6"``: a gap of log10 values and the ratio it means."""
-    from ...verdicts import fmt_gap
-
-    if not math.isfinite(gap.mean):
-        return "n/a"
-    return fmt_gap(gap, scale=1.0, unit=" decades", digits=2) + f", ×{10 ** gap.mean:.2g}"
-
-
-def settings_rows(p: dict, paper: dict) -> str:
-    """A Markdown table: setting, the paper's value, ours (with a note)."""
-    lines = ["| setting | Arbel et al. | this run |", "| --- | --- | --- |"]
-    for name, (theirs, ours) in paper.items():
-        lines.append(f"| {name} | {theirs} | {ours} |")
-    return "\n".join(lines)
-
-
-def final_results(res, lrs) -> dict:
-    """One method's results of a step-size sweep kept at their last checkpoint (``METRICS``), with
-    the RF baseline (``"rf"``: Test-LRfit at initialisation), steps, convergence, divergence and
-    the step sizes ``lrs`` (the paper's units)."""
-    return {**{k: res[k][..., -1] for k in METRICS}, "rf": res["lrfit"][..., 0], "steps": res["steps"],
-            "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool),
-            "lr": np.asarray(lrs)}
-
-
-def with_rf_and_units(out, r) -> dict:
-    """``out`` with ``rf_test`` (the RF test loss, the same for every seed row of GN and GD: GN's
-    copy kept) and ``meta`` (the resolved parameters and how step sizes and eps0 convert)."""
-    out["rf_test"] = out["gn"].pop("rf")[:, 0]
-    out["gd"].pop("rf")
-    out["meta"] = {"resolved": r, "units": {"gn_lr": "ours = paper x N/500", "gd_lr": f"ours = paper x M/{REF_WIDTH}",
-                                            "eps0": "ours = paper x (N/500) x (5000/M)"}}
+def chosen(rec, axis: int, keys=("test", "converged", "diverged")) -> dict:
+    """Per method ``m``: ``best[m]``, the step (axis ``axis`` of its final arrays, seeds last) with the
+    lowest mean log validation loss (:func:`best_index`), ``lr[m]``, and ``<key>[m]`` at that step."""
+    out = {k: {} for k in ("best", "lr", *keys)}
+    for m in ("gn", "gd"):
+        move = lambda k: np.moveaxis(np.asarray(rec[f"{m}/{k}"]), axis, -2)  # noqa: E731
+        best = out["best"][m] = best_index(move("val").astype(np.float64), move("diverged").astype(bool))
+        out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
+        for k in keys:
+            out[k][m] = np.take_along_axis(move(k), best[..., None, None], -2)[..., 0, :]
     return out
+
+
+def slope_margin(effect: float, grid) -> float:
+    """The slope (decades per decade) that changes the loss across ``grid`` by ``effect`` decades."""
+    return effect / np.log10(max(grid) / min(grid))
+
+
+def at(lrs, lr) -> int:
+    """Index of step size ``lr`` in the grid ``lrs`` (an IndexError if it is not there)."""
+    return int(np.flatnonzero(np.isclose(np.asarray(lrs, np.float64), lr, rtol=1e-9))[0])
+
+
+def slopes(x, values) -> np.ndarray:
+    """Least-squares slope of log10 ``values`` (K, ..., S) against log10 ``x``, per seed: (..., S)."""
+    lx = np.log10(np.asarray(x, np.float64))
+    y = log10(values)
+    xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
+    return np.sum(xc * (y - y.mean(axis=0)), axis=0) / np.sum(xc * xc)
+
+
+def hidden_gain(train, lrfit, rf, delta: float) -> np.ndarray:
+    """Per seed: how far Test-LRfit has fallen below RF's (decades) at the last checkpoint at
+    which the training loss is still within ``delta`` decades of its initial value (the readout
+    has not started to fit the data). ``train``, ``lrfit`` (S, T); ``rf`` (S,)."""
+    lt = log10(train)
+    still = np.cumprod(lt >= lt[:, :1] - delta, axis=1).astype(bool)
+    k = still.sum(axis=1) - 1
+    return log10(rf) - log10(np.asarray(lrfit)[np.arange(len(k)), k])
+
+
+def decades(id, claim, paper, a, b, margin, *, rule="exceeds", log=True, diverged=None, measured="", detail="",
+            headline=False, unit="decades") -> V.Verdict:
+    """``judge`` on the paired gap of ``log10 a - log10 b`` (``log=False``: ``a - b``) over seeds;
+    seeds with a diverged run (``diverged``) are left out and counted (``dropped``)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if log:
+        a, b = log10(a), log10(b)
+    keep = np.ones(a.shape, bool) if diverged is None else ~np.asarray(diverged, bool)
+    return V.judge(id, claim, paper, V.paired_gap(a[keep], b[keep]), rule, margin, measured=measured, detail=detail,
+                   headline=headline, unit=unit, scale=1.0, digits=2, dropped=int((~keep).sum()))
+
+
+def lr_rows(s: dict) -> list:
+    """Summary rows of :func:`lr_arrays`: per method and step, geometric means over seeds, and how runs ended."""
+    return [{"method": LABELS[m], "step (their units)": fmt_lr(lr), **{w: geo(s["final"][m][k][i]) for k, w in (
+        ("train", "train loss"), ("test", "test loss"), ("lrfit", "Test-LRfit"), ("wcd", "WCD"))},
+        "steps (median)": int(np.median(s["steps"][m][i])), "converged / diverged": f"{s['converged'][m][i].sum()} / "
+        f"{s['diverged'][m][i].sum()} of {s['steps'][m][i].size}"} for m in ("gn", "gd")
+        for i, lr in enumerate(s["lr"][m])] + [{"method": "RF", "test loss": geo(s["rf"])}]
+
+
+def step_cells(s: dict, i, test: dict) -> dict:
+    """Each method's chosen step (``s["best"]``) and its test loss (geometric mean) at grid point ``i``."""
+    return {k: v for m in ("gn", "gd") for k, v in ((f"{LABELS[m]} step", fmt_lr(s["lr"][m][s["best"][m][i]])),
+                                                     (f"{LABELS[m]} test loss", geo(test[m][i])))}
+
+
+def lr_arrays(rec) -> dict:
+    """A step-size sweep's record as arrays: ``lr[m]``, ``trace[m][metric]`` (L, S, T), ``final[m][metric]``,
+    ``diverged[m]``, ``converged[m]``, ``steps[m]`` (L, S), ``ends[m]``, ``rf`` (S,), ``best[m]`` (chosen on
+    validation) and ``r`` (the parameters)."""
+    out = {k: {} for k in ("lr", "trace", "final", "ends", "diverged", "converged", "steps", "best")}
+    out.update(rf=np.asarray(rec["rf_test"], np.float64), r=dict(rec.meta["resolved"]))
+    for m in ("gn", "gd"):
+        out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
+        out["trace"][m] = {k: np.asarray(rec[f"{m}/{k}"], np.float64) for k in METRICS}
+        out["final"][m] = {k: v[..., -1] for k, v in out["trace"][m].items()}
+        out["ends"][m] = np.asarray(rec[f"{m}/ends"])
+        for k in ("diverged", "converged"):
+            out[k][m] = np.asarray(rec[f"{m}/{k}"], bool)
+        out["steps"][m] = np.asarray(rec[f"{m}/steps"])
+        out["best"][m] = int(best_index(out["final"][m]["val"], out["diverged"][m]))
+    return out
+
+
+__all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
+           "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
+           "finals", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
+           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "refit_test_loss", "slope_margin",
+           "slopes", "step_cells", "sweep", "teacher_data", "variant", "wcd_code", "wcd_eq9", "with_bias"]

@@ -1,22 +1,14 @@
 """Arbel et al. Figure 8 (Appendix C.4): the step-size comparison on images labelled by a teacher.
 
-Their construction (:func:`itlin.data.teacher_images`): a one-hidden-layer ReLU teacher (50
-units) trained with cross-entropy on images, whose softmax outputs (10 per image) become the
-regression targets of the mean-field student (Eq. 2 with a hidden bias) trained with the squared
-loss averaged over examples and outputs, at ``tau0`` = 1e-3, by GN and GD over a grid of step
-sizes. The paper uses MNIST (3000 training images); we use the 8x8 digits bundled with
-scikit-learn (``base="digits"``, 64 pixels), one teacher (``teacher_seed``) and, per seed, a
-class-balanced subset of its training and test images.
-
-The Gauss-Newton system is ``(N C) x (N C)`` (``C`` = 10 outputs), as in their code. Step sizes
-are in the paper's units for ``N_ref = 3000`` images and ``M = 5000`` units, with their loss
-averaged over the 10 outputs: ``lr_ours = lr * N / (3000 * 10)`` for GN and
-``lr * M / (5000 * 10)`` for GD; ``eps0`` scales like ``N / M``.
-
-Results (``L`` step sizes, ``S`` seeds, ``T`` checkpoints), for ``m`` in ``gn``, ``gd``: ``m/lr``,
-``m/lr_ours`` (L,), ``m/ends`` (T,), ``m/<metric>`` (L, S, T) as in
-:mod:`~itlin.book.experiments.arbel.arbel_steps` (WCD against the teacher's hidden weights),
-``m/steps``, ``m/converged``, ``m/diverged`` (L, S); ``rf_test`` (S,).
+Their construction (:func:`itlin.data.teacher_images`): a ReLU teacher with 50 hidden units
+trained with cross-entropy on images labels each with its 10 softmax outputs, the student's
+targets (squared loss averaged over examples and outputs, ``tau0`` = 1e-3, GN and GD over a grid
+of steps). The paper uses MNIST (784 pixels, 3000 training images); ``base="digits"`` uses
+scikit-learn's 8x8 digits, ``base="fashion_mnist"`` Fashion-MNIST's 784-pixel images standardised
+as MNIST would be, so that the input norms (which set the curvature GD's step meets) match. Per
+seed a class-balanced subset of the teacher's training images, and of its test images split into
+test and validation images. The GN system is ``(N C) x (N C)``; steps are in the paper's units
+for ``N = 3000`` images, ``M = 5000`` and 10 averaged outputs. Results as in :mod:`~.arbel_steps`.
 """
 
 from __future__ import annotations
@@ -27,177 +19,137 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from .. import Experiment, Params, param, register
+from .. import Derived, Experiment, param, register
+from ... import verdicts as V
 from . import _arbel as A
 
 NAME = "arbel_mnist"
-REF_N_MNIST = 3000
-OUTPUTS = 10
+REF_N_MNIST, OUTPUTS = 3000, 10
 
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 10, "n_test": 100, "gn_lrs": (1e-2, 100.0), "gd_lrs": (1.0, 100.0),
              "gn_steps": 8, "gd_steps": 30, "checkpoints": 4},
-    "default": {"seeds": 5, "width": 200, "n_train": 20, "n_test": 300, "gn_lrs": (1e-2, 100.0, 1000.0),
-                "gd_lrs": (1.0, 10.0, 100.0, 1000.0), "gn_steps": 200, "gd_steps": 2000, "checkpoints": 12},
-    "paper": {"seeds": 1, "width": 5000, "n_train": 1497, "n_test": 300,
-              "gn_lrs": (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0),
-              "gd_lrs": (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0), "gn_steps": 100_000, "gd_steps": 100_000,
-              "checkpoints": 40},
+    "default": {"seeds": 8, "width": 200, "n_train": 20, "n_test": 200, "gn_lrs": (1e-2, 100.0),
+                "gd_lrs": (1.0, 10.0, 100.0, 1000.0), "gn_steps": 200, "gd_steps": 2000, "checkpoints": 10},
+    "paper": {"seeds": 1, "width": 5000, "n_train": 1497, "n_test": 200, "gn_lrs": A.PAPER_LRS,
+              "gd_lrs": A.PAPER_LRS, "gn_steps": A.PAPER_GN_STEPS, "gd_steps": A.PAPER_GN_STEPS, "checkpoints": 40},
 }
 
 
 @dataclass(frozen=True)
-class MnistParams(Params):
+class MnistParams(A.SweepParams):
     SCALES = SCALES
+    DERIVED = (Derived("full GN steps covered at the small step",
+                       lambda r: r["small_lr"] * r["gn_steps"] / REF_N_MNIST, "λ × steps / 3000", after="gn_steps"),)
 
-    base: Literal["digits", "fashion_mnist"] = param("digits", "images the teacher labels (paper: MNIST)")
+    base: Literal["digits", "fashion_mnist"] = param("digits", "images the teacher labels", label="images",
+                                                     paper="MNIST (784 pixels)", source="App. C.4")
     teacher_seed: int = param(0, "seed of the teacher and its training", min=0)
-    seeds: Optional[int] = param(None, "student runs, each on its own balanced subset", min=1)
-    width: Optional[int] = param(None, "hidden units M (5000 in the paper)", min=1)
-    n_train: Optional[int] = param(None, "training images (3000 MNIST images in the paper)", min=1)
-    n_test: Optional[int] = param(None, "test images", min=1)
-    tau0: float = param(1e-3, "std of the hidden layer at initialisation", gt=0)
-    gn_lrs: Optional[tuple[float, ...]] = param(None, "GN step sizes, the paper's units", gt=0)
-    gd_lrs: Optional[tuple[float, ...]] = param(None, "GD step sizes, the paper's units", gt=0)
-    gn_steps: Optional[int] = param(None, "most GN steps per run (1e5 in the paper)", min=1)
-    gd_steps: Optional[int] = param(None, "most GD steps per run (1e5 in the paper)", min=1)
-    checkpoints: Optional[int] = param(None, "log-spaced checkpoints", min=2)
-    eps0: float = param(1e-7, "damping floor, the paper's units", min=0)
-    stop_rtol: float = param(1e-8, "stop when the training loss is below this times its initial value", min=0, lt=1)
-    small_lr: float = param(1e-2, "the small GN step of the claims", gt=0)
-    large_lr: float = param(100.0, "the large GN step of the claims", gt=0)
-    gd_limit: float = param(10.0, "the largest GD step that does not diverge in the paper", gt=0)
-
-    def check(self):
-        r = self.resolved()
-        if r["width"] < r["n_train"]:
-            raise ValueError(f"width = {r['width']} < n_train = {r['n_train']}: RF and Test-LRfit need at least as "
-                             "many hidden units as training images")
-        for lr, what in ((r["small_lr"], "small_lr"), (r["large_lr"], "large_lr")):
-            if not any(math.isclose(lr, v, rel_tol=1e-9) for v in r["gn_lrs"]):
-                raise ValueError(f"{what} = {lr:g} is not among gn_lrs {r['gn_lrs']}")
+    n_train: Optional[int] = param(None, "training images", min=1, label="training images", paper=3000,
+                                   source="App. C.4")
+    n_val: int = param(100, "validation images (from the test pool; digits has 300)", min=1,
+                       label="validation images", paper="none", source="ours")
+    small_lr: float = param(1e-2, "the small GN step of the claims", gt=0, label="the claims' small GN step",
+                            source="Fig. 8")
+    large_lr: float = param(100.0, "the large GN step of the claims", gt=0, label="the claims' large GN step",
+                            source="Fig. 8")
+    gd_limit: float = param(10.0, "the largest GD step that does not diverge in the paper", gt=0,
+                            label="GD's largest stable step", source="Fig. 8 caption")
 
 
 def load_data(r: dict) -> dict:
-    """Stacked float64 arrays of the engine (``x`` with a bias column, ``y`` (S, N, 10), ...) and the
-    teacher's hidden weights as ``ustar`` (50, pixels)."""
+    """The engine's arrays (``x`` with a bias column, ``y`` (S, N, 10), ``xv``, ``xt``, ...), the
+    teacher's hidden weights as ``ustar`` (50, pixels) and its accuracy."""
     from .... import data
 
     full = data.teacher_images(base=r["base"], seed=r["teacher_seed"])
-    sets = [full.subset(r["n_train"], r["n_test"], seed=r["seed"] + s) for s in range(r["seeds"])]
-    ustar = np.asarray(full.meta["teacher"]["w1"], np.float64).T
-    return {
-        "x": np.stack([A.with_bias(d.x_train) for d in sets]),
-        "y": np.stack([np.asarray(d.y_train, np.float64) for d in sets]),
-        "xt": np.stack([A.with_bias(d.x_test) for d in sets]),
-        "yt": np.stack([np.asarray(d.y_test, np.float64) for d in sets]),
-        "ustar": np.stack([ustar] * len(sets)),
-        "teacher_accuracy": float(full.meta["teacher"]["accuracy_on_its_training_set"]),
-    }
+    parts = {k: [] for k in ("x", "y", "xt", "yt", "xv", "yv")}
+    for s in range(r["seeds"]):
+        d = full.subset(r["n_train"], r["n_test"] + r["n_val"], seed=r["seed"] + s)
+        p = np.random.default_rng([r["seed"] + s, 11]).permutation(r["n_test"] + r["n_val"])
+        t, v = p[:r["n_test"]], p[r["n_test"]:]
+        for k, x, y in (("", d.x_train, d.y_train), ("t", d.x_test[t], d.y_test[t]), ("v", d.x_test[v], d.y_test[v])):
+            parts["x" + k].append(A.with_bias(x))
+            parts["y" + k].append(np.asarray(y, np.float64))
+    return {**{k: np.stack(v) for k, v in parts.items()},
+            "ustar": np.stack([np.asarray(full.meta["teacher"]["w1"], np.float64).T] * r["seeds"]),
+            "teacher_accuracy": float(full.meta["teacher"]["accuracy_on_its_training_set"])}
 
 
 def run(p: dict, ctx) -> dict:
-    r = MnistParams(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in p.items()}).resolved()
+    r = A.from_dict(MnistParams, p)
     S, M, N = r["seeds"], r["width"], r["n_train"]
     data = load_data(r)
     dim = data["x"].shape[-1] - 1
     z = A.hidden_directions(S, r["seed"], M, dim + 1)
-    eps0 = r["eps0"] * (N / REF_N_MNIST) * (A.REF_WIDTH / M)
-    common = dict(width=M, dim=dim, outputs=OUTPUTS, eps0=eps0, stop_rtol=r["stop_rtol"])
-    out = {}
-    for method in ("gn", "gd"):
-        lrs = [float(v) for v in r[f"{method}_lrs"]]
-        ends = A.checkpoints(r[f"{method}_steps"], r["checkpoints"])
-        ours = [A.gn_lr(v, n_train=N, outputs=OUTPUTS, ref_n=REF_N_MNIST) if method == "gn"
-                else A.gd_lr(v, width=M, outputs=OUTPUTS) for v in lrs]
-        ctx.say(f"{method.upper()}: {len(lrs)} step sizes x {S} seeds ({N} images, {OUTPUTS} outputs, M={M})")
-        per = [ctx.stage(f"{method} lr={lr:.12g}", lambda lr_o=lr_o: A.sweep(
-            method, data, z, np.arange(S), np.full(S, r["tau0"]), np.full(S, lr_o), ends=ends,
-            dtype="float64" if method == "gn" else "float32", **common)) for lr, lr_o in zip(lrs, ours)]
-        res = {k: np.stack([np.asarray(q[k]) for q in per]) for k in per[0]}
-        res["converged"] = res["converged"].astype(bool)
-        res["diverged"] = res["diverged"].astype(bool)
-        res.update(lr=np.asarray(lrs), lr_ours=np.asarray(ours), ends=ends)
-        out[method] = res
-    out["rf_test"] = out["gn"]["lrfit"][0, :, 0]
-    out["meta"] = {"resolved": r, "teacher_accuracy": data["teacher_accuracy"], "dim": dim, "eps0_ours": eps0,
-                   "units": {"gn_lr": f"ours = paper x N/({REF_N_MNIST} x {OUTPUTS})",
-                             "gd_lr": f"ours = paper x M/({A.REF_WIDTH} x {OUTPUTS})"}}
+    common = dict(width=M, dim=dim, outputs=OUTPUTS, alpha=r["alpha"], stop_rtol=r["stop_rtol"],
+                  eps0=A.eps0_ours(r["eps0"], width=M, n_train=N, ref_n=REF_N_MNIST))
+    x = data["x"][..., :-1]
+    return {**A.lr_sweep(ctx, r, data, z, common, ref_n=REF_N_MNIST),
+            "meta": {"resolved": {"pixels": dim}, "teacher_accuracy": data["teacher_accuracy"],
+                            "input_sqnorm": float(np.mean(np.sum(x * x, axis=-1))),
+                            "label_max": float(np.mean(data["y"].max(axis=-1)))}}
+
+
+def gd_onset(lr, diverged) -> str:
+    """Where divergence sets in on a grid of steps ``lr`` (increasing; ``diverged`` (L, S)), in words:
+    between the largest step at and below which no run diverged and the smallest at and above
+    which every run did."""
+    lr, div = np.asarray(lr, np.float64), np.asarray(diverged, bool).reshape(len(lr), -1)
+    lo = next((lr[i] for i in range(len(lr) - 1, -1, -1) if not div[: i + 1].any()), None)
+    hi = next((lr[i] for i in range(len(lr)) if div[i:].all()), None)
+    if lo is not None and hi is not None:
+        return f"onset in ({A.fmt_lr(lo)}, {A.fmt_lr(hi)}]"
+    if hi is None and lo == lr.max():
+        return f"no run diverged up to λ = {A.fmt_lr(lo)}"
+    if lo is None and hi == lr.min():
+        return f"every run diverged from λ = {A.fmt_lr(hi)}"
+    return "no clean onset on this grid (some steps diverge for some seeds only)"
+
+
+def judge_arrays(s) -> list:
+    """Fig. 8 on :func:`~._arbel.lr_arrays` plus ``gd_limit``: ``mnist.gn_step_lrfit`` GN's
+    Test-LRfit lower at the small step than at the large one (decades, margin ``effect``;
+    headline); ``mnist.hidden.gn`` GN at the small step beats RF's features before its readout
+    fits (:func:`~._arbel.hidden_gain`); ``mnist.gd_diverges`` (a count, not a test) GD diverges
+    at every step above ``gd_limit`` and at none up to it."""
+    r, F, div = s["r"], s["final"], s["diverged"]
+    i, j, fs = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"]), A.fmt_lr(r["small_lr"])
+    gain = A.hidden_gain(s["trace"]["gn"]["train"][i], s["trace"]["gn"]["lrfit"][i], s["rf"], r["effect"])
+    out = [A.decades("mnist.gn_step_lrfit", f"images: GN's Test-LRfit lower at step {fs} than at "
+                     f"{A.fmt_lr(r['large_lr'])}", "smaller GN steps learn better features on MNIST too (Fig. 8)",
+                     F["gn"]["lrfit"][j], F["gn"]["lrfit"][i], r["effect"], diverged=div["gn"][i] | div["gn"][j],
+                     measured="log10 at the large step minus at the small", headline=True),
+           A.decades("mnist.hidden.gn", f"images: GN at step {fs} beats RF's features before the readout fits",
+                     "hidden learning occurs for GN with small steps (Fig. 8)", gain, 0 * gain, r["effect"], log=False,
+                     diverged=div["gn"][i], measured="log10 RF minus Test-LRfit while the training loss is within "
+                                                     "the margin of its initial value")]
+    lr, d = s["lr"]["gd"], div["gd"]
+    up = lr > r["gd_limit"] * (1 + 1e-9)
+    if up.any() and (~up).any():
+        n_a, n_b, t_a, t_b = int(d[up].sum()), int(d[~up].sum()), int(d[up].size), int(d[~up].size)
+        res = V.HOLDS if n_a == t_a and n_b == 0 else (V.FAILS if n_a == 0 or n_b > 0 else V.UNRESOLVED)
+        out.append(V.stated("mnist.gd_diverges", f"images: GD diverges above step {A.fmt_lr(r['gd_limit'])} and not "
+                            f"below", f"GD diverges beyond λ = {A.fmt_lr(r['gd_limit'])} (Fig. 8 caption)",
+                            f"diverged: {n_a} of {t_a} runs above, {n_b} of {t_b} at or below; {gd_onset(lr, d)}",
+                            res, detail=f"the grid places the onset within λ = {A.fmt_lr(lr[~up].max())} to "
+                                        f"{A.fmt_lr(lr[up].min())}"))
     return out
 
 
-register(Experiment(NAME, MnistParams, run, version="1",
-                    doc="Arbel et al. Fig. 8: GN and GD against the step size on teacher-labelled images."))
+arrays = A.lr_arrays
 
 
-def summary(rec) -> dict:
-    """As :func:`itlin.book.experiments.arbel.arbel_steps.summary`, plus ``gd_limit``."""
-    from .arbel_steps import summary as steps_summary
-
-    s = steps_summary(rec)
-    s["gd_limit"] = float(rec.params.get("gd_limit", 10.0))
-    return s
+def claims(rec) -> list:
+    return judge_arrays(arrays(rec))
 
 
-def gd_onset(lr, diverged):
-    """Where divergence sets in on a grid of step sizes: ``(lo, hi)`` with ``lo`` the largest step
-    at and below which no run diverged and ``hi`` the smallest step at and above which every run
-    diverged (``None`` where there is no such step). ``lr`` (L,) increasing, ``diverged`` (L, S).
-    The onset lies in ``(lo, hi]`` when ``hi`` is the next step after ``lo``."""
-    lr = np.asarray(lr, np.float64)
-    div = np.asarray(diverged, bool).reshape(len(lr), -1)
-    none, every = ~div.any(axis=1), div.all(axis=1)
-    lo = hi = None
-    for i in range(len(lr)):
-        if none[: i + 1].all():
-            lo = float(lr[i])
-        if every[i:].all() and hi is None:
-            hi = float(lr[i])
-    return lo, hi
+def summary(rec) -> list:
+    return A.lr_rows(arrays(rec))
 
 
-def claims(s) -> list:
-    """Fig. 8: GN's Test-LRfit lower at the small step than at the large one (paired over
-    seeds); GD diverges at every step above ``gd_limit`` and at none up to it (their units).
-    The divergence row reports the share of diverged runs above and at or below the limit with
-    Newcombe's interval of their gap, the onset bracket of :func:`gd_onset`, and as its
-    resolution the width of the grid interval that contains ``gd_limit`` (decades of λ): the
-    grid cannot place the onset more finely than that."""
-    from ...verdicts import FAILS, HOLDS, UNRESOLVED, exceeds, proportion_gap, verdict
-    from .arbel_steps import _at
+EXPERIMENT = register(Experiment(NAME, MnistParams, run, version="2", summary=summary, claims=claims,
+                                 doc="Arbel et al. Fig. 8: GN and GD against the step on teacher-labelled images."))
 
-    rows = []
-    i, j = _at(s, "gn", s["small_lr"]), _at(s, "gn", s["large_lr"])
-    ok = not (s["diverged"]["gn"][i].any() or s["diverged"]["gn"][j].any())
-    gap = A.log_gap(s["final"]["gn"]["lrfit"][j], s["final"]["gn"]["lrfit"][i])
-    rows.append(verdict(f"GN: Test-LRfit lower at step {A.fmt_lr(s['small_lr'])} than at {A.fmt_lr(s['large_lr'])}",
-                        "smaller GN steps learn better features on MNIST too (Fig. 8)", A.fmt_decades(gap),
-                        exceeds(gap, 0.0) if ok else UNRESOLVED, gap.half, "log10, large step minus small"))
-    lr, div = s["lr"]["gd"], s["diverged"]["gd"]
-    above, below = lr > s["gd_limit"] * (1 + 1e-9), lr <= s["gd_limit"] * (1 + 1e-9)
-    if above.any() and below.any():
-        n_above, n_below = int(div[above].sum()), int(div[below].sum())
-        tot_a, tot_b = int(div[above].size), int(div[below].size)
-        res = HOLDS if n_above == tot_a and n_below == 0 else (FAILS if n_above == 0 or n_below > 0 else UNRESOLVED)
-        lo_step, hi_step = float(lr[below].max()), float(lr[above].min())
-        gap = proportion_gap(n_above, tot_a, n_below, tot_b)
-        lo, hi = gd_onset(lr, div)
-        if lo is not None and hi is not None:
-            onset = f"onset in ({A.fmt_lr(lo)}, {A.fmt_lr(hi)}]"
-        elif hi is None and lo == float(lr.max()):
-            onset = f"no run diverged up to λ = {A.fmt_lr(lo)}"
-        elif lo is None and hi == float(lr.min()):
-            onset = f"every run diverged from λ = {A.fmt_lr(hi)}"
-        else:
-            onset = "no clean onset on this grid (some steps diverge for some seeds only)"
-        rows.append(verdict(f"GD diverges above step {A.fmt_lr(s['gd_limit'])} and not below",
-                            f"GD diverges beyond λ = {A.fmt_lr(s['gd_limit'])} (Fig. 8 caption)",
-                            f"diverged: {n_above} of {tot_a} runs above, {n_below} of {tot_b} at or below "
-                            f"(share gap {100 * gap.mean:+.0f} ± {100 * gap.half:.0f} points, Newcombe 95%); {onset}",
-                            res, math.log10(hi_step / lo_step),
-                            f"resolution: the grid step around the limit, λ = {A.fmt_lr(lo_step)} to "
-                            f"{A.fmt_lr(hi_step)}, in decades of λ"))
-    return rows
-
-
-__all__ = ["NAME", "SCALES", "MnistParams", "claims", "gd_onset", "load_data", "run", "summary"]
+__all__ = ["EXPERIMENT", "MnistParams", "NAME", "OUTPUTS", "REF_N_MNIST", "SCALES", "arrays", "claims", 
+           "gd_onset", "judge_arrays", "load_data", "run", "summary"]
