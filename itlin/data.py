@@ -960,6 +960,18 @@ def cifar10(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed
                                    n_test=n_test, seed=seed, num_classes=10, meta=meta)
 
 
+def _class_index(ds, c) -> int:
+    """A class of ``ds`` given by name or index, as its index; a one-line error otherwise."""
+    names = list(ds.meta.get("classes", range(ds.num_outputs)))
+    if isinstance(c, str):
+        if c not in names:
+            raise ValueError(f"unknown class {c!r}; {ds.name} has classes {names}.")
+        c = names.index(c)
+    if isinstance(c, bool) or not 0 <= int(c) < ds.num_outputs:
+        raise ValueError(f"class index {c!r} out of range for {ds.num_outputs} classes.")
+    return int(c)
+
+
 def two_class(ds: Dataset, classes=(0, 1), *, target: str = "label", name: Optional[str] = None) -> Dataset:
     """Binary version of a classification dataset: only ``classes = (a, b)`` (indices or names).
 
@@ -977,34 +989,32 @@ def two_class(ds: Dataset, classes=(0, 1), *, target: str = "label", name: Optio
         raise ValueError(f"target must be 'label' (0/1 labels) or 'pm1' (+-1 single-output targets), got {target!r}.")
     if len(classes) != 2:
         raise ValueError(f"classes must be two classes, got {classes!r}.")
+    idx = [_class_index(ds, c) for c in classes]
     names = list(ds.meta.get("classes", range(ds.num_outputs)))
-    idx = []
-    for c in classes:
-        if isinstance(c, str):
-            if c not in names:
-                raise ValueError(f"unknown class {c!r}; {ds.name} has classes {names}.")
-            c = names.index(c)
-        if not 0 <= int(c) < ds.num_outputs:
-            raise ValueError(f"class index {c} out of range for {ds.num_outputs} classes.")
-        idx.append(int(c))
     if idx[0] == idx[1]:
         raise ValueError(f"the two classes must differ, got {classes!r}.")
+    return _binary(ds, [idx[0]], [idx[1]], target, name or f"{ds.name}_2class", original_labels=False,
+                   classes=tuple(names[i] if i < len(names) else i for i in idx), class_indices=tuple(idx))
+
+
+def _binary(ds, negative, positive, target: str, name: str, *, original_labels: bool, **meta) -> Dataset:
+    """The examples of ``ds`` whose class is in ``negative`` or ``positive``, labelled 0 / 1
+    (``target="label"``) or -1 / +1 as one output (``"pm1"``); ``labels_{split}`` in the meta are
+    the original classes (``original_labels``) or the 0 / 1 labels; ``meta`` adds entries."""
     out = {}
     for split in ("train", "test"):
-        y = getattr(ds, f"y_{split}")
-        keep = np.flatnonzero((y == idx[0]) | (y == idx[1]))
-        lab = (y[keep] == idx[1]).astype(np.int32)
+        y = np.asarray(getattr(ds, f"y_{split}"))
+        keep = np.flatnonzero(np.isin(y, list(negative) + list(positive)))
+        lab = np.isin(y[keep], list(positive)).astype(np.int32)
         out[f"x_{split}"] = getattr(ds, f"x_{split}")[keep]
-        out[f"labels_{split}"] = lab
+        out[f"labels_{split}"] = y[keep].astype(np.int32) if original_labels else lab
         out[f"y_{split}"] = lab if target == "label" else (2.0 * lab - 1.0).astype(np.float32)[:, None]
-    meta = {**ds.meta, "parent": ds.name, "classes": tuple(names[i] if i < len(names) else i for i in idx),
-            "class_indices": tuple(idx), "target": target, "labels_train": out["labels_train"],
+    meta = {**ds.meta, "parent": ds.name, "target": target, **meta, "labels_train": out["labels_train"],
             "labels_test": out["labels_test"], "n_train": len(out["labels_train"]), "n_test": len(out["labels_test"])}
     for k in ("train_index", "test_index"):
         meta.pop(k, None)
-    return Dataset(name=name or f"{ds.name}_2class", x_train=out["x_train"], y_train=out["y_train"],
-                   x_test=out["x_test"], y_test=out["y_test"],
-                   task="classification" if target == "label" else "regression",
+    return Dataset(name=name, x_train=out["x_train"], y_train=out["y_train"], x_test=out["x_test"],
+                   y_test=out["y_test"], task="classification" if target == "label" else "regression",
                    num_outputs=2 if target == "label" else 1, meta=meta)
 
 
@@ -1309,40 +1319,14 @@ def class_groups(ds: Dataset, groups=((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), *, targ
         raise ValueError(f"target must be 'label' (0/1 labels) or 'pm1' (+-1 single-output targets), got {target!r}.")
     if len(groups) != 2 or not all(len(g) for g in groups):
         raise ValueError(f"groups must be two non-empty collections of classes, got {groups!r}.")
-    names = list(ds.meta.get("classes", range(ds.num_outputs)))
-    index = []
-    for g in groups:
-        members = []
-        for c in g:
-            if isinstance(c, str):
-                if c not in names:
-                    raise ValueError(f"unknown class {c!r}; {ds.name} has classes {names}.")
-                c = names.index(c)
-            if isinstance(c, bool) or not 0 <= int(c) < ds.num_outputs:
-                raise ValueError(f"class index {c!r} out of range for {ds.num_outputs} classes.")
-            members.append(int(c))
-        index.append(sorted(set(members)))
+    index = [sorted({_class_index(ds, c) for c in g}) for g in groups]
     both = set(index[0]) & set(index[1])
     if both:
         raise ValueError(f"classes {sorted(both)} are in both groups; the groups must not overlap.")
-    out = {}
-    for split in ("train", "test"):
-        y = np.asarray(getattr(ds, f"y_{split}"))
-        keep = np.flatnonzero(np.isin(y, index[0] + index[1]))
-        positive = np.isin(y[keep], index[1]).astype(np.int32)
-        out[f"x_{split}"] = getattr(ds, f"x_{split}")[keep]
-        out[f"labels_{split}"] = y[keep].astype(np.int32)
-        out[f"y_{split}"] = positive if target == "label" else (2.0 * positive - 1.0).astype(np.float32)[:, None]
-    meta = {**ds.meta, "parent": ds.name, "groups": [list(g) for g in index], "target": target,
-            "group_names": [[names[i] if i < len(names) else i for i in g] for g in index],
-            "labels_train": out["labels_train"], "labels_test": out["labels_test"],
-            "n_train": len(out["labels_train"]), "n_test": len(out["labels_test"])}
-    for k in ("train_index", "test_index"):
-        meta.pop(k, None)
-    return Dataset(name=name or f"{ds.name}_groups", x_train=out["x_train"], y_train=out["y_train"],
-                   x_test=out["x_test"], y_test=out["y_test"],
-                   task="classification" if target == "label" else "regression",
-                   num_outputs=2 if target == "label" else 1, meta=meta)
+    names = list(ds.meta.get("classes", range(ds.num_outputs)))
+    return _binary(ds, index[0], index[1], target, name or f"{ds.name}_groups", original_labels=True,
+                   groups=[list(g) for g in index],
+                   group_names=[[names[i] if i < len(names) else i for i in g] for g in index])
 
 
 __all__ += ["class_groups"]

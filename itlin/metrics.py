@@ -21,6 +21,25 @@ import numpy as np
 
 
 # ------------------------------------------------------------------------------ Arbel et al.
+def _unit_cosines(u, u_star, what: str):
+    """Weights ``p_i = ||u_i||^2 / sum_k ||u_k||^2`` of the student units ``u`` ``(M, d)``, the
+    cosines ``(M, M*)`` between them and the teacher units ``u_star`` ``(M*, d)``, and which student
+    units have non-zero weights; ``what`` names the quantity in the errors."""
+    u = np.asarray(u, np.float64)
+    u_star = np.asarray(u_star, np.float64)
+    if u.ndim != 2 or u_star.ndim != 2 or u.shape[1] != u_star.shape[1]:
+        raise ValueError(f"u must be (M, d) and u_star (M*, d) with the same d; got {u.shape} and {u_star.shape}.")
+    sq = np.sum(u * u, axis=1)
+    if sq.sum() == 0:
+        raise ValueError(f"all student weights are zero: {what} is undefined.")
+    t_norm = np.linalg.norm(u_star, axis=1)
+    if np.any(t_norm == 0):
+        raise ValueError(f"a teacher unit has zero weights; its direction (and {what}) is undefined.")
+    norm = np.sqrt(sq)
+    cos = (u @ u_star.T) / (np.where(norm > 0, norm, 1.0)[:, None] * t_norm[None, :])
+    return sq / sq.sum(), cos, norm > 0
+
+
 def weighted_cosine_distance(u, u_star) -> float:
     """Weighted cosine distance between student and teacher hidden weights (Arbel et al. Eq. 9).
 
@@ -29,22 +48,8 @@ def weighted_cosine_distance(u, u_star) -> float:
     every student unit with non-zero weights points along some teacher unit, at most 4, and it
     ignores units with zero weights (``p_i = 0``).
     """
-    u = np.asarray(u, np.float64)
-    u_star = np.asarray(u_star, np.float64)
-    if u.ndim != 2 or u_star.ndim != 2 or u.shape[1] != u_star.shape[1]:
-        raise ValueError(f"u must be (M, d) and u_star (M*, d) with the same d; got {u.shape} and {u_star.shape}.")
-    sq = np.sum(u * u, axis=1)
-    total = sq.sum()
-    if total == 0:
-        raise ValueError("all student weights are zero: the weighted cosine distance is undefined.")
-    t_norm = np.linalg.norm(u_star, axis=1)
-    if np.any(t_norm == 0):
-        raise ValueError("a teacher unit has zero weights; its direction (and the WCD) is undefined.")
-    norm = np.sqrt(sq)
-    safe = np.where(norm > 0, norm, 1.0)
-    cos = (u @ u_star.T) / (safe[:, None] * t_norm[None, :])
-    best = np.where(norm > 0, cos.max(axis=1), 1.0)
-    return float(2.0 * np.sum((sq / total) * (1.0 - best)))
+    p, cos, live = _unit_cosines(u, u_star, "the weighted cosine distance")
+    return float(2.0 * np.sum(p * (1.0 - np.where(live, cos.max(axis=1), 1.0))))
 
 
 def _as_2d(name, y):
@@ -273,22 +278,8 @@ def min_cosine_distance(u, u_star) -> float:
     square root. Both are 0 when every weighted unit points along a teacher unit; this one is at
     most 2. A unit with zero weights counts with weight 0.
     """
-    u = np.asarray(u, np.float64)
-    u_star = np.asarray(u_star, np.float64)
-    if u.ndim != 2 or u_star.ndim != 2 or u.shape[1] != u_star.shape[1]:
-        raise ValueError(f"u must be (M, d) and u_star (M*, d) with the same d; got {u.shape} and {u_star.shape}.")
-    sq = np.sum(u * u, axis=1)
-    total = sq.sum()
-    if total == 0:
-        raise ValueError("all student weights are zero: the distance is undefined.")
-    t_norm = np.linalg.norm(u_star, axis=1)
-    if np.any(t_norm == 0):
-        raise ValueError("a teacher unit has zero weights; its direction is undefined.")
-    norm = np.sqrt(sq)
-    safe = np.where(norm > 0, norm, 1.0)
-    cos = (u @ u_star.T) / (safe[:, None] * t_norm[None, :])
-    dist = np.sqrt(np.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1)
-    return float(np.sum((sq / total) * dist))
+    p, cos, _ = _unit_cosines(u, u_star, "the distance")
+    return float(np.sum(p * np.sqrt(np.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1)))
 
 
 __all__ += ["min_cosine_distance"]

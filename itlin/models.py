@@ -11,10 +11,10 @@ anchor while a model is linearised.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from dataclasses import fields as _dc_fields
 from functools import partial
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -439,12 +439,15 @@ _HE = _as_matrix_init(nn.initializers.he_normal())
 
 
 class BasicBlock(nn.Module):
-    """ResNet basic block: two 3x3 convolutions with an identity (or 1x1 projection) shortcut."""
+    """ResNet basic block: two 3x3 convolutions with an identity (or 1x1 projection) shortcut.
+    ``dims`` is the number of spatial axes (2: images ``(N, H, W, C)``; 1: signals
+    ``(N, length, C)``, kernels 3 and 1)."""
 
     features: int
     strides: int = 1
     batch_norm: bool = True
     bn_momentum: float = 0.9
+    dims: int = 2
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -455,14 +458,14 @@ class BasicBlock(nn.Module):
                 return lambda y: y
             return nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5, name=name)
 
-        s = (self.strides, self.strides)
-        y = conv(self.features, (3, 3), strides=s, padding=((1, 1), (1, 1)), name="conv1")(x)
+        s, k3, k1, pad = (self.strides,) * self.dims, (3,) * self.dims, (1,) * self.dims, ((1, 1),) * self.dims
+        y = conv(self.features, k3, strides=s, padding=pad, name="conv1")(x)
         y = nn.relu(norm("bn1")(y))
-        y = conv(self.features, (3, 3), padding=((1, 1), (1, 1)), name="conv2")(y)
+        y = conv(self.features, k3, padding=pad, name="conv2")(y)
         y = norm("bn2")(y)
         shortcut = x
         if self.strides != 1 or x.shape[-1] != self.features:
-            shortcut = conv(self.features, (1, 1), strides=s, padding="VALID", name="proj")(x)
+            shortcut = conv(self.features, k1, strides=s, padding="VALID", name="proj")(x)
             shortcut = norm("proj_bn")(shortcut)
         return nn.relu(y + shortcut)
 
@@ -486,11 +489,16 @@ class ResNet18(nn.Module):
     bn_momentum: float = 0.9
     stage_sizes: Sequence[int] = (2, 2, 2, 2)
 
-    @nn.compact
-    def __call__(self, x, train: bool = False):
+    dims: int = 2
+
+    def _check(self, x):
         if x.ndim != 4:
             raise ValueError(f"ResNet-18 expects NHWC images (N, H, W, C), got shape {x.shape}.")
-        x = nn.Conv(self.width, (3, 3), padding=((1, 1), (1, 1)), use_bias=not self.batch_norm,
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        self._check(x)
+        x = nn.Conv(self.width, (3,) * self.dims, padding=((1, 1),) * self.dims, use_bias=not self.batch_norm,
                     kernel_init=_HE, name="stem_conv")(x)
         if self.batch_norm:
             x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5,
@@ -500,10 +508,10 @@ class ResNet18(nn.Module):
         for i, blocks in enumerate(self.stage_sizes):
             for j in range(blocks):
                 strides = 2 if (i > 0 and j == 0) else 1
-                x = BasicBlock(self.width * 2 ** i, strides, self.batch_norm, self.bn_momentum,
+                x = BasicBlock(self.width * 2 ** i, strides, self.batch_norm, self.bn_momentum, self.dims,
                                name=f"stage{i + 1}_block{j + 1}")(x, train=train)
             self.sow("intermediates", f"stage{i + 1}", x)
-        x = jnp.mean(x, axis=(1, 2))
+        x = jnp.mean(x, axis=tuple(range(1, 1 + self.dims)))
         self.sow("intermediates", "pool", x)
         return nn.Dense(self.num_outputs, name="out")(x)
 
@@ -582,69 +590,25 @@ __all__ = [
 # ------------------------------------------------------------------------- ResNet-18, 1-D
 # (appended for book/energy_concentration.md: Ortiz-Jimenez et al.'s third model on 1-D signals)
 
-class BasicBlock1D(nn.Module):
+class BasicBlock1D(BasicBlock):
     """:class:`BasicBlock` for signals ``(N, length, channels)``: two convolutions of kernel 3 with
     an identity (or kernel-1 projection) shortcut."""
 
-    features: int
-    strides: int = 1
-    batch_norm: bool = True
-    bn_momentum: float = 0.9
-
-    @nn.compact
-    def __call__(self, x, train: bool = False):
-        conv = partial(nn.Conv, use_bias=not self.batch_norm, kernel_init=_HE)
-
-        def norm(name):
-            if not self.batch_norm:
-                return lambda y: y
-            return nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5, name=name)
-
-        s = (self.strides,)
-        y = conv(self.features, (3,), strides=s, padding=((1, 1),), name="conv1")(x)
-        y = nn.relu(norm("bn1")(y))
-        y = conv(self.features, (3,), padding=((1, 1),), name="conv2")(y)
-        y = norm("bn2")(y)
-        shortcut = x
-        if self.strides != 1 or x.shape[-1] != self.features:
-            shortcut = conv(self.features, (1,), strides=s, padding="VALID", name="proj")(x)
-            shortcut = norm("proj_bn")(shortcut)
-        return nn.relu(y + shortcut)
+    dims: int = 1
 
 
-class ResNet18_1D(nn.Module):
+class ResNet18_1D(ResNet18):
     """:class:`ResNet18` for 1-D signals (MNIST-1D): the same stages, blocks, widths, strides and
     batch norm, with kernels of 3 (stem and blocks) and 1 (projections) instead of 3x3 and 1x1,
     and global average pooling over the length. Length 40: 40 -> 40 -> 20 -> 10 -> 5.
     Sown activations: ``stem``, ``stage1`` ... ``stage4``, ``pool``."""
 
-    num_outputs: int = 10
-    width: int = 64
-    batch_norm: bool = True
-    bn_momentum: float = 0.9
-    stage_sizes: Sequence[int] = (2, 2, 2, 2)
+    dims: int = 1
 
-    @nn.compact
-    def __call__(self, x, train: bool = False):
+    def _check(self, x):
         if x.ndim != 3:
             raise ValueError(f"ResNet-18 (1-D) expects signals (N, length, channels), got shape {x.shape}"
                              + ("; use resnet18 for images." if x.ndim == 4 else "."))
-        x = nn.Conv(self.width, (3,), padding=((1, 1),), use_bias=not self.batch_norm, kernel_init=_HE,
-                    name="stem_conv")(x)
-        if self.batch_norm:
-            x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5,
-                             name="stem_bn")(x)
-        x = nn.relu(x)
-        self.sow("intermediates", "stem", x)
-        for i, blocks in enumerate(self.stage_sizes):
-            for j in range(blocks):
-                strides = 2 if (i > 0 and j == 0) else 1
-                x = BasicBlock1D(self.width * 2 ** i, strides, self.batch_norm, self.bn_momentum,
-                                 name=f"stage{i + 1}_block{j + 1}")(x, train=train)
-            self.sow("intermediates", f"stage{i + 1}", x)
-        x = jnp.mean(x, axis=1)
-        self.sow("intermediates", "pool", x)
-        return nn.Dense(self.num_outputs, name="out")(x)
 
 
 def resnet18_1d(num_outputs: int = 10, width: int = 64, batch_norm: bool = True,

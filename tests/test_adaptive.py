@@ -12,7 +12,6 @@ import itlin
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
-from itlin.book.experiments.main import _setup as S
 from itlin.book.experiments.main import adaptive_schedules as ad
 
 
@@ -70,7 +69,7 @@ def test_kernel_mode_relinearises_where_the_library_does():
 def test_fixed_mode_is_the_cores_periodic_schedule_and_never_relinearises_after_the_last_step():
     steps = 50
     for K in (1, 7):
-        want = [s for s in _lib(S.schedule(K, steps), steps) if s < steps]  # Every(1) relinearises after the last
+        want = [s for s in _lib(itlin.Every(K), steps) if s < steps]  # Every(K) relinearises after the last
         assert _ours("fixed", K, run_steps=steps, horizon=steps, loss_check_every=4) == want
         assert _lib(itlin.periodic(K, horizon=steps), steps) == want
     assert _ours("fixed", math.inf, run_steps=steps, horizon=steps, loss_check_every=4) == []

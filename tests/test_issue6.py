@@ -23,7 +23,7 @@ from itlin.book.experiments.main import fig2_k_sweep as fig2  # noqa: E402
 from itlin.book.experiments.main import fig3_augmentation as fig3  # noqa: E402
 from itlin.book.experiments.main import fig8_adam as fig8  # noqa: E402
 from itlin.book.figures import main as figures  # noqa: E402
-from itlin import AtSteps, Every  # noqa: E402
+from itlin import Every  # noqa: E402
 
 MODULES = {"fig2_k_sweep": fig2, "fig3_augmentation": fig3, "fig8_adam": fig8}
 

@@ -6,7 +6,6 @@ same ``comm_msg`` update a browser sends when the slider is released, and waits 
 kernel to push a new PNG into the demo's image widget.
 """
 
-import base64
 import queue
 import re
 import time

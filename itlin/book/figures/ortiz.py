@@ -6,6 +6,7 @@ matrices cost. Bands and error bars are 95% intervals over seeds (initialisation
 from __future__ import annotations
 
 import math
+from typing import Mapping, Optional
 
 import matplotlib.pyplot as plt
 import numpy as np

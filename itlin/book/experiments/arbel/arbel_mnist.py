@@ -13,7 +13,6 @@ for ``N = 3000`` images, ``M = 5000`` and 10 averaged outputs. Results as in :mo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 

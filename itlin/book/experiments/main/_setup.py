@@ -226,6 +226,17 @@ def init_state(trainer, params, model_state, K, steps: int):
     return trainer.init(params, model_state, **values)
 
 
+def momentum_param(doc: str = "heavy-ball momentum, 0 for plain SGD", *, label: str = "momentum",
+                   source: str = "our choice: none stated"):
+    """The ``momentum`` parameter of the SGD experiments (``None``: from the scale table)."""
+    return param(None, doc, min=0, max=0.999, label=label, source=source)
+
+
+def batch_size_param(default: Optional[int] = 256, source: str = "Appendix C"):
+    """The ``batch_size`` parameter of the mini-batch experiments."""
+    return param(default, "mini-batch size", min=1, label="mini-batch size", source=source)
+
+
 def sgd(learning_rate: float, momentum: float):
     """SGD, with heavy-ball momentum when ``momentum > 0``."""
     import optax

@@ -21,7 +21,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from .. import Derived, Experiment, Period, param, register
+from .. import Experiment, Period, param, register
 from ... import verdicts as V
 from ...labels import K_label, fmt_K
 from . import _rows as R
@@ -83,9 +83,8 @@ class FeatureParams(S.SparseParams):
                                  source="our choice: not stated (10 x the largest finite K)")
     snapshots: Optional[int] = param(None, "evenly spaced snapshots after step 0", min=2, max=1000,
                                      label="snapshots", source="Fig. 7: a column per 10,000 epochs; ours even")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
-                                      label="momentum", source="our choice: none stated")
-    batch_size: int = param(256, "mini-batch size", min=1)
+    momentum: Optional[float] = S.momentum_param()
+    batch_size: int = S.batch_size_param()
     augment: bool = param(True, "the augmentation of Fig. 3", label="augmentation", source="Fig. 3 (flips, crops)")
     n_kernel: Optional[int] = param(None, "training examples (class-balanced) on which the NTK is measured", min=2,
                                     max=5000, label="NTK probe set", source="ours (Definition 1 has no measurement)")
@@ -343,7 +342,7 @@ def judge_rows(rows_, *, n_test: int) -> list:
     if not base or not finite:
         return []
     Kb = large_K(rows_)
-    big, m, g = R.select(rows_, K=Kb), V.fmt_mean, V.fmt_gap
+    big, m = R.select(rows_, K=Kb), V.fmt_mean
     out = []
     for L in LAYERS:
         key = f"probe_{L}"

@@ -77,10 +77,9 @@ class UpdatesParams(S.SparseParams):
                                  label="steps (full batch)", source="our choice: the budget K=1 fits in")
     learning_rate: Optional[float] = param(None, "full-batch learning rate; None: from scale", gt=0,
                                            label="learning rate (full batch)", source="Fig. 2 caption")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD; None: from scale", min=0,
-                                      max=0.999, label="momentum", source="our choice, as in Fig. 2")
+    momentum: Optional[float] = S.momentum_param(source="our choice, as in Fig. 2")
     rescale: int = param(10, "mini-batch: learning rate / rescale, K and steps x rescale", min=1)
-    batch_size: int = param(256, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+    batch_size: int = S.batch_size_param()
 
     def check(self):
         r = self.resolved()
@@ -172,7 +171,7 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
                 PAPER_SAYS.get(u, "a few feature updates match K=1"), g, base, n_test=n_test, rule="close",
                 margin=margin, label_a=f"u={u}", label_b="K=1", headline=u in (2, 8)))
         if len(pts) >= 2:
-            (u0, K0, lo), (u1, K1, hi) = pts[0], pts[-1]
+            (u0, _, lo), (u1, _, hi) = pts[0], pts[-1]
             out.append(R.gap_verdict(
                 f"{sweep}.closes", f"{name}: {u1} updates end above {u0}",
                 "more feature updates close the gap to K=1", hi, lo, n_test=n_test, rule="exceeds", margin=0.0,

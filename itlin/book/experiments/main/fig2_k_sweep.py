@@ -94,11 +94,11 @@ class Fig2Params(S.SparseParams):
     learning_rate: Optional[float] = param(None, "full-batch learning rate (mini-batch: / rescale); None: from "
                                                  "scale", gt=0, label="full-batch learning rate",
                                            source="Fig. 2 caption")
-    momentum: Optional[float] = param(None, "heavy-ball momentum of SGD, 0 for plain SGD; None: from scale "
-                                            "(default 0.9, paper 0)", min=0, max=0.999, label="momentum",
-                                      source="our choice: none stated (Algorithm 1 is plain gradient descent)")
+    momentum: Optional[float] = S.momentum_param(
+        "heavy-ball momentum of SGD, 0 for plain SGD; None: from scale (default 0.9, paper 0)",
+        source="our choice: none stated (Algorithm 1 is plain gradient descent)")
     rescale: int = param(10, "mini-batch: learning rate / rescale, K and steps x rescale", min=1)
-    batch_size: int = param(256, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+    batch_size: int = S.batch_size_param()
     inf_lr_multiplier: float = param(10.0, "control run K=inf (full batch) at this multiple of the learning "
                                            "rate; 0 skips it", min=0, label="control: K=∞ at a multiple of the "
                                                                              "learning rate",

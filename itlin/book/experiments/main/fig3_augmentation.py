@@ -68,9 +68,8 @@ class Fig3Params(S.SparseParams):
                                  source="our choice: not stated (ten phases)")
     learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="learning rate",
                                            source="Fig. 3 (workshop version caption)")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
-                                      label="momentum", source="our choice: none stated")
-    batch_size: int = param(256, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+    momentum: Optional[float] = S.momentum_param()
+    batch_size: int = S.batch_size_param()
     pad: int = param(4, "images: zero padding before the random crop", min=0)
     flip: bool = param(True, "images: random horizontal flips")
     max_shift: int = param(4, "MNIST-1D: largest random circular shift", min=0)

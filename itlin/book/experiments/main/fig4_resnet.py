@@ -94,9 +94,8 @@ class Fig4Params(Params):
                                       source="Appendix C")
     lr_bn: Optional[float] = param(None, "SGD learning rate with batch norm", gt=0, label="learning rate, BN",
                                    source="Appendix C")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
-                                      label="momentum", source="our choice: none stated")
-    batch_size: Optional[int] = param(None, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+    momentum: Optional[float] = S.momentum_param()
+    batch_size: Optional[int] = S.batch_size_param(None)
     bn_mode: BNMode = param("recalibrate", "batch norm while linearised, in the headline comparison",
                             label="BN while linearised (headline)", source="workshop App. C: \"stats were frozen\"; "
                             "journal: \"linearising the BatchNorm layer\"")

@@ -82,10 +82,8 @@ class Fig5Params(Params):
                                 label="learning rate, K=1 and large K", source="Fig. 5 caption")
     lr_inf: Optional[float] = param(None, "learning rate of K=inf and of the K=1 control", gt=0,
                                     label="learning rate, K=∞ and the K=1 control", source="Fig. 5 caption")
-    momentum: Optional[float] = param(None, "heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
-                                      label="momentum", source="our choice: none stated")
-    batch_size: Optional[int] = param(None, "mini-batch size", min=1, label="mini-batch size",
-                                      source="Appendix C (256 or full batch)")
+    momentum: Optional[float] = S.momentum_param()
+    batch_size: Optional[int] = S.batch_size_param(None, "Appendix C (256 or full batch)")
     epochs: Optional[float] = param(None, "passes over the training set per run (at least min_steps steps)", gt=0)
     min_steps: Optional[int] = param(None, "fewest steps of any run", min=1)
     n_evals: Optional[int] = param(None, "evaluations on the validation set per run", min=1)

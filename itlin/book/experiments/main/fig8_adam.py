@@ -56,14 +56,13 @@ class Fig8Params(S.SparseParams):
                                                 source="our choice: not stated (Adam's usual default)")
     learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="SGD learning rate",
                                            source="our choice: not stated (Fig. 2's mini-batch rate)")
-    momentum: Optional[float] = param(None, "SGD heavy-ball momentum, 0 for plain SGD", min=0, max=0.999,
-                                      label="SGD momentum", source="our choice: none stated")
+    momentum: Optional[float] = S.momentum_param("SGD heavy-ball momentum, 0 for plain SGD", label="SGD momentum")
     reset_optimizer: bool = param(True, "fresh Adam state at every relinearisation", label="fresh Adam state at "
                                   "each relinearisation", source="our reading: each problem solved from scratch")
     solved_accuracy: float = param(0.99, "train accuracy of the linearised model that counts a phase as solved",
                                    min=0, max=1, label="'solved': train accuracy of the linearised model",
                                    source="Section 4.3 (\"100% train accuracy\"), with 1% slack")
-    batch_size: int = param(256, "mini-batch size", min=1, label="mini-batch size", source="Appendix C")
+    batch_size: int = S.batch_size_param()
     blowup: float = param(1e4, "diverged: training loss above this multiple of the first (or not finite); above "
                                "the usual 100, since the loss jumps ~100x at each relinearisation when solved", gt=1)
 
