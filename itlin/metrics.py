@@ -5,6 +5,9 @@
 - :func:`linear_probe_accuracy` / :func:`layer_probe_accuracy` (main paper Fig. 6).
 - :func:`energy_concentration` (Ortiz-Jimenez et al. Table 1) and :func:`eigenvector_alignment`,
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
+- How training moves kernels, weights and filters: :func:`kernel_rotation`, :func:`alignment_gain`,
+  :func:`energy_curve`, :func:`weight_distances`, :func:`iterations_to`, :func:`first_layer_kernel`,
+  :func:`closest_fraction`.
 
 Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
 :func:`itlin.ntk`). Inputs may be numpy or JAX arrays. Functions that solve linear systems or
@@ -322,3 +325,96 @@ def kernel_target_alignment(kernel, y, *, centered: bool = True) -> float:
 
 
 __all__ += ["kernel_target_alignment"]
+
+
+# ------------------------------------------- kernels, weights and trajectories (moved from the book's experiments)
+def first_layer_kernel(params) -> np.ndarray:
+    """The first convolution's kernel of a LeNet or ResNet-18 of :mod:`itlin.models`, filters
+    first: ``(filters, *window, in_channels)``, float64 (main paper Fig. 7 shows these filters)."""
+    for name in ("Conv_0", "stem_conv"):  # LeNet, ResNet-18
+        if name in params:
+            return np.moveaxis(np.asarray(params[name]["kernel"], np.float64), -1, 0)
+    raise ValueError(f"no first convolution (Conv_0 or stem_conv) in the parameters: {sorted(params)}.")
+
+
+def closest_fraction(traj, steps, target) -> float:
+    """Where along a trajectory of weights ``traj`` (one per snapshot, at ``steps``) they are
+    closest to ``target`` (Euclidean), as a fraction of the last step (main paper Fig. 7: the large
+    K's final filters are K=1's "about 10%" of the way through training).
+
+    >>> t = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> closest_fraction(t, np.array([0, 10, 20, 30]), np.array([1.1]))
+    0.3333333333333333
+    """
+    traj, steps = np.asarray(traj, np.float64), np.asarray(steps, np.float64)
+    d = np.linalg.norm(traj.reshape(len(traj), -1) - np.asarray(target, np.float64).reshape(1, -1), axis=1)
+    return float(steps[int(np.argmin(d))] / steps[-1])
+
+
+def kernel_rotation(k, k0) -> float:
+    """``1 - <K, K0>_F / (||K||_F ||K0||_F)``: how far a kernel turned, whatever its size (Fort et
+    al., 2020); :func:`itlin.kernel_distance` gives how far it moved, size included.
+
+    >>> kernel_rotation(np.eye(2) * 3, np.eye(2)), kernel_rotation(np.diag([1.0, 0]), np.diag([0, 1.0]))
+    (0.0, 1.0)
+    """
+    k, k0 = np.asarray(k, np.float64), np.asarray(k0, np.float64)
+    value = 1.0 - np.sum(k * k0) / (np.linalg.norm(k) * np.linalg.norm(k0))
+    return float(value) if value > 1e-12 else 0.0  # rounding leaves ~1e-15 for an unmoved kernel
+
+
+def weight_distances(p0, p1) -> tuple:
+    """``(||theta_1 - theta_0||_2, 1 - cos(theta_0, theta_1))`` over all weights of two parameter
+    trees (Ortiz-Jimenez et al. Figs. 4-5: how far training moved the weights).
+
+    >>> weight_distances({"a": np.array([1.0, 0.0])}, {"a": np.array([0.0, 1.0])})
+    (1.4142135623730951, 1.0)
+    """
+    from jax.flatten_util import ravel_pytree
+
+    a, b = (np.asarray(ravel_pytree(p)[0], np.float64) for p in (p0, p1))
+    return float(np.linalg.norm(b - a)), float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def energy_curve(vectors, y, kmax: int) -> np.ndarray:
+    """``||Phi_k^T y|| / ||y||`` for ``k = 1 .. kmax`` (``vectors``: orthonormal eigenvectors by
+    decreasing eigenvalue, as :func:`itlin.kernel_eigh` gives them); entry ``k - 1`` is
+    :func:`energy_concentration` with ``k``, for every ``k`` from one projection.
+
+    >>> energy_curve(np.eye(3), np.array([3.0, 0.0, 4.0]), 3).tolist()
+    [0.6, 0.6, 1.0]
+    """
+    y = np.asarray(y, np.float64).reshape(-1)
+    proj = np.asarray(vectors)[:, :kmax].T @ y
+    return np.sqrt(np.cumsum(proj ** 2)) / np.linalg.norm(y)
+
+
+def alignment_gain(vectors, eigvals, kernel_end) -> dict:
+    """How training changed the alignment of the initial eigenvectors (Ortiz-Jimenez et al. Figs.
+    6-7): ``a_end = phi_i^T Theta_T phi_i / tr Theta_T`` (:func:`eigenvector_alignment` with
+    ``relative=True``, from a given eigendecomposition ``vectors``, ``eigvals`` of ``Theta_0``) and
+    ``gain``, ``a_end`` over its value at initialisation, ``lambda_i / tr Theta_0``.
+
+    >>> g = alignment_gain(np.eye(2), np.array([3.0, 1.0]), np.diag([1.0, 1.0]))
+    >>> g["a_end"].tolist(), g["gain"].tolist()
+    ([0.5, 0.5], [0.6666666666666666, 2.0])
+    """
+    v, kt = np.asarray(vectors, np.float64), np.asarray(kernel_end, np.float64)
+    a_end = np.sum(v * (0.5 * (kt + kt.T) @ v), axis=0) / np.trace(kt)
+    return {"a_end": a_end, "gain": a_end / (np.asarray(eigvals, np.float64) / np.sum(eigvals))}
+
+
+def iterations_to(epoch_loss, threshold: float, steps_per_epoch: int) -> np.ndarray:
+    """Iterations until the epoch-mean training loss (last axis: epochs) first falls to
+    ``threshold``, counted at the end of that epoch; ``inf`` where it never does
+    (Ortiz-Jimenez et al. Figs. 4-5).
+
+    >>> iterations_to(np.array([[0.5, 0.2, 0.05], [0.5, 0.4, 0.3]]), 0.1, 7).tolist()
+    [21.0, inf]
+    """
+    hit = np.asarray(epoch_loss, np.float64) <= threshold
+    return np.where(hit.any(-1), (np.argmax(hit, axis=-1) + 1.0) * steps_per_epoch, np.inf)
+
+
+__all__ += ["alignment_gain", "closest_fraction", "energy_curve", "first_layer_kernel", "iterations_to",
+            "kernel_rotation", "weight_distances"]

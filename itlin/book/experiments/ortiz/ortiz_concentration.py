@@ -24,6 +24,7 @@ import numpy as np
 from ...labels import K_label
 from .. import Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
+from ....metrics import alignment_gain, energy_curve, kernel_target_alignment
 from . import _common as C
 
 NAME = "ortiz_concentration"
@@ -116,32 +117,14 @@ def key_K(K) -> str:
     return "K=inf" if math.isinf(float(K)) else f"K={int(K)}"
 
 
-def energy_curve(vectors, y, kmax: int) -> np.ndarray:
-    """``||Phi_k'^T y|| / ||y||`` for ``k' = 1 .. kmax`` (``vectors``: eigenvectors by decreasing
-    eigenvalue). Entry ``k - 1`` is :func:`itlin.metrics.energy_concentration` with ``k``."""
-    y = np.asarray(y, np.float64).reshape(-1)
-    proj = np.asarray(vectors)[:, :kmax].T @ y
-    return np.sqrt(np.cumsum(proj ** 2)) / np.linalg.norm(y)
-
-
 def kernel_summary(kernel, y, k: int, spec: Optional[tuple] = None) -> dict:
     """Energy concentration (top ``k``; and its curve over ``k' <= 200``), centred kernel-target
     alignment and leading eigenvalues of a Gram matrix against +-1 labels ``y`` (``spec``: its spectrum)."""
-    from ....metrics import kernel_target_alignment
-
     vals, vecs = kernel_eigh(kernel) if spec is None else spec
     curve = energy_curve(vecs, y, min(CURVE_K, len(vals)))
     return {"ec": float(curve[k - 1]) if k <= curve.size else float(energy_curve(vecs, y, k)[-1]),
             "ec_curve": curve, "kta": kernel_target_alignment(kernel, y), "eigvals": vals[:CURVE_K],
             "trace": float(np.trace(kernel))}
-
-
-def alignment_gain(vectors, eigvals, kernel_end) -> dict:
-    """``a_end = phi_i^T Theta_T phi_i / tr Theta_T`` of the initial eigenvectors, and ``gain``:
-    ``a_end`` over ``lambda_i / tr Theta_0``."""
-    v, kt = np.asarray(vectors, np.float64), np.asarray(kernel_end, np.float64)
-    a_end = np.sum(v * (0.5 * (kt + kt.T) @ v), axis=0) / np.trace(kt)
-    return {"a_end": a_end, "gain": a_end / (np.asarray(eigvals, np.float64) / np.sum(eigvals))}
 
 
 # ------------------------------------------------------------------------------ the experiment
@@ -422,7 +405,6 @@ EXPERIMENT = register(Experiment(
     doc="Ortiz-Jimenez et al. Table 1 and Figs. 6-7: energy concentration of the labels and alignment of the "
         "NTK before and after training; the same measures after iterative linearisation at several K."))
 
-__all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES",
-           "alignment_gain", "claims", "energy_curve", "grams_per_seed", "judge_link", "judge_spikes", "judge_table1",
-           "kernel_summary", "key_K", "link_rows", "link_table", "models_of", "random_baseline", "run",
-           "spike", "summary", "window"]
+__all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
+           "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",
+           "link_table", "models_of", "random_baseline", "run", "spike", "summary", "window"]

@@ -25,6 +25,7 @@ import numpy as np
 from ... import verdicts as V
 from .. import Derived, Experiment, param, register
 from ....core.linearise import kernel_eigh
+from ....metrics import iterations_to, weight_distances
 from . import _common as C
 
 NAME = "ortiz_eigenfunctions"
@@ -118,14 +119,6 @@ def train_runs(trainer, inits, x, targets, steps: int, batch_size: int, batch_se
     return states, losses
 
 
-def weight_distances(p0, p1) -> tuple:
-    """``(||theta_1 - theta_0||_2, 1 - cos(theta_0, theta_1))`` over all weights."""
-    from jax.flatten_util import ravel_pytree
-
-    a, b = (np.asarray(ravel_pytree(p)[0], np.float64) for p in (p0, p1))
-    return float(np.linalg.norm(b - a)), float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
 def run(p, ctx):
     import jax.numpy as jnp
 
@@ -213,17 +206,6 @@ def present(res: Mapping, name: str) -> list:
 
 def _acc(res, name, key):
     return np.asarray(res["models"][name][key]["val_acc"], np.float64)
-
-
-def iterations_to(epoch_loss, threshold: float, steps_per_epoch: int) -> np.ndarray:
-    """Iterations until the epoch-mean training loss first falls to ``threshold`` (counted at the
-    end of that epoch), ``inf`` where it never does.
-
-    >>> iterations_to(np.array([[0.5, 0.2, 0.05], [0.5, 0.4, 0.3]]), 0.1, 7).tolist()
-    [21.0, inf]
-    """
-    hit = np.asarray(epoch_loss, np.float64) <= threshold
-    return np.where(hit.any(-1), (np.argmax(hit, axis=-1) + 1.0) * steps_per_epoch, np.inf)
 
 
 def hardness(res: Mapping, name: str, threshold: float, steps: int, steps_per_epoch: int, opt: str = "sgd") -> dict:
@@ -362,5 +344,4 @@ EXPERIMENT = register(Experiment(
         "binarised eigenfunctions of the NTK at initialisation, with SGD and Adam."))
 
 __all__ = ["EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims", "fitted_range",
-           "hardness", "iterations_to", "judge_accuracy", "judge_hardness", "present", "run", "summary",
-           "train_runs", "upper_targets", "weight_distances"]
+           "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs", "upper_targets"]
