@@ -7,7 +7,7 @@
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
 - How training moves kernels, weights and filters: :func:`kernel_rotation`, :func:`alignment_gain`,
   :func:`energy_curve`, :func:`weight_distances`, :func:`iterations_to`, :func:`first_layer_kernel`,
-  :func:`closest_fraction`.
+  :func:`closest_fraction`; :func:`ntk_gram`, a one-output NTK Gram matrix in memory-bounded blocks.
 
 Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
 :func:`itlin.ntk`). Inputs may be numpy or JAX arrays. Functions that solve linear systems or
@@ -17,8 +17,10 @@ kernels are ill-conditioned) and return Python floats or numpy arrays.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -418,3 +420,46 @@ def iterations_to(epoch_loss, threshold: float, steps_per_epoch: int) -> np.ndar
 
 __all__ += ["alignment_gain", "closest_fraction", "energy_curve", "first_layer_kernel", "iterations_to",
             "kernel_rotation", "weight_distances"]
+
+
+# ----------------------------------------------- the NTK Gram matrix in blocks (moved from the Ortiz experiments)
+def ntk_block_size(num_params: int, memory_mb: float, n: int) -> int:
+    """Inputs per block of :func:`ntk_gram`: the two blocks of per-example Jacobians (float32,
+    ``num_params`` numbers per input) fit in ``memory_mb``; at least 1, at most ``n``.
+
+    >>> ntk_block_size(1000, 1.0, 500), ntk_block_size(10 ** 9, 1.0, 500)
+    (131, 1)
+    """
+    return int(max(1, min(n, (memory_mb * 2 ** 20) // (2 * 4 * max(int(num_params), 1)))))
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _ntk_block(model, params, state, x1, x2):
+    from .core.linearise import ntk
+
+    return ntk(model.bind(state), params, x1, x2)
+
+
+def ntk_gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray:
+    """The empirical NTK Gram matrix ``J J^T`` (float64, ``(N, N)``) of a one-output
+    :class:`itlin.Model` at ``params`` on ``x`` (model state frozen), from the upper blocks of
+    :func:`itlin.ntk` on :func:`ntk_block_size` inputs (the last zero-padded: one shape, one
+    compilation), mirrored: the Gram matrices of Ortiz-Jimenez et al. on thousands of inputs."""
+    from .core._tree import num_params
+
+    n = int(x.shape[0])
+    b = ntk_block_size(num_params(params), memory_mb, n)
+    nb = -(-n // b)
+    x = np.asarray(x)
+    xp = np.concatenate([x, np.zeros((nb * b - n,) + x.shape[1:], x.dtype)])
+    out = np.zeros((nb * b, nb * b), np.float64)
+    for i in range(nb):
+        for j in range(i, nb):
+            k = np.asarray(_ntk_block(model, params, state, xp[i * b:(i + 1) * b], xp[j * b:(j + 1) * b]), np.float64)
+            out[i * b:(i + 1) * b, j * b:(j + 1) * b] = k
+            if j != i:
+                out[j * b:(j + 1) * b, i * b:(i + 1) * b] = k.T
+    return out[:n, :n]
+
+
+__all__ += ["ntk_block_size", "ntk_gram"]

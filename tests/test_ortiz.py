@@ -123,8 +123,8 @@ def test_blockwise_gram_equals_the_ntk_and_the_mlp_closed_form():
         params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), params)
         P = itlin.num_params(params)
         mem = 8 * P * 5 / 2 ** 20  # two float32 blocks of 5 inputs: 5 blocks, the last one padded
-        assert C.block_size(P, mem, 23) == 5
-        k = C.gram(model, params, state, x, memory_mb=mem)
+        assert metrics.ntk_block_size(P, mem, 23) == 5
+        k = metrics.ntk_gram(model, params, state, x, memory_mb=mem)
         ref = np.asarray(itlin.ntk(model.bind(state), params, x), np.float64)
         closed = np.asarray(models.mlp_ntk(params, x), np.float64)
     np.testing.assert_allclose(k, ref, rtol=1e-10, atol=1e-12)
@@ -149,7 +149,7 @@ def test_gram_of_a_batch_norm_network_uses_the_given_state():
     mem = 8 * itlin.num_params(params) * 3 / 2 ** 20  # blocks of 3 inputs
     ks = []
     for st in (state, moved):
-        k = C.gram(model, params, st, x, memory_mb=mem)
+        k = metrics.ntk_gram(model, params, st, x, memory_mb=mem)
         np.testing.assert_allclose(k, np.asarray(itlin.ntk(model.bind(st), params, x), np.float64), rtol=1e-5,
                                    atol=1e-6 * np.abs(k).max())
         ks.append(k)

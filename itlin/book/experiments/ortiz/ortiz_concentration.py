@@ -24,7 +24,7 @@ import numpy as np
 from ...labels import K_label
 from .. import Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
-from ....metrics import alignment_gain, energy_curve, kernel_target_alignment
+from ....metrics import alignment_gain, energy_curve, kernel_target_alignment, ntk_block_size, ntk_gram
 from . import _common as C
 
 NAME = "ortiz_concentration"
@@ -161,12 +161,12 @@ def run(p, ctx):
         model = C.build_model(name, r["dataset"], r["resnet_width"])
         inits = C.init_many(model, r["seed"], S, x_tr[:2])
         P = num_params(inits[0][0])
-        meta_models[name] = {**model.meta, "num_params": int(P), "block": C.block_size(P, r["ntk_memory_mb"], nk)}
+        meta_models[name] = {**model.meta, "num_params": int(P), "block": ntk_block_size(P, r["ntk_memory_mb"], nk)}
         base = trainer(model, steps)
         steps_align = E * (nk // B)
         align_tr = trainer(model, steps_align) if name in r["align_models"] else None
         link_tr = {K: trainer(model, steps, K) for K in r["Ks"] if K != 1} if name == r["link_model"] else {}
-        gram = lambda params, state, model=model: C.gram(model, params, state, xk, memory_mb=r["ntk_memory_mb"])
+        gram = lambda params, state, model=model: ntk_gram(model, params, state, xk, memory_mb=r["ntk_memory_mb"])
         ctx.say(f"{name}: {P:,} weights, {S} initialisations, Gram matrices on {nk} inputs")
 
         def one_seed(s, inits=inits, base=base, align_tr=align_tr, link_tr=link_tr, gram=gram):
@@ -225,7 +225,7 @@ def run(p, ctx):
             per.append(ctx.stage(f"{name}/s={s}", lambda s=s: one_seed(s)))
             ctx.say(f"{name} initialisation {s}: {time.perf_counter() - t0:.1f} s")
         out["models"][name] = _stack(per)
-        cost[name] = {"num_params": int(P), "n": nk, "block": C.block_size(P, r["ntk_memory_mb"], nk),
+        cost[name] = {"num_params": int(P), "n": nk, "block": ntk_block_size(P, r["ntk_memory_mb"], nk),
                       "grams_per_seed": grams_per_seed(r, name),
                       **{k: [float(v[k]) for v in per] for k in ("ntk_seconds", "eigh_seconds")}}
     out["meta"] = {"resolved": {"n_train": n_tr, "n_test": ds.n_test, "n_kernel": nk, "steps": steps,

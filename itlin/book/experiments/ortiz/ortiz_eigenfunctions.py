@@ -25,7 +25,7 @@ import numpy as np
 from ... import verdicts as V
 from .. import Derived, Experiment, param, register
 from ....core.linearise import kernel_eigh
-from ....metrics import iterations_to, weight_distances
+from ....metrics import iterations_to, ntk_block_size, ntk_gram, weight_distances
 from . import _common as C
 
 NAME = "ortiz_eigenfunctions"
@@ -147,7 +147,7 @@ def run(p, ctx):
 
         def spectra(s, model=model, inits=inits):
             t0 = time.perf_counter()
-            k = C.gram(model, inits[s][0], inits[s][1], x_pool, memory_mb=r["ntk_memory_mb"])
+            k = ntk_gram(model, inits[s][0], inits[s][1], x_pool, memory_mb=r["ntk_memory_mb"])
             t1 = time.perf_counter()
             vals, vecs = kernel_eigh(k)
             return {"eigvals": vals, "targets": C.sign_targets(vecs, js), "ntk_seconds": t1 - t0,
@@ -155,7 +155,7 @@ def run(p, ctx):
 
         spec = [ctx.stage(f"{name}/ntk/s={s}", partial(spectra, s)) for s in range(S)]
         targets = np.stack([np.concatenate([sp["targets"], labels[None]]) for sp in spec])  # (S, J+1, N)
-        cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": C.block_size(P, r["ntk_memory_mb"], n_tr + n_va),
+        cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": ntk_block_size(P, r["ntk_memory_mb"], n_tr + n_va),
                       **{k: [float(sp[k]) for sp in spec] for k in ("ntk_seconds", "eigh_seconds")}}
         res = {"eigvals": np.stack([sp["eigvals"] for sp in spec]),
                "balance_train": (targets[:, :, :n_tr] > 0).mean(-1), "balance_val": (targets[:, :, n_tr:] > 0).mean(-1)}
