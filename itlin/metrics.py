@@ -290,6 +290,35 @@ def min_cosine_distance(u, u_star) -> float:
 __all__ += ["min_cosine_distance"]
 
 
+# ------------------------------------- traceable twins for a jitted training loop (moved from Arbel et al.'s engine)
+def cosine_distance_jax(u, u_star, *, code: bool = False):
+    """:func:`weighted_cosine_distance` (Eq. 9; ``code=True``: :func:`min_cosine_distance`, what
+    their code logs) in ``jax.numpy``, traceable inside ``jit`` and without the checks: a unit
+    with zero weights counts with weight 0, teacher units must be non-zero."""
+    sq = jnp.sum(u * u, axis=1)
+    norm = jnp.sqrt(sq)
+    cos = (u @ u_star.T) / (jnp.where(norm > 0, norm, 1.0)[:, None] * jnp.linalg.norm(u_star, axis=1)[None, :])
+    d = jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1) if code else 2.0 * (1.0 - cos.max(axis=1))
+    return jnp.sum(sq / jnp.sum(sq) * jnp.where(norm > 0, d, 0.0))
+
+
+def refit_test_loss_jax(act, u, x, y, xt, yt, cutoff: float = 1e-10):
+    """Test-LRfit (Arbel et al. Eq. 8) in ``jax.numpy``, traceable: ``0.5 mean (pred - yt)^2`` of
+    the readout re-fitted by minimum-norm least squares on ``Phi = act(x u^T)``, the eigenvalues
+    of ``Phi Phi^T`` below ``cutoff`` of the largest dropped (their code's rule; on the host,
+    :func:`linear_refit` with ``rcond = sqrt(cutoff)``)."""
+    phi = act(x @ u.T)
+    s, vec = jnp.linalg.eigh(phi @ phi.T)
+    keep = s > cutoff * s[-1]
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
+    w = phi.T @ (vec @ (inv[:, None] * (vec.T @ y)))
+    r = act(xt @ u.T) @ w - yt
+    return 0.5 * jnp.mean(r * r)
+
+
+__all__ += ["cosine_distance_jax", "refit_test_loss_jax"]
+
+
 # ------------------------------------------------- kernel-target alignment (appended for Ortiz-Jimenez et al.)
 def kernel_target_alignment(kernel, y, *, centered: bool = True) -> float:
     """Kernel-target alignment ``<K, y y^T>_F / (||K||_F ||y y^T||_F)`` of a Gram matrix with targets.
@@ -463,3 +492,29 @@ def ntk_gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray
 
 
 __all__ += ["ntk_block_size", "ntk_gram"]
+
+
+# ------------------------------------------------------------ fits (moved from the quintic demo)
+def two_line_fit(x, y) -> dict:
+    """The least-squares fit of ``y`` by ``a_± x + b_±`` on each side of 0 (the span of a zero-bias
+    ReLU network's Jacobian with a scalar input, so the best a ``K = inf`` model of the main
+    paper's quintic can do): ``rmse``, the coefficients, ``jump`` (``b_+ - b_-``) and ``max_residual``.
+
+    >>> fit = two_line_fit([-2.0, -1.0, 1.0, 2.0], [-3.0, -1.0, 4.0, 5.0])
+    >>> round(fit["rmse"], 6), round(fit["jump"], 6)
+    (0.0, 2.0)
+    """
+    x, y = np.asarray(x, np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
+    out, res = {}, np.zeros_like(y)
+    for side, m in (("minus", x < 0), ("plus", x >= 0)):
+        if m.sum() < 2:
+            raise ValueError("two_line_fit needs at least two points on each side of 0.")
+        A = np.stack([x[m], np.ones(m.sum())], axis=1)
+        coef = np.linalg.lstsq(A, y[m], rcond=None)[0]
+        out[f"a_{side}"], out[f"b_{side}"] = float(coef[0]), float(coef[1])
+        res[m] = y[m] - A @ coef
+    return {**out, "rmse": float(np.sqrt(np.mean(res ** 2))), "jump": out["b_plus"] - out["b_minus"],
+            "max_residual": float(np.abs(res).max())}
+
+
+__all__ += ["two_line_fit"]
