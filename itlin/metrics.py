@@ -7,7 +7,8 @@
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
 - How training moves kernels, weights and filters: :func:`kernel_rotation`, :func:`alignment_gain`,
   :func:`energy_curve`, :func:`weight_distances`, :func:`iterations_to`, :func:`first_layer_kernel`,
-  :func:`closest_fraction`; :func:`ntk_gram`, a one-output NTK Gram matrix in memory-bounded blocks.
+  :func:`closest_fraction`; fits: :func:`log_slopes`, :func:`two_line_fit`; :func:`ntk_gram`, a
+  one-output NTK Gram matrix in memory-bounded blocks.
 
 Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
 :func:`itlin.ntk`). Inputs may be numpy or JAX arrays. Functions that solve linear systems or
@@ -518,3 +519,21 @@ def two_line_fit(x, y) -> dict:
 
 
 __all__ += ["two_line_fit"]
+
+
+def log_slopes(x, values) -> np.ndarray:
+    """Least-squares slopes of ``log10 values`` ``(K, ..., S)`` against ``log10 x`` ``(K,)``, one
+    per trailing index (e.g. per seed): ``(..., S)``; a zero value gives ``-inf`` in its fit
+    (Arbel et al. Figs. 4-5: how test losses scale with the width and the number of samples).
+
+    >>> log_slopes([1.0, 10.0, 100.0], np.array([[2.0, 1.0], [20.0, 0.1], [200.0, 0.01]])).round(12).tolist()
+    [1.0, -1.0]
+    """
+    lx = np.log10(np.asarray(x, np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log10(np.asarray(values, np.float64))
+    xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
+    return np.sum(xc * (y - y.mean(axis=0)), axis=0) / np.sum(xc * xc)
+
+
+__all__ += ["log_slopes"]

@@ -371,14 +371,6 @@ def at(lrs, lr) -> int:
     return int(np.flatnonzero(np.isclose(np.asarray(lrs, np.float64), lr, rtol=1e-9))[0])
 
 
-def slopes(x, values) -> np.ndarray:
-    """Least-squares slope of log10 ``values`` (K, ..., S) against log10 ``x``, per seed: (..., S)."""
-    lx = np.log10(np.asarray(x, np.float64))
-    y = log10(values)
-    xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
-    return np.sum(xc * (y - y.mean(axis=0)), axis=0) / np.sum(xc * xc)
-
-
 def hidden_gain(train, lrfit, rf, delta: float) -> np.ndarray:
     """Per seed: how far Test-LRfit has fallen below RF's (decades) at the last checkpoint at
     which the training loss is still within ``delta`` decades of its initial value (the readout
@@ -437,5 +429,5 @@ def lr_arrays(rec) -> dict:
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
            "finals", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
-           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "slope_margin", "slopes",
+           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "slope_margin",
            "step_cells", "sweep", "teacher_data", "variant", "with_bias"]
