@@ -7,8 +7,8 @@
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
 - How training moves kernels, weights and filters: :func:`kernel_rotation`, :func:`alignment_gain`,
   :func:`energy_curve`, :func:`weight_distances`, :func:`iterations_to`, :func:`first_layer_kernel`,
-  :func:`closest_fraction`; fits: :func:`log_slopes`, :func:`two_line_fit`; :func:`ntk_gram`, a
-  one-output NTK Gram matrix in memory-bounded blocks.
+  :func:`closest_fraction`, :func:`spike_score`; fits: :func:`log_slopes`, :func:`two_line_fit`;
+  :func:`ntk_gram`, a one-output NTK Gram matrix in memory-bounded blocks.
 
 Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
 :func:`itlin.ntk`). Inputs may be numpy or JAX arrays. Functions that solve linear systems or
@@ -18,6 +18,7 @@ kernels are ill-conditioned) and return Python floats or numpy arrays.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Optional
 
@@ -537,3 +538,37 @@ def log_slopes(x, values) -> np.ndarray:
 
 
 __all__ += ["log_slopes"]
+
+
+def index_window(j: int, factor: float, n: int) -> np.ndarray:
+    """Indices ``i`` with ``j / factor <= i <= j * factor`` (and ``1 <= i < n``).
+
+    >>> index_window(16, 2.0, 60).tolist() == list(range(8, 33)), int(index_window(64, 2.0, 60)[-1])
+    (True, 59)
+    """
+    return np.arange(max(1, int(math.ceil(j / factor))), min(n - 1, int(math.floor(j * factor))) + 1)
+
+
+def spike_score(values, j: int, factor: float) -> dict:
+    """How far ``values[j]`` (e.g. the alignment gain of eigenfunction ``j``, Ortiz-Jimenez et al.
+    Figs. 6-7) stands out of its window (:func:`index_window`), on a log scale: ``z`` = (log
+    value_j - median of the other log values in the window) / their robust standard deviation
+    (1.4826 x median absolute deviation), ``ratio`` = value_j over the window's median,
+    ``largest`` = value_j is the window's maximum (NaN scores where any value is not positive).
+
+    >>> g = np.exp(np.linspace(-0.1, 0.1, 20)); g[6] = 5.0
+    >>> s = spike_score(g, 6, 2.0); s["z"] > 10, round(s["ratio"], 1), s["largest"]
+    (True, 5.1, True)
+    """
+    g = np.asarray(values, np.float64)
+    w = index_window(j, factor, g.size)
+    others = np.log(g[w[w != j]])
+    if others.size < 2 or not np.all(np.isfinite(others)) or not np.isfinite(g[j]) or g[j] <= 0:
+        return {"z": math.nan, "ratio": math.nan, "largest": False}
+    med = np.median(others)
+    mad = 1.4826 * np.median(np.abs(others - med))
+    z = (math.log(g[j]) - med) / mad if mad > 0 else math.inf
+    return {"z": float(z), "ratio": float(g[j] / math.exp(med)), "largest": bool(math.log(g[j]) > others.max())}
+
+
+__all__ += ["index_window", "spike_score"]

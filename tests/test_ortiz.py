@@ -393,8 +393,8 @@ def test_spike_rule_and_claims():
             gain[:, t, j] *= height
         return {"models": {"mlp": {"align": {"gain": gain}}}}
 
-    assert oc.window(16, 2.0, 60).tolist() == list(range(8, 33))
-    assert oc.window(64, 2.0, 60)[-1] == 59
+    assert metrics.index_window(16, 2.0, 60).tolist() == list(range(8, 33))
+    assert metrics.index_window(64, 2.0, 60)[-1] == 59
     v = oc.judge_spikes(result(3.0, 0.05), js, 2.0, 3.0)[0]
     assert v.id == "spike.mlp" and v.verdict == H and "10 of 10 runs" in v.detail and v.unit == "(robust z)"
     assert oc.judge_spikes(result(1.0, 0.05), js, 2.0, 3.0)[0].verdict == F

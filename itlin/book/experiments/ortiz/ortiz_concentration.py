@@ -24,7 +24,7 @@ import numpy as np
 from ...labels import K_label
 from .. import Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
-from ....metrics import alignment_gain, energy_curve, kernel_target_alignment, ntk_block_size, ntk_gram
+from ....metrics import alignment_gain, energy_curve, kernel_target_alignment, ntk_block_size, ntk_gram, spike_score
 from . import _common as C
 
 NAME = "ortiz_concentration"
@@ -277,41 +277,15 @@ def judge_table1(res: Mapping, n_test: int) -> list:
     return out
 
 
-def window(j: int, factor: float, n: int) -> np.ndarray:
-    """Indices ``i`` with ``j / factor <= i <= j * factor`` (and ``1 <= i < n``)."""
-    return np.arange(max(1, int(math.ceil(j / factor))), min(n - 1, int(math.floor(j * factor))) + 1)
-
-
-def spike(gain, j: int, factor: float) -> dict:
-    """How far the gain of eigenfunction ``j`` stands out of its window (:func:`window`), on a
-    log scale: ``z`` = (log gain_j - median of the other log gains in the window) / their
-    robust standard deviation (1.4826 x median absolute deviation), ``ratio`` = gain_j over the
-    window's median gain, ``largest`` = gain_j is the window's maximum.
-
-    >>> g = np.exp(np.linspace(-0.1, 0.1, 20)); g[6] = 5.0
-    >>> s = spike(g, 6, 2.0); s["z"] > 10, round(s["ratio"], 1), s["largest"]
-    (True, 5.1, True)
-    """
-    g = np.asarray(gain, np.float64)
-    w = window(j, factor, g.size)
-    others = np.log(g[w[w != j]])
-    if others.size < 2 or not np.all(np.isfinite(others)) or not np.isfinite(g[j]) or g[j] <= 0:
-        return {"z": math.nan, "ratio": math.nan, "largest": False}
-    med = np.median(others)
-    mad = 1.4826 * np.median(np.abs(others - med))
-    z = (math.log(g[j]) - med) / mad if mad > 0 else math.inf
-    return {"z": float(z), "ratio": float(g[j] / math.exp(med)), "largest": bool(math.log(g[j]) > others.max())}
-
-
 def judge_spikes(res: Mapping, js: Sequence[int], factor: float, z: float) -> list:
     """Their Appendix E.3, ``spike.<model>``: the trained eigenfunction's alignment gain lies
     more than ``z`` robust standard deviations above the median of the gains in its window
-    ``[j / factor, j * factor]`` (:func:`spike`, log scale). Judged on the mean over the trained
+    ``[j / factor, j * factor]`` (:func:`itlin.metrics.spike_score`, log scale). Judged on the mean over the trained
     ``j`` of that score, per seed (a seed with a diverged run is dropped)."""
     out = []
     for name in [m for m in models_of(res) if "align" in res["models"][m]]:
         g = np.asarray(res["models"][name]["align"]["gain"], np.float64)  # (S, J, N)
-        sp = _stack([_stack([spike(gs[t], int(j), factor) for t, j in enumerate(js)]) for gs in g])
+        sp = _stack([_stack([spike_score(gs[t], int(j), factor) for t, j in enumerate(js)]) for gs in g])
         score = np.where(np.isfinite(sp["z"]), sp["z"], np.nan)
         keep = np.all(np.isfinite(score), axis=1)
         per_j = ", ".join(f"j={j}: {np.nanmean(score[:, t]):.1f}" for t, j in enumerate(js))
@@ -407,4 +381,4 @@ EXPERIMENT = register(Experiment(
 
 __all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
            "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",
-           "link_table", "models_of", "random_baseline", "run", "spike", "summary", "window"]
+           "link_table", "models_of", "random_baseline", "run", "summary"]
