@@ -7,7 +7,7 @@
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
 - How training moves kernels, weights and filters: :func:`kernel_rotation`, :func:`alignment_gain`,
   :func:`energy_curve`, :func:`weight_distances`, :func:`iterations_to`, :func:`first_layer_kernel`,
-  :func:`closest_fraction`, :func:`spike_score`; fits: :func:`log_slopes`, :func:`two_line_fit`;
+  :func:`closest_fraction`, :func:`spike_score`, :func:`blown_up`; fits: :func:`log_slopes`, :func:`two_line_fit`;
   :func:`ntk_gram`, a one-output NTK Gram matrix in memory-bounded blocks.
 
 Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
@@ -572,3 +572,18 @@ def spike_score(values, j: int, factor: float) -> dict:
 
 
 __all__ += ["index_window", "spike_score"]
+
+
+def blown_up(trace, blowup: float) -> np.ndarray:
+    """Over the last axis of RMSE traces (first: the initial RMSE; NaN: after the run stopped),
+    whether the loss (RMSE squared) exceeded ``blowup`` times its start or was not finite.
+
+    >>> blown_up(np.array([[1.0, 5.0, 0.1], [1.0, 11.0, 0.1], [1.0, np.inf, np.nan]]), 100.0)
+    array([False,  True,  True])
+    """
+    t = np.asarray(trace, float)
+    first = np.maximum(t[..., :1] ** 2, np.finfo(float).tiny)
+    return (~np.isnan(t) & (~np.isfinite(t) | (t ** 2 > float(blowup) * first))).any(axis=-1)
+
+
+__all__ += ["blown_up"]

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import Params, param
 from ... import verdicts as V
+from ...labels import fmt_lr  # noqa: F401 (A.fmt_lr in chapters and figures)
 
 REF_WIDTH, REF_N, DIM = 5000, 500, 10
 #: eigenvalues of Phi Phi^T below this fraction of the largest are dropped in the re-fit (their code)
@@ -324,15 +325,6 @@ def finals(per: dict, r: dict) -> dict:
 def log10(a):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log10(np.asarray(a, np.float64))
-
-
-def fmt_lr(v: float) -> str:
-    """``1e-3``, ``0.1``, ``1``, ``100``, ``1e3`` style labels."""
-    v = float(v)
-    if v == 0 or not math.isfinite(v):
-        return f"{v:g}"
-    e = math.log10(abs(v))
-    return f"1e{int(round(e))}" if abs(e - round(e)) < 1e-9 and (e <= -2 or e >= 3) else f"{v:g}"
 
 
 def geo(values) -> str:

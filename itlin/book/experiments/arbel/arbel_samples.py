@@ -143,8 +143,7 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 3 (right) and Fig. 5: test loss against the sample size."))
+EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "NAME", "SCALES", "SamplesParams", "arrays", "bend", "claims", "judge_arrays", "run",
            "summary"]

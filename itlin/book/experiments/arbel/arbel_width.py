@@ -118,8 +118,7 @@ def summary(rec) -> list:
                 for m in ("gn", "gd")}} for i, M in enumerate(s["width"])]
 
 
-EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 4 (left): test loss against the number of hidden units."))
+EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "MIN_RATIO", "NAME", "SCALES", "WidthParams", "arrays", "claims", "judge_arrays", "run",
            "summary"]

@@ -280,8 +280,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, QuinticParams, run, version="3", summary=summary, claims=claims,
-    doc="Iterative linearisation of the quintic MLP for a grid of K and learning rates (the book's demo)."))
+    NAME, QuinticParams, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["BLOWUP", "DemoRun", "EXPERIMENT", "GRID_POINTS", "NAME", "QuinticParams", "SCALES", "checks", "claims",
            "grid", "judge_checks", "k_conv_check", "phase_gaps", "run", "runs_of", "setting_tag", "summary",

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from ... import verdicts as V
+from ...labels import fmt_finite  # noqa: F401 (C.fmt_finite in the ortiz modules)
 from .. import Params, param
 
 ModelName = Literal["mlp", "lenet", "resnet18"]
@@ -142,12 +143,6 @@ def gap_claim(id: str, claim: str, paper: str, a, b, rule: str = "exceeds", marg
     gap = V.paired_gap(a[keep], b[keep], n_test=n_test) if keep.any() else V.Gap(math.nan, math.nan, 0, math.nan,
                                                                                 math.nan)
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, dropped=int((~keep).sum()), **kw)
-
-
-def fmt_finite(values, scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
-    """:func:`itlin.book.verdicts.fmt_mean` over the finite values."""
-    v = np.asarray(values, np.float64)
-    return V.fmt_mean(v[np.isfinite(v)], scale, unit, digits) if np.isfinite(v).any() else "n/a"
 
 
 __all__ = ["ALL", "GROUPS", "LABELS", "MNIST1D_LARGE", "ModelName", "ORDER", "OrtizParams", "batch_seed", "build_model",

@@ -375,9 +375,7 @@ def link_rows(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, ConcentrationParams, run, version="3", summary=summary, claims=claims,
-    doc="Ortiz-Jimenez et al. Table 1 and Figs. 6-7: energy concentration of the labels and alignment of the "
-        "NTK before and after training; the same measures after iterative linearisation at several K."))
+    NAME, ConcentrationParams, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
            "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",

@@ -339,9 +339,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, EigenParams, run, version="2", summary=summary, claims=claims,
-    doc="Ortiz-Jimenez et al. Section 3.2 / Appendix E.1: networks and their linearisations trained on the "
-        "binarised eigenfunctions of the NTK at initialisation, with SGD and Adam."))
+    NAME, EigenParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims", "fitted_range",
            "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs", "upper_targets"]
