@@ -5,6 +5,10 @@
 - :func:`linear_probe_accuracy` / :func:`layer_probe_accuracy` (main paper Fig. 6).
 - :func:`energy_concentration` (Ortiz-Jimenez et al. Table 1) and :func:`eigenvector_alignment`,
   :func:`target_alignment` (their Lemma 1 and Appendix E.3).
+- How training moves kernels, weights and filters: :func:`kernel_rotation`, :func:`alignment_gain`,
+  :func:`energy_curve`, :func:`weight_distances`, :func:`iterations_to`, :func:`first_layer_kernel`,
+  :func:`closest_fraction`, :func:`spike_score`, :func:`blown_up`; fits: :func:`log_slopes`, :func:`two_line_fit`;
+  :func:`ntk_gram`, a one-output NTK Gram matrix in memory-bounded blocks.
 
 Accuracy, RMSE and the empirical NTK are the core's (:func:`itlin.accuracy`, :func:`itlin.rmse`,
 :func:`itlin.ntk`). Inputs may be numpy or JAX arrays. Functions that solve linear systems or
@@ -14,8 +18,11 @@ kernels are ill-conditioned) and return Python floats or numpy arrays.
 
 from __future__ import annotations
 
+import math
+from functools import partial
 from typing import Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -285,6 +292,35 @@ def min_cosine_distance(u, u_star) -> float:
 __all__ += ["min_cosine_distance"]
 
 
+# ------------------------------------- traceable twins for a jitted training loop (moved from Arbel et al.'s engine)
+def cosine_distance_jax(u, u_star, *, code: bool = False):
+    """:func:`weighted_cosine_distance` (Eq. 9; ``code=True``: :func:`min_cosine_distance`, what
+    their code logs) in ``jax.numpy``, traceable inside ``jit`` and without the checks: a unit
+    with zero weights counts with weight 0, teacher units must be non-zero."""
+    sq = jnp.sum(u * u, axis=1)
+    norm = jnp.sqrt(sq)
+    cos = (u @ u_star.T) / (jnp.where(norm > 0, norm, 1.0)[:, None] * jnp.linalg.norm(u_star, axis=1)[None, :])
+    d = jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1) if code else 2.0 * (1.0 - cos.max(axis=1))
+    return jnp.sum(sq / jnp.sum(sq) * jnp.where(norm > 0, d, 0.0))
+
+
+def refit_test_loss_jax(act, u, x, y, xt, yt, cutoff: float = 1e-10):
+    """Test-LRfit (Arbel et al. Eq. 8) in ``jax.numpy``, traceable: ``0.5 mean (pred - yt)^2`` of
+    the readout re-fitted by minimum-norm least squares on ``Phi = act(x u^T)``, the eigenvalues
+    of ``Phi Phi^T`` below ``cutoff`` of the largest dropped (their code's rule; on the host,
+    :func:`linear_refit` with ``rcond = sqrt(cutoff)``)."""
+    phi = act(x @ u.T)
+    s, vec = jnp.linalg.eigh(phi @ phi.T)
+    keep = s > cutoff * s[-1]
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
+    w = phi.T @ (vec @ (inv[:, None] * (vec.T @ y)))
+    r = act(xt @ u.T) @ w - yt
+    return 0.5 * jnp.mean(r * r)
+
+
+__all__ += ["cosine_distance_jax", "refit_test_loss_jax"]
+
+
 # ------------------------------------------------- kernel-target alignment (appended for Ortiz-Jimenez et al.)
 def kernel_target_alignment(kernel, y, *, centered: bool = True) -> float:
     """Kernel-target alignment ``<K, y y^T>_F / (||K||_F ||y y^T||_F)`` of a Gram matrix with targets.
@@ -322,3 +358,232 @@ def kernel_target_alignment(kernel, y, *, centered: bool = True) -> float:
 
 
 __all__ += ["kernel_target_alignment"]
+
+
+# ------------------------------------------- kernels, weights and trajectories (moved from the book's experiments)
+def first_layer_kernel(params) -> np.ndarray:
+    """The first convolution's kernel of a LeNet or ResNet-18 of :mod:`itlin.models`, filters
+    first: ``(filters, *window, in_channels)``, float64 (main paper Fig. 7 shows these filters)."""
+    for name in ("Conv_0", "stem_conv"):  # LeNet, ResNet-18
+        if name in params:
+            return np.moveaxis(np.asarray(params[name]["kernel"], np.float64), -1, 0)
+    raise ValueError(f"no first convolution (Conv_0 or stem_conv) in the parameters: {sorted(params)}.")
+
+
+def closest_fraction(traj, steps, target) -> float:
+    """Where along a trajectory of weights ``traj`` (one per snapshot, at ``steps``) they are
+    closest to ``target`` (Euclidean), as a fraction of the last step (main paper Fig. 7: the large
+    K's final filters are K=1's "about 10%" of the way through training).
+
+    >>> t = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> closest_fraction(t, np.array([0, 10, 20, 30]), np.array([1.1]))
+    0.3333333333333333
+    """
+    traj, steps = np.asarray(traj, np.float64), np.asarray(steps, np.float64)
+    d = np.linalg.norm(traj.reshape(len(traj), -1) - np.asarray(target, np.float64).reshape(1, -1), axis=1)
+    return float(steps[int(np.argmin(d))] / steps[-1])
+
+
+def kernel_rotation(k, k0) -> float:
+    """``1 - <K, K0>_F / (||K||_F ||K0||_F)``: how far a kernel turned, whatever its size (Fort et
+    al., 2020); :func:`itlin.kernel_distance` gives how far it moved, size included.
+
+    >>> kernel_rotation(np.eye(2) * 3, np.eye(2)), kernel_rotation(np.diag([1.0, 0]), np.diag([0, 1.0]))
+    (0.0, 1.0)
+    """
+    k, k0 = np.asarray(k, np.float64), np.asarray(k0, np.float64)
+    value = 1.0 - np.sum(k * k0) / (np.linalg.norm(k) * np.linalg.norm(k0))
+    return float(value) if value > 1e-12 else 0.0  # rounding leaves ~1e-15 for an unmoved kernel
+
+
+def weight_distances(p0, p1) -> tuple:
+    """``(||theta_1 - theta_0||_2, 1 - cos(theta_0, theta_1))`` over all weights of two parameter
+    trees (Ortiz-Jimenez et al. Figs. 4-5: how far training moved the weights).
+
+    >>> weight_distances({"a": np.array([1.0, 0.0])}, {"a": np.array([0.0, 1.0])})
+    (1.4142135623730951, 1.0)
+    """
+    from jax.flatten_util import ravel_pytree
+
+    a, b = (np.asarray(ravel_pytree(p)[0], np.float64) for p in (p0, p1))
+    return float(np.linalg.norm(b - a)), float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def energy_curve(vectors, y, kmax: int) -> np.ndarray:
+    """``||Phi_k^T y|| / ||y||`` for ``k = 1 .. kmax`` (``vectors``: orthonormal eigenvectors by
+    decreasing eigenvalue, as :func:`itlin.kernel_eigh` gives them); entry ``k - 1`` is
+    :func:`energy_concentration` with ``k``, for every ``k`` from one projection.
+
+    >>> energy_curve(np.eye(3), np.array([3.0, 0.0, 4.0]), 3).tolist()
+    [0.6, 0.6, 1.0]
+    """
+    y = np.asarray(y, np.float64).reshape(-1)
+    proj = np.asarray(vectors)[:, :kmax].T @ y
+    return np.sqrt(np.cumsum(proj ** 2)) / np.linalg.norm(y)
+
+
+def alignment_gain(vectors, eigvals, kernel_end) -> dict:
+    """How training changed the alignment of the initial eigenvectors (Ortiz-Jimenez et al. Figs.
+    6-7): ``a_end = phi_i^T Theta_T phi_i / tr Theta_T`` (:func:`eigenvector_alignment` with
+    ``relative=True``, from a given eigendecomposition ``vectors``, ``eigvals`` of ``Theta_0``) and
+    ``gain``, ``a_end`` over its value at initialisation, ``lambda_i / tr Theta_0``.
+
+    >>> g = alignment_gain(np.eye(2), np.array([3.0, 1.0]), np.diag([1.0, 1.0]))
+    >>> g["a_end"].tolist(), g["gain"].tolist()
+    ([0.5, 0.5], [0.6666666666666666, 2.0])
+    """
+    v, kt = np.asarray(vectors, np.float64), np.asarray(kernel_end, np.float64)
+    a_end = np.sum(v * (0.5 * (kt + kt.T) @ v), axis=0) / np.trace(kt)
+    return {"a_end": a_end, "gain": a_end / (np.asarray(eigvals, np.float64) / np.sum(eigvals))}
+
+
+def iterations_to(epoch_loss, threshold: float, steps_per_epoch: int) -> np.ndarray:
+    """Iterations until the epoch-mean training loss (last axis: epochs) first falls to
+    ``threshold``, counted at the end of that epoch; ``inf`` where it never does
+    (Ortiz-Jimenez et al. Figs. 4-5).
+
+    >>> iterations_to(np.array([[0.5, 0.2, 0.05], [0.5, 0.4, 0.3]]), 0.1, 7).tolist()
+    [21.0, inf]
+    """
+    hit = np.asarray(epoch_loss, np.float64) <= threshold
+    return np.where(hit.any(-1), (np.argmax(hit, axis=-1) + 1.0) * steps_per_epoch, np.inf)
+
+
+__all__ += ["alignment_gain", "closest_fraction", "energy_curve", "first_layer_kernel", "iterations_to",
+            "kernel_rotation", "weight_distances"]
+
+
+# ----------------------------------------------- the NTK Gram matrix in blocks (moved from the Ortiz experiments)
+def ntk_block_size(num_params: int, memory_mb: float, n: int) -> int:
+    """Inputs per block of :func:`ntk_gram`: the two blocks of per-example Jacobians (float32,
+    ``num_params`` numbers per input) fit in ``memory_mb``; at least 1, at most ``n``.
+
+    >>> ntk_block_size(1000, 1.0, 500), ntk_block_size(10 ** 9, 1.0, 500)
+    (131, 1)
+    """
+    return int(max(1, min(n, (memory_mb * 2 ** 20) // (2 * 4 * max(int(num_params), 1)))))
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _ntk_block(model, params, state, x1, x2):
+    from .core.linearise import ntk
+
+    return ntk(model.bind(state), params, x1, x2)
+
+
+def ntk_gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray:
+    """The empirical NTK Gram matrix ``J J^T`` (float64, ``(N, N)``) of a one-output
+    :class:`itlin.Model` at ``params`` on ``x`` (model state frozen), from the upper blocks of
+    :func:`itlin.ntk` on :func:`ntk_block_size` inputs (the last zero-padded: one shape, one
+    compilation), mirrored: the Gram matrices of Ortiz-Jimenez et al. on thousands of inputs."""
+    from .core._tree import num_params
+
+    n = int(x.shape[0])
+    b = ntk_block_size(num_params(params), memory_mb, n)
+    nb = -(-n // b)
+    x = np.asarray(x)
+    xp = np.concatenate([x, np.zeros((nb * b - n,) + x.shape[1:], x.dtype)])
+    out = np.zeros((nb * b, nb * b), np.float64)
+    for i in range(nb):
+        for j in range(i, nb):
+            k = np.asarray(_ntk_block(model, params, state, xp[i * b:(i + 1) * b], xp[j * b:(j + 1) * b]), np.float64)
+            out[i * b:(i + 1) * b, j * b:(j + 1) * b] = k
+            if j != i:
+                out[j * b:(j + 1) * b, i * b:(i + 1) * b] = k.T
+    return out[:n, :n]
+
+
+__all__ += ["ntk_block_size", "ntk_gram"]
+
+
+# ------------------------------------------------------------ fits (moved from the quintic demo)
+def two_line_fit(x, y) -> dict:
+    """The least-squares fit of ``y`` by ``a_± x + b_±`` on each side of 0 (the span of a zero-bias
+    ReLU network's Jacobian with a scalar input, so the best a ``K = inf`` model of the main
+    paper's quintic can do): ``rmse``, the coefficients, ``jump`` (``b_+ - b_-``) and ``max_residual``.
+
+    >>> fit = two_line_fit([-2.0, -1.0, 1.0, 2.0], [-3.0, -1.0, 4.0, 5.0])
+    >>> round(fit["rmse"], 6), round(fit["jump"], 6)
+    (0.0, 2.0)
+    """
+    x, y = np.asarray(x, np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
+    out, res = {}, np.zeros_like(y)
+    for side, m in (("minus", x < 0), ("plus", x >= 0)):
+        if m.sum() < 2:
+            raise ValueError("two_line_fit needs at least two points on each side of 0.")
+        A = np.stack([x[m], np.ones(m.sum())], axis=1)
+        coef = np.linalg.lstsq(A, y[m], rcond=None)[0]
+        out[f"a_{side}"], out[f"b_{side}"] = float(coef[0]), float(coef[1])
+        res[m] = y[m] - A @ coef
+    return {**out, "rmse": float(np.sqrt(np.mean(res ** 2))), "jump": out["b_plus"] - out["b_minus"],
+            "max_residual": float(np.abs(res).max())}
+
+
+__all__ += ["two_line_fit"]
+
+
+def log_slopes(x, values) -> np.ndarray:
+    """Least-squares slopes of ``log10 values`` ``(K, ..., S)`` against ``log10 x`` ``(K,)``, one
+    per trailing index (e.g. per seed): ``(..., S)``; a zero value gives ``-inf`` in its fit
+    (Arbel et al. Figs. 4-5: how test losses scale with the width and the number of samples).
+
+    >>> log_slopes([1.0, 10.0, 100.0], np.array([[2.0, 1.0], [20.0, 0.1], [200.0, 0.01]])).round(12).tolist()
+    [1.0, -1.0]
+    """
+    lx = np.log10(np.asarray(x, np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log10(np.asarray(values, np.float64))
+    xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
+    return np.sum(xc * (y - y.mean(axis=0)), axis=0) / np.sum(xc * xc)
+
+
+__all__ += ["log_slopes"]
+
+
+def index_window(j: int, factor: float, n: int) -> np.ndarray:
+    """Indices ``i`` with ``j / factor <= i <= j * factor`` (and ``1 <= i < n``).
+
+    >>> index_window(16, 2.0, 60).tolist() == list(range(8, 33)), int(index_window(64, 2.0, 60)[-1])
+    (True, 59)
+    """
+    return np.arange(max(1, int(math.ceil(j / factor))), min(n - 1, int(math.floor(j * factor))) + 1)
+
+
+def spike_score(values, j: int, factor: float) -> dict:
+    """How far ``values[j]`` (e.g. the alignment gain of eigenfunction ``j``, Ortiz-Jimenez et al.
+    Figs. 6-7) stands out of its window (:func:`index_window`), on a log scale: ``z`` = (log
+    value_j - median of the other log values in the window) / their robust standard deviation
+    (1.4826 x median absolute deviation), ``ratio`` = value_j over the window's median,
+    ``largest`` = value_j is the window's maximum (NaN scores where any value is not positive).
+
+    >>> g = np.exp(np.linspace(-0.1, 0.1, 20)); g[6] = 5.0
+    >>> s = spike_score(g, 6, 2.0); s["z"] > 10, round(s["ratio"], 1), s["largest"]
+    (True, 5.1, True)
+    """
+    g = np.asarray(values, np.float64)
+    w = index_window(j, factor, g.size)
+    others = np.log(g[w[w != j]])
+    if others.size < 2 or not np.all(np.isfinite(others)) or not np.isfinite(g[j]) or g[j] <= 0:
+        return {"z": math.nan, "ratio": math.nan, "largest": False}
+    med = np.median(others)
+    mad = 1.4826 * np.median(np.abs(others - med))
+    z = (math.log(g[j]) - med) / mad if mad > 0 else math.inf
+    return {"z": float(z), "ratio": float(g[j] / math.exp(med)), "largest": bool(math.log(g[j]) > others.max())}
+
+
+__all__ += ["index_window", "spike_score"]
+
+
+def blown_up(trace, blowup: float) -> np.ndarray:
+    """Over the last axis of RMSE traces (first: the initial RMSE; NaN: after the run stopped),
+    whether the loss (RMSE squared) exceeded ``blowup`` times its start or was not finite.
+
+    >>> blown_up(np.array([[1.0, 5.0, 0.1], [1.0, 11.0, 0.1], [1.0, np.inf, np.nan]]), 100.0)
+    array([False,  True,  True])
+    """
+    t = np.asarray(trace, float)
+    first = np.maximum(t[..., :1] ** 2, np.finfo(float).tiny)
+    return (~np.isnan(t) & (~np.isfinite(t) | (t ** 2 > float(blowup) * first))).any(axis=-1)
+
+
+__all__ += ["blown_up"]

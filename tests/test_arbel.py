@@ -72,17 +72,17 @@ def test_jax_metrics_equal_the_numpy_oracles():
     u, u_star = rng.normal(size=(30, 6)), rng.normal(size=(4, 6))
     u[3] = 0.0
     with jax.enable_x64(True):
-        assert float(A.wcd_eq9(jnp.asarray(u), jnp.asarray(u_star))) == pytest.approx(
+        assert float(metrics.cosine_distance_jax(jnp.asarray(u), jnp.asarray(u_star))) == pytest.approx(
             metrics.weighted_cosine_distance(u, u_star), rel=1e-12)
-        assert float(A.wcd_code(jnp.asarray(u), jnp.asarray(u_star))) == pytest.approx(
+        assert float(metrics.cosine_distance_jax(jnp.asarray(u), jnp.asarray(u_star), code=True)) == pytest.approx(
             metrics.min_cosine_distance(u, u_star), rel=1e-12)
         # Test-LRfit: eigenvalues of Phi Phi^T below 1e-10 of the largest dropped is lstsq with rcond 1e-5
         x, xt = rng.normal(size=(12, 5)), rng.normal(size=(40, 5))
         y, yt = rng.normal(size=(12, 1)), rng.normal(size=(40, 1))
         w = rng.normal(size=(50, 5))
         act, _ = models.get_activation("relu")
-        got = float(A.refit_test_loss(act, jnp.asarray(w), jnp.asarray(x), jnp.asarray(y), jnp.asarray(xt),
-                                      jnp.asarray(yt)))
+        got = float(metrics.refit_test_loss_jax(act, jnp.asarray(w), jnp.asarray(x), jnp.asarray(y), jnp.asarray(xt),
+                                                jnp.asarray(yt)))
     feats = lambda a: np.maximum(a @ w.T, 0.0)  # noqa: E731
     want = metrics.linear_refit(feats(x), y, feats(xt), yt, rcond=1e-5)["test_loss"]
     assert got == pytest.approx(want, rel=1e-8)

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from itlin import models
+from itlin import metrics, models
 from itlin.book import runner
 from itlin.book import verdicts as V
 from itlin.book.experiments import ParameterError
@@ -19,28 +19,27 @@ from itlin.book.experiments.main import feature_learning as fl
 def test_first_layer_kernel_puts_filters_first_for_1d_2d_and_resnet():
     x1 = np.zeros((2, 40, 1), np.float32)
     p1, _ = models.lenet1d(channels=6).init(jax.random.PRNGKey(0), x1)
-    assert fl.first_layer_kernel(p1).shape == (6, 5, 1)
-    assert np.array_equal(fl.first_layer_kernel(p1)[2], np.asarray(p1["Conv_0"]["kernel"])[..., 2])
+    assert metrics.first_layer_kernel(p1).shape == (6, 5, 1)
+    assert np.array_equal(metrics.first_layer_kernel(p1)[2], np.asarray(p1["Conv_0"]["kernel"])[..., 2])
     x2 = np.zeros((2, 28, 28, 3), np.float32)
     p2, _ = models.lenet(channels=4).init(jax.random.PRNGKey(0), x2)
-    assert fl.first_layer_kernel(p2).shape == (4, 5, 5, 3)
+    assert metrics.first_layer_kernel(p2).shape == (4, 5, 5, 3)
     p3, _ = models.resnet18(width=2, batch_norm=False).init(jax.random.PRNGKey(0), x2)
-    assert fl.first_layer_kernel(p3).shape == (2, 3, 3, 3)
+    assert metrics.first_layer_kernel(p3).shape == (2, 3, 3, 3)
     with pytest.raises(ValueError, match="no first convolution"):
-        fl.first_layer_kernel({"Dense_0": {"kernel": np.zeros((2, 2))}})
+        metrics.first_layer_kernel({"Dense_0": {"kernel": np.zeros((2, 2))}})
 
 
 def test_closest_fraction_finds_the_nearest_snapshot():
     traj = np.stack([np.full((3, 5, 1), t, float) for t in range(11)])  # filters move linearly in time
     steps = np.arange(11) * 100
-    assert fl.closest_fraction(traj, steps, np.full((3, 5, 1), 2.2)) == pytest.approx(0.2)
-    assert fl.closest_fraction(traj, steps, np.full((3, 5, 1), 50.0)) == pytest.approx(1.0)
-    assert fl.closest_fraction(traj, steps, traj[0]) == 0.0
+    assert metrics.closest_fraction(traj, steps, np.full((3, 5, 1), 2.2)) == pytest.approx(0.2)
+    assert metrics.closest_fraction(traj, steps, np.full((3, 5, 1), 50.0)) == pytest.approx(1.0)
+    assert metrics.closest_fraction(traj, steps, traj[0]) == 0.0
 
 
 def test_kernel_stats_alignment_matches_the_metric_on_the_traced_kernel():
     import itlin
-    from itlin import metrics
 
     m = models.lenet1d(num_outputs=3, channels=2, dense=(4, 4))
     x = jax.random.normal(jax.random.PRNGKey(1), (6, 40, 1))

@@ -285,7 +285,7 @@ def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
         gauss_newton_fit(f, jnp.zeros(2), x, y, 5, blowup=1.0)
     # the same rule on logged train RMSE traces (loss ~ RMSE^2): 10x the RMSE is 100x the loss
     traces = np.array([[1.0, 9.9, 0.5, np.nan], [1.0, 10.1, 0.5, np.nan], [2.0, np.inf, np.nan, np.nan]])
-    assert f9.blown_up(traces).tolist() == [False, True, True]
+    assert f9.blown_up(traces, f9.BLOWUP).tolist() == [False, True, True]
     assert f9.blown_up(traces, blowup=1000.0).tolist() == [False, False, True]
 
 

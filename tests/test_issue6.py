@@ -527,13 +527,14 @@ def test_quintic_demo_counts_a_blown_up_run_as_diverged():
 
 
 def test_quintic_maths_checks():
+    from itlin import metrics
     from itlin.book.experiments.main import quintic_demo as Q
 
     kc = Q.k_conv_check(lr=0.02)
     # after N / (lr lambda_min) steps of the frozen linearisation on the mean loss the slowest mode is at ~1/e
     assert kc["measured"] == pytest.approx(kc["predicted"], abs=1e-3)
     assert abs(kc["predicted"] - math.exp(-1)) < 0.01 and kc["predicted_sum"] < 1e-6
-    fit = Q.two_line_fit([-3.0, -1.0, 0.5, 2.0], [1.0, 2.0, 3.0, 0.0])
+    fit = metrics.two_line_fit([-3.0, -1.0, 0.5, 2.0], [1.0, 2.0, 3.0, 0.0])
     assert fit["rmse"] == pytest.approx(0.0, abs=1e-12) and fit["jump"] == pytest.approx(4.0 - 2.5)
     g = Q.phase_gaps([0, 5, 10, 15], [1.0, 0.9, 1.0, 0.8], [1.0, 1.0, 1.0, 1.0], [10])
     assert (g["grew"], g["phases"]) == (0, 2)

@@ -56,22 +56,17 @@ def test_coverage_of_the_interval_on_synthetic_seeds():
     assert 0.93 < hits / 2000 < 0.97
 
 
-def test_tables_and_bottom_line():
-    rows = [V.verdict("a", "p", "m", V.HOLDS, 0.01), V.verdict("b", "p", "m", V.FAILS, math.inf),
-            V.verdict("c", "p", "m", V.UNRESOLVED, 0.05)]
-    md = V.verdicts_markdown(rows)
-    assert "**does not hold**" in md and "*cannot resolve*" in md and "∞ (one seed)" in md and "1.0 points" in md
+def test_claims_table_and_bottom_line():
+    from itlin.book import render
+
+    g = lambda mean, half: V.Gap(mean, half, 5, half, 0.0)
+    rows = [V.judge("a", "a", "p", g(0.05, 0.01), "exceeds", 0.0), V.judge("b", "b", "p", g(-0.05, 0.01), "exceeds"),
+            V.judge("c", "c", "p", g(0.01, 0.05), "exceeds")]
+    assert [v.verdict for v in rows] == [V.HOLDS, V.FAILS, V.UNRESOLVED]
+    md = render.claims(rows)
+    assert "**does not hold**" in md and "*cannot resolve*" in md and "1.0 points" in md
     line = V.bottom_line(rows)
     assert line.startswith("At these settings 1 of 3 claims hold") and "*b*" in line and "*c*" in line
-    with pytest.raises(ValueError, match="one of"):
-        V.verdict("x", "p", "m", "maybe")
-
-
-def test_verdicts_markdown_formats_the_resolvable_gap_in_any_unit():
-    rows = [V.verdict("a falls", "", "x", V.HOLDS, 0.0123), V.verdict("b", "", "y", V.FAILS, None)]
-    assert "1.2 points" in V.verdicts_markdown(rows)
-    table = V.verdicts_markdown(rows, resolvable_unit="RMSE", scale=1.0, digits=3)
-    assert "0.012 RMSE" in table and "| — |" in table
 
 
 def test_paired_test_noise_of_two_runs_on_one_test_set():

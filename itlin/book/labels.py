@@ -92,4 +92,32 @@ def pts(x, digits: int = 1) -> str:
     return "n/a" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):+.{digits}f} points"
 
 
-__all__ = ["K_label", "fmt_K", "fmt_value", "legend_label", "pct", "pts"]
+def fmt_lr(v: float) -> str:
+    """A step size or scale: ``1e-3``, ``0.1``, ``1``, ``100``, ``1e3``.
+
+    >>> fmt_lr(1e-3), fmt_lr(0.1), fmt_lr(100), fmt_lr(1000)
+    ('1e-3', '0.1', '100', '1e3')
+    """
+    v = float(v)
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    e = math.log10(abs(v))
+    return f"1e{int(round(e))}" if abs(e - round(e)) < 1e-9 and (e <= -2 or e >= 3) else f"{v:g}"
+
+
+def fmt_finite(values, scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
+    """:func:`itlin.book.verdicts.fmt_mean` over the finite values (``n/a`` if none)."""
+    import numpy as np
+
+    from .verdicts import fmt_mean
+
+    v = np.asarray(values, np.float64)
+    return fmt_mean(v[np.isfinite(v)], scale, unit, digits) if np.isfinite(v).any() else "n/a"
+
+
+def fmt_lam(lam) -> str:
+    """A damping value to three significant digits: ``0.316``, ``1e-06``, ``100``."""
+    return f"{float(lam):.3g}"
+
+
+__all__ = ["K_label", "fmt_K", "fmt_finite", "fmt_lam", "fmt_lr", "fmt_value", "legend_label", "pct", "pts"]

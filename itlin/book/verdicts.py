@@ -33,9 +33,13 @@ HOLDS, FAILS, UNRESOLVED = "holds", "does not hold", "cannot resolve"
 LEVEL = 0.95
 
 
-def _t_quantile(q: float, dof: int) -> float:
+def t_quantile(q: float, dof: int) -> float:
     """Student's t quantile (scipy when available, else a Cornish-Fisher expansion, accurate to
-    ~1e-3 for dof >= 2)."""
+    ~1e-3 for dof >= 2).
+
+    >>> round(t_quantile(0.975, 4), 3)
+    2.776
+    """
     try:
         from scipy.stats import t
 
@@ -88,7 +92,7 @@ class Gap(NamedTuple):
             return self.half
         q0, q1 = 0.5 + LEVEL / 2, 0.5 + level / 2
         if self.dist == "t" and self.n >= 2:
-            seed = self.seed_half * _t_quantile(q1, self.n - 1) / _t_quantile(q0, self.n - 1)
+            seed = self.seed_half * t_quantile(q1, self.n - 1) / t_quantile(q0, self.n - 1)
         else:
             seed = self.seed_half * _z(q1) / _z(q0)
         test = self.test_half * _z(q1) / _z(q0)
@@ -133,7 +137,7 @@ def seed_interval(values: Sequence[float], level: float = LEVEL) -> tuple:
         return math.nan, math.nan
     if v.size == 1:
         return float(v[0]), math.inf
-    return float(v.mean()), _t_quantile(0.5 + level / 2, v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
+    return float(v.mean()), t_quantile(0.5 + level / 2, v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
 
 
 def accuracy_noise(accuracy: float, n_test: int, level: float = LEVEL) -> float:
@@ -533,7 +537,7 @@ def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
         return None
     if g.n < 2 or not math.isfinite(g.seed_half):
         return None  # no spread measured: one seed says nothing about how many would do
-    quantile = _t_quantile if g.dist == "t" else (lambda qq, dof: _z(qq))
+    quantile = t_quantile if g.dist == "t" else (lambda qq, dof: _z(qq))
     sd = g.seed_half / quantile(0.5 + LEVEL / 2, g.n - 1) * math.sqrt(g.n)
     for n in range(max(2, g.n), max_seeds + 1):
         if math.hypot(quantile(q, n - 1) * sd / math.sqrt(n), test) < distance:
@@ -541,11 +545,10 @@ def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
     return None
 
 
-def bottom_line(rows: Sequence) -> str:
+def bottom_line(rows: Sequence[Verdict]) -> str:
     """One sentence: how many claims hold, do not hold, or cannot be resolved, naming the latter two."""
-    get = (lambda r, k: getattr(r, k)) if rows and isinstance(rows[0], Verdict) else (lambda r, k: r[k])
-    fails = [get(r, "claim") for r in rows if get(r, "verdict") == FAILS]
-    unresolved = [get(r, "claim") for r in rows if get(r, "verdict") == UNRESOLVED]
+    fails = [r.claim for r in rows if r.verdict == FAILS]
+    unresolved = [r.claim for r in rows if r.verdict == UNRESOLVED]
     held = len(rows) - len(fails) - len(unresolved)
     text = f"At these settings {held} of {len(rows)} claims hold"
     if fails:
@@ -555,31 +558,6 @@ def bottom_line(rows: Sequence) -> str:
     return text + "."
 
 
-# ------------------------------------------------------------------------------ legacy rows
-def verdict(claim: str, paper: str, measured: str, result: str, resolvable: Optional[float] = None,
-            detail: str = "") -> dict:
-    """One row of a verdict table as a dict (the form older modules build; :class:`Verdict` is
-    the contract)."""
-    if result not in (HOLDS, FAILS, UNRESOLVED):
-        raise ValueError(f"a verdict is one of {HOLDS!r}, {FAILS!r}, {UNRESOLVED!r}; got {result!r}.")
-    return {"claim": claim, "paper": paper, "measured": measured, "verdict": result, "resolvable": resolvable,
-            "detail": detail}
-
-
-def verdicts_markdown(rows: Sequence[dict], resolvable_unit: str = "points", scale: float = 100.0,
-                      digits: int = 1) -> str:
-    """A Markdown table of dict rows (see :func:`verdict`)."""
-    lines = ["| claim | paper | ours | resolves gaps of | verdict |", "| --- | --- | --- | --- | --- |"]
-    for r in rows:
-        res = r.get("resolvable")
-        res_s = "—" if res is None or (isinstance(res, float) and math.isnan(res)) else \
-            ("∞ (one seed)" if math.isinf(res) else f"{scale * res:.{digits}f} {resolvable_unit}")
-        word = {HOLDS: "holds", FAILS: "**does not hold**", UNRESOLVED: "*cannot resolve*"}[r["verdict"]]
-        measured = r["measured"] + (f" ({r['detail']})" if r.get("detail") else "")
-        lines.append(f"| {r['claim']} | {r['paper']} | {measured} | {res_s} | {word} |")
-    return "\n".join(lines)
-
-
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
-           "bottom_line", "close", "exceeds", "paired_accuracy_se", "fmt_gap", "fmt_mean", "holm", "judge", "p_value", "paired_gap",
-           "proportion_gap", "seed_interval", "seeds_needed", "stated", "verdict", "verdicts_markdown", "wilson_interval"]
+           "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "p_value", "paired_accuracy_se",
+           "paired_gap", "proportion_gap", "seed_interval", "seeds_needed", "stated", "t_quantile", "wilson_interval"]

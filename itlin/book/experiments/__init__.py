@@ -71,6 +71,7 @@ import dataclasses
 import difflib
 import hashlib
 import importlib
+import inspect
 import json
 import math
 import numbers
@@ -367,7 +368,8 @@ class Experiment:
       :class:`~itlin.book.verdicts.Verdict` with a stable ``id`` that chapters pick it by.
 
     ``version`` (bump it when ``run`` changes its numbers) is stored with a digest of the
-    params' ``SCALES``; ``doc`` is one paragraph for the book and ``describe``.
+    params' ``SCALES``; ``doc`` (one paragraph for ``describe``) defaults to the first paragraph
+    of the docstring of ``run``'s module.
     """
 
     name: str
@@ -389,6 +391,9 @@ class Experiment:
             if not callable(fn) and not (what != "run" and fn is None):
                 raise TypeError(f"experiment {self.name!r}: {what} must be callable, got {fn!r}.")
         self.params.from_dict({}, experiment=self.name)  # the defaults must be valid
+        if not self.doc:  # the first paragraph of the module's docstring
+            text = (getattr(inspect.getmodule(self.run), "__doc__", None) or "").strip().split("\n\n")[0]
+            object.__setattr__(self, "doc", " ".join(text.split()))
         version = str(self.version)
         if self.params.SCALES:
             version = f"{version}.{scales_digest(self.params.SCALES)}"

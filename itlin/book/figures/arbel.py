@@ -12,6 +12,7 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ...metrics import log_slopes
 from ..experiments.arbel import _arbel as A
 from ..plotting import COLUMN_WIDTH
 from ..verdicts import seed_interval
@@ -144,7 +145,7 @@ def samples(s, title=""):
     for g, ax in enumerate(axes[0]):
         for m in ("gn", "gd", "rf"):
             vals = s["rf"][:, g] if m == "rf" else s["test"][m][:, g]
-            _band(ax, n, vals, m, f"{A.LABELS[m]} (slope {np.mean(A.slopes(n, vals)):.2f})", axis=-1,
+            _band(ax, n, vals, m, f"{A.LABELS[m]} (slope {np.mean(log_slopes(n, vals)):.2f})", axis=-1,
                   marker="s" if m == "rf" else "o", ms=4, lw=0)
             b = np.polyfit(np.log10(n), np.nanmean(A.log10(vals), axis=-1), 1)
             ax.plot(n, 10 ** np.polyval(b, np.log10(n)), "--" if m == "rf" else "-", color=COLOURS[m], lw=1.2)
@@ -164,7 +165,7 @@ def width(s):
     w = s["width"]
     for m in ("gn", "gd", "rf"):
         vals = s["rf"] if m == "rf" else s["test"][m]
-        _band(ax, w, vals, m, f"{A.LABELS[m]} (slope {np.mean(A.slopes(w, vals)):+.2f})",
+        _band(ax, w, vals, m, f"{A.LABELS[m]} (slope {np.mean(log_slopes(w, vals)):+.2f})",
               marker="s" if m == "rf" else "o", ls="--" if m == "rf" else "-", ms=4, lw=1.2)
     _loglog(ax)
     ax.set_xticks(w, [f"{v:g}" for v in w])

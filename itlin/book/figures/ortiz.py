@@ -16,6 +16,7 @@ from ..experiments.ortiz import _common as C
 from ..experiments.ortiz import ortiz_concentration as oc
 from ..experiments.ortiz import ortiz_eigenfunctions as oe
 from ..labels import K_label
+from ...metrics import ntk_block_size
 from ..plotting import COLUMN_WIDTH
 from ..verdicts import paired_gap, seed_interval
 
@@ -299,7 +300,7 @@ def cost_rows(rec, paper_n: int, paper_params: Mapping, grams: Optional[Mapping]
             n, P, t_ntk, t_eigh = ref
             ntk = t_ntk * (paper_n / n) ** 2 * pp / P
             row.update({"paper: N": f"{paper_n:,}", "paper: P": f"{pp:,}", "paper: Gram": size(8.0 * paper_n ** 2),
-                        "paper: Jacobian blocks": size(8.0 * pp * C.block_size(pp, memory_mb, paper_n)),
+                        "paper: Jacobian blocks": size(8.0 * pp * ntk_block_size(pp, memory_mb, paper_n)),
                         "paper: NTK": span(ntk), "paper: eigh": span(t_eigh * (paper_n / n) ** 3)})
             if grams:
                 row["paper: NTK, all Grams"] = span(ntk * grams[name][1])

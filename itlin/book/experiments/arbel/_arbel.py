@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import Params, param
 from ... import verdicts as V
+from ...labels import fmt_lr  # noqa: F401 (A.fmt_lr in chapters and figures)
 
 REF_WIDTH, REF_N, DIM = 5000, 500, 10
 #: eigenvalues of Phi Phi^T below this fraction of the largest are dropped in the re-fit (their code)
@@ -180,41 +181,6 @@ def prepare(r: dict, *, n_train: Optional[int] = None, width: Optional[int] = No
     return data, hidden_directions(r["seeds"], r["seed"], M, DIM + 1), common
 
 
-# ------------------------------------------------------------------------------ metrics (JAX)
-def refit_test_loss(act, u, x, y, xt, yt, cutoff: float = REFIT_CUTOFF):
-    """Test-LRfit (their Eq. 8): ``0.5 mean (pred - yt)^2`` of the readout re-fitted by minimum-norm
-    least squares on ``Phi = act(x u^T)`` (eigenvalues of ``Phi Phi^T`` below ``cutoff`` of the largest dropped)."""
-    import jax.numpy as jnp
-
-    phi = act(x @ u.T)
-    s, vec = jnp.linalg.eigh(phi @ phi.T)
-    keep = s > cutoff * s[-1]
-    inv = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
-    w = phi.T @ (vec @ (inv[:, None] * (vec.T @ y)))
-    r = act(xt @ u.T) @ w - yt
-    return 0.5 * jnp.mean(r * r)
-
-
-def _wcd(u, ustar, code: bool):
-    import jax.numpy as jnp
-
-    sq = jnp.sum(u * u, axis=1)
-    norm = jnp.sqrt(sq)
-    cos = (u @ ustar.T) / (jnp.where(norm > 0, norm, 1.0)[:, None] * jnp.linalg.norm(ustar, axis=1)[None, :])
-    d = jnp.sqrt(jnp.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1) if code else 2.0 * (1.0 - cos.max(axis=1))
-    return jnp.sum(sq / jnp.sum(sq) * jnp.where(norm > 0, d, 0.0))
-
-
-def wcd_eq9(u, ustar):
-    """The paper's Eq. 9, ``2 sum_i p_i (1 - max_j cos(u_i, u*_j))``, in JAX."""
-    return _wcd(u, ustar, False)
-
-
-def wcd_code(u, ustar):
-    """The distance their code logs (:func:`itlin.metrics.min_cosine_distance`), in JAX."""
-    return _wcd(u, ustar, True)
-
-
 # ------------------------------------------------------------------------------ the engine
 @lru_cache(maxsize=16)
 def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activation: str = "relu",
@@ -231,6 +197,7 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
     from ....core._tree import tree_all_finite, tree_select
     from ....core.gauss_newton import ArbelDamping, gauss_newton_direction
     from ....core.losses import get_loss
+    from ....metrics import cosine_distance_jax, refit_test_loss_jax
 
     if method not in ("gn", "gd"):
         raise ValueError(f"method must be 'gn' or 'gd', got {method!r}.")
@@ -246,8 +213,10 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
         u, kernel = p["u"], model.ntk_fn(p, x)
         eig = jnp.linalg.eigvalsh(0.5 * (kernel + kernel.T))
         return {"train": loss(f(p, x), y) / outputs, "val": loss(f(p, xv), yv) / outputs,
-                "test": loss(f(p, xt), yt) / outputs, "lrfit": refit_test_loss(act, u, x, y, xt, yt),
-                "wcd": wcd_eq9(u[:, :dim], ustar), "wcd_code": wcd_code(u[:, :dim], ustar),
+                "test": loss(f(p, xt), yt) / outputs,
+                "lrfit": refit_test_loss_jax(act, u, x, y, xt, yt, REFIT_CUTOFF),
+                "wcd": cosine_distance_jax(u[:, :dim], ustar),
+                "wcd_code": cosine_distance_jax(u[:, :dim], ustar, code=True),
                 "sigma_min": eig[0], "sigma_rel": eig[0] / jnp.mean(eig)}
 
     def one(z, x, y, xv, yv, xt, yt, ustar, tau0, lr, eps0):
@@ -358,15 +327,6 @@ def log10(a):
         return np.log10(np.asarray(a, np.float64))
 
 
-def fmt_lr(v: float) -> str:
-    """``1e-3``, ``0.1``, ``1``, ``100``, ``1e3`` style labels."""
-    v = float(v)
-    if v == 0 or not math.isfinite(v):
-        return f"{v:g}"
-    e = math.log10(abs(v))
-    return f"1e{int(round(e))}" if abs(e - round(e)) < 1e-9 and (e <= -2 or e >= 3) else f"{v:g}"
-
-
 def geo(values) -> str:
     """The geometric mean over seeds (last axis), three digits."""
     m = float(np.nanmean(log10(values)))
@@ -401,14 +361,6 @@ def slope_margin(effect: float, grid) -> float:
 def at(lrs, lr) -> int:
     """Index of step size ``lr`` in the grid ``lrs`` (an IndexError if it is not there)."""
     return int(np.flatnonzero(np.isclose(np.asarray(lrs, np.float64), lr, rtol=1e-9))[0])
-
-
-def slopes(x, values) -> np.ndarray:
-    """Least-squares slope of log10 ``values`` (K, ..., S) against log10 ``x``, per seed: (..., S)."""
-    lx = np.log10(np.asarray(x, np.float64))
-    y = log10(values)
-    xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
-    return np.sum(xc * (y - y.mean(axis=0)), axis=0) / np.sum(xc * xc)
 
 
 def hidden_gain(train, lrfit, rf, delta: float) -> np.ndarray:
@@ -469,5 +421,5 @@ def lr_arrays(rec) -> dict:
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
            "finals", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
-           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "refit_test_loss", "slope_margin",
-           "slopes", "step_cells", "sweep", "teacher_data", "variant", "wcd_code", "wcd_eq9", "with_bias"]
+           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "slope_margin",
+           "step_cells", "sweep", "teacher_data", "variant", "with_bias"]

@@ -115,8 +115,6 @@ def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
                  "better (main paper Fig. 9)", lrfit, quintic, ("Arbel et al.'s setting (Test-LRfit)", "quintic"))]
 
 
-EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims,
-                                 doc="GN in Arbel et al.'s setting with more or less damping (the main paper's Fig. 9 "
-                                     "claim)."))
+EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["DampingParams", "EXPERIMENT", "NAME", "SCALES", "claims", "main_paper_claim", "run", "summary", "tie_in"]

@@ -115,8 +115,7 @@ def summary(rec) -> list:
             for g, t in enumerate(s["tau0"])]
 
 
-EXPERIMENT = register(Experiment(NAME, InitParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 1 (left) and Fig. 4 (right): GN, GD and RF against tau0."))
+EXPERIMENT = register(Experiment(NAME, InitParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "InitParams", "NAME", "PAPER_TAU0", "SCALES", "arrays", "claims", "judge_arrays", "run",
            "summary"]

@@ -147,8 +147,7 @@ def summary(rec) -> list:
     return A.lr_rows(arrays(rec))
 
 
-EXPERIMENT = register(Experiment(NAME, MnistParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 8: GN and GD against the step on teacher-labelled images."))
+EXPERIMENT = register(Experiment(NAME, MnistParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "MnistParams", "NAME", "OUTPUTS", "REF_N_MNIST", "SCALES", "arrays", "claims", 
            "gd_onset", "judge_arrays", "load_data", "run", "summary"]

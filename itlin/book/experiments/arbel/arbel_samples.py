@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from .. import Derived, Experiment, param, register
+from ....metrics import log_slopes
 from . import _arbel as A
 
 NAME = "arbel_samples"
@@ -100,18 +101,18 @@ def judge_arrays(s) -> list:
     div = {m: s["diverged"][m].any(axis=0) for m in ("gn", "gd")}    # (G, S)
     out = []
     for g, tau in enumerate(s["tau0"]):
-        rf = A.slopes(n, s["rf"][:, g])
+        rf = log_slopes(n, s["rf"][:, g])
         for m in ("gn", "gd"):
             out.append(A.decades(f"{pre}lead.{m}.tau{A.fmt_lr(tau)}",
                                  f"{word}τ0 = {A.fmt_lr(tau)}: {lab[m]}'s lead over RF grows with N",
                                  "the RF gap keeps increasing with the sample size (Fig. 5)", rf,
-                                 A.slopes(n, s["test"][m][:, g]), sm, log=False, diverged=div[m][g],
+                                 log_slopes(n, s["test"][m][:, g]), sm, log=False, diverged=div[m][g],
                                  unit="per decade of N", measured=f"RF's slope minus {lab[m]}'s"))
     lo, hi = A.fmt_lr(s["tau0"][0]), A.fmt_lr(s["tau0"][-1])
     for m in ("gn", "gd"):
         out.append(A.decades(f"{pre}regime.{m}", f"{word}{lab[m]}'s slope steeper at τ0 = {lo} than at {hi}",
-                             "strong dependence of the slope on the regime (C.2)", A.slopes(n, s["test"][m][:, -1]),
-                             A.slopes(n, s["test"][m][:, 0]), sm, log=False, diverged=div[m][0] | div[m][-1],
+                             "strong dependence of the slope on the regime (C.2)", log_slopes(n, s["test"][m][:, -1]),
+                             log_slopes(n, s["test"][m][:, 0]), sm, log=False, diverged=div[m][0] | div[m][-1],
                              unit="per decade of N", measured=f"slope at τ0 = {hi} minus at {lo}"))
     if len(n) >= 3:
         b = np.mean([bend(n, s["test"][m]) for m in ("gn", "gd")], axis=(0, 1))
@@ -135,15 +136,14 @@ def summary(rec) -> list:
     out = []
     for g, tau in enumerate(s["tau0"]):
         for m in ("gn", "gd", "rf"):
-            mean, half = seed_interval(A.slopes(s["n"], s["rf"][:, g] if m == "rf" else s["test"][m][:, g]))
+            mean, half = seed_interval(log_slopes(s["n"], s["rf"][:, g] if m == "rf" else s["test"][m][:, g]))
             out.append({"τ0": A.fmt_lr(tau), "method": A.LABELS[m], "slope": f"{mean:+.2f} ± {half:.2f}",
                         "steps chosen (per N)": "—" if m == "rf" else
                         ", ".join(A.fmt_lr(s["lr"][m][b]) for b in s["best"][m][:, g])})
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 3 (right) and Fig. 5: test loss against the sample size."))
+EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "NAME", "SCALES", "SamplesParams", "arrays", "bend", "claims", "judge_arrays", "run",
            "summary"]

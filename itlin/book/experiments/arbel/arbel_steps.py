@@ -140,8 +140,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, StepsParams, run, version="2", summary=summary, claims=claims,
-    doc="Arbel et al. Fig. 1 (right), Fig. 2 and Fig. 6: GN and GD against the step size from a small tau0."))
+    NAME, StepsParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "NAME", "SCALES", "StepsParams", "budget_step", "claims", "judge_arrays", "run",
            "small_steps_check", "summary"]

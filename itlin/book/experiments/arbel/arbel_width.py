@@ -19,6 +19,7 @@ from typing import Literal, Optional
 import numpy as np
 
 from .. import Derived, Experiment, param, register
+from ....metrics import log_slopes
 from . import _arbel as A
 
 NAME = "arbel_width"
@@ -97,12 +98,12 @@ def judge_arrays(s) -> list:
     rng = f"M = {w[0]:g} to {w[-1]:g}"
     out = []
     for m in ("gn", "gd"):
-        sl = A.slopes(w, s["test"][m])
+        sl = log_slopes(w, s["test"][m])
         out.append(A.decades(f"width.{m}_stable", f"{A.LABELS[m]}'s test loss stable in M ({rng})",
                              "the generalisation error stays stable as over-parameterisation grows (Fig. 4 left)",
                              sl, np.zeros_like(sl), sm, rule="close", log=False, diverged=s["diverged"][m].any(0),
                              unit="per decade of M", measured="slope of log10 test loss"))
-    sl = A.slopes(w, s["rf"])
+    sl = log_slopes(w, s["rf"])
     out.append(A.decades("width.rf_falls", f"RF's test loss falls with M ({rng})", "RF improves with "
                          "over-parameterisation (Fig. 4 left)", np.zeros_like(sl), sl, sm, log=False,
                          unit="per decade of M", measured="minus the slope of log10 test loss"))
@@ -117,8 +118,7 @@ def summary(rec) -> list:
                 for m in ("gn", "gd")}} for i, M in enumerate(s["width"])]
 
 
-EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims,
-                                 doc="Arbel et al. Fig. 4 (left): test loss against the number of hidden units."))
+EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "MIN_RATIO", "NAME", "SCALES", "WidthParams", "arrays", "claims", "judge_arrays", "run",
            "summary"]

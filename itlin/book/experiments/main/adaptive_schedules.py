@@ -332,10 +332,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, AdaptiveParams, run, version="2", summary=summary, claims=claims,
-    doc="Issue 17: adaptive relinearisation (loss drift, kernel drift) against fixed K on the Fig. 2 task: the "
-        "accuracy-vs-feature-updates frontier, where the updates fall and what the checks cost, and stability "
-        "where a fixed large K diverges."))
+    NAME, AdaptiveParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["AdaptiveParams", "AdaptiveState", "EXPERIMENT", "FAMILIES", "MODES", "NAME", "PREVENTS", "SCALES",
            "claims", "cost_flops", "judge_rows", "matched", "optimizer", "rows",

@@ -7,10 +7,11 @@ every ``K`` of a seed starts from one initialisation and sees the same batches),
 * **Fig. 6**: ridge probes on the frozen activations after the first and second convolution
   (:func:`itlin.metrics.layer_probe_accuracy`), fitted on ``n_eval_train`` training examples;
 * **Fig. 7**: the first-layer filters; the fraction of ``K=1``'s run at which they are closest to
-  the large ``K``'s final ones (:func:`closest_fraction`; the paper: "about 10%");
+  the large ``K``'s final ones (:func:`itlin.metrics.closest_fraction`; the paper: "about 10%");
 * **the kernel**: the empirical NTK on ``n_kernel`` training examples, at initialisation and at the
   end, of the model being trained (the network at its last anchor; unmoved for ``K=inf`` by
-  construction) and of the network: relative change, rotation and kernel-target alignment.
+  construction) and of the network: relative change (``||K - K0|| / ||K0||``, float64), rotation
+  (:func:`itlin.metrics.kernel_rotation`) and kernel-target alignment.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Literal, Optional
 import numpy as np
 
 from .. import Experiment, Period, param, register
+from .... import metrics
 from ... import verdicts as V
 from ...labels import K_label, fmt_K
 from . import _rows as R
@@ -103,47 +105,6 @@ class FeatureParams(S.SparseParams):
 
 
 # ------------------------------------------------------------------------------ measurements
-def first_layer_kernel(params) -> np.ndarray:
-    """The first convolution's kernel, filters first: ``(filters, *window, in_channels)``."""
-    for name in ("Conv_0", "stem_conv"):  # LeNet, ResNet-18
-        if name in params:
-            return np.moveaxis(np.asarray(params[name]["kernel"], np.float64), -1, 0)
-    raise ValueError(f"no first convolution (Conv_0 or stem_conv) in the parameters: {sorted(params)}.")
-
-
-def closest_fraction(traj: np.ndarray, steps: np.ndarray, target: np.ndarray) -> float:
-    """Where along a trajectory of filters ``traj`` (one per snapshot, at ``steps``) they are
-    closest to ``target``, as a fraction of the last step (main paper Fig. 7).
-
-    >>> t = np.array([[0.0], [1.0], [2.0], [3.0]])
-    >>> closest_fraction(t, np.array([0, 10, 20, 30]), np.array([1.1]))
-    0.3333333333333333
-    """
-    traj, steps = np.asarray(traj, np.float64), np.asarray(steps, np.float64)
-    d = np.linalg.norm(traj.reshape(len(traj), -1) - np.asarray(target, np.float64).reshape(1, -1), axis=1)
-    return float(steps[int(np.argmin(d))] / steps[-1])
-
-
-def relative_change(k, k0) -> float:
-    """``||K - K0||_F / ||K0||_F``: how far a kernel moved, in size and direction.
-
-    >>> relative_change(np.eye(2) * 3, np.eye(2))
-    2.0
-    """
-    return float(np.linalg.norm(np.asarray(k) - np.asarray(k0)) / np.linalg.norm(k0))
-
-
-def rotation(k, k0) -> float:
-    """``1 - <K, K0>_F / (||K||_F ||K0||_F)``: how far a kernel turned, whatever its size (Fort et al., 2020).
-
-    >>> rotation(np.eye(2) * 3, np.eye(2)), rotation(np.array([[1.0, 0], [0, 0]]), np.array([[0, 0], [0, 1.0]]))
-    (0.0, 1.0)
-    """
-    k, k0 = np.asarray(k, np.float64), np.asarray(k0, np.float64)
-    value = 1.0 - np.sum(k * k0) / (np.linalg.norm(k) * np.linalg.norm(k0))
-    return float(value) if value > 1e-12 else 0.0  # rounding leaves ~1e-15 for an unmoved kernel
-
-
 def _kernel_set(ds, n: int, seed: int):
     sub = ds.subset(n_train=int(n), seed=seed) if n < ds.n_train else ds
     return np.asarray(sub.x_train), np.asarray(sub.y_train)
@@ -153,7 +114,6 @@ def kernel_stats(model, params, model_state, x, labels, num_outputs: int) -> dic
     """The empirical NTK of ``model`` at ``params`` on ``x`` (all outputs) and its centred
     kernel-target alignment with one-hot ``labels`` (the kernel traced over outputs)."""
     import itlin
-    from .... import metrics
 
     f = model.bind(model_state)
     k = np.asarray(itlin.ntk(f, params, x, chunk_size=100), np.float64)
@@ -164,7 +124,6 @@ def kernel_stats(model, params, model_state, x, labels, num_outputs: int) -> dic
 
 
 def run(p, ctx):
-    from .... import metrics
     from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
@@ -178,7 +137,7 @@ def run(p, ctx):
     C = ds.num_outputs
 
     def snapshot(state):
-        out = {"filters": first_layer_kernel(state.params)}
+        out = {"filters": metrics.first_layer_kernel(state.params)}
         for layer in LAYERS:
             out[f"probe_{layer}"] = np.float64(metrics.layer_probe_accuracy(
                 model, state.params, layer, xp_tr, yp_tr, xp_te, yp_te, state=state.model_state, ridge=r["ridge"]))
@@ -222,20 +181,16 @@ def run(p, ctx):
             def end_kernels(st=st):
                 anchor = kernel_stats(model, st.anchor, st.model_state, xk, yk, C)
                 net = kernel_stats(model, st.params, st.model_state, xk, yk, C)
-                return {"movement_anchor": relative_change(anchor["kernel"], k0["kernel"]),
-                        "movement_net": relative_change(net["kernel"], k0["kernel"]),
-                        "rotation_anchor": rotation(anchor["kernel"], k0["kernel"]),
-                        "rotation_net": rotation(net["kernel"], k0["kernel"]),
+                moved = lambda k: float(np.linalg.norm(k - k0["kernel"]) / np.linalg.norm(k0["kernel"]))  # float64
+                return {"movement_anchor": moved(anchor["kernel"]), "movement_net": moved(net["kernel"]),
+                        "rotation_anchor": metrics.kernel_rotation(anchor["kernel"], k0["kernel"]),
+                        "rotation_net": metrics.kernel_rotation(net["kernel"], k0["kernel"]),
                         "alignment_anchor": anchor["alignment"], "alignment_net": net["alignment"]}
 
             kern[name] = {**ctx.stage(f"{name} kernel", end_kernels), "alignment_init": float(k0["alignment"])}
             runs[name] = {"K": K, "seed": s, "setting": f"K={fmt_K(K)}"}
     sizes = {"n_train": ds.n_train, "n_test": ds.n_test, "n_eval_train": len(xp_tr), "n_kernel": len(xk)}
     return {"snapshots": snaps, "kernel": kern, "meta": {"resolved": sizes, "runs": runs, **S.data_meta(ds, model)}}
-
-
-EXPERIMENT_DOC = ("Main paper Figs. 6 and 7 and kernel movement: linear probes on the first two layers, first-layer "
-                  "filters and the empirical NTK's change, over a sweep of K.")
 
 
 # ------------------------------------------------------------------------------ rows and summary
@@ -304,11 +259,11 @@ def summary(rec) -> list:
 def filter_numbers(rows_) -> list:
     """Per seed with both runs completed: ``seed``, the movement ``||W_T - W_0||`` of the first-layer
     filters for K=1 and the large K, the fraction of K=1's run at which its filters are closest
-    to the large K's final ones (:func:`closest_fraction`) and the snapshot spacing (``resolution``)."""
+    to the large K's final ones (:func:`itlin.metrics.closest_fraction`) and the snapshot spacing (``resolution``)."""
     a, b, _ = pairs(R.select(rows_, K=1), R.select(rows_, K=large_K(rows_)))
     move = lambda r: float(np.linalg.norm(r["filters"][-1] - r["filters"][0]))
     return [{"seed": int(ra["seed"]), "move_k1": move(ra), "move_big": move(rb),
-             "fraction": closest_fraction(ra["filters"], ra["snap_step"], rb["filters"][-1]),
+             "fraction": metrics.closest_fraction(ra["filters"], ra["snap_step"], rb["filters"][-1]),
              "resolution": float(ra["snap_step"][1] / ra["snap_step"][-1])} for ra, rb in zip(a, b)]
 
 
@@ -394,9 +349,8 @@ def judge_rows(rows_, *, n_test: int) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="3", summary=summary, claims=claims,
-                                 doc=EXPERIMENT_DOC))
+EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "FeatureParams", "LAYERS", "MEASURES", "NAME", "PAPER_FRACTION", "PAPER_FRACTION_MARGIN",
-           "SCALES", "claims", "closest_fraction", "filter_numbers", "first_layer_kernel", "judge_rows",
-           "kernel_stats", "kernel_table", "large_K", "pairs", "relative_change", "rotation", "rows", "summary", "tag"]
+           "SCALES", "claims", "filter_numbers", "judge_rows", "kernel_stats", "kernel_table", "large_K", "pairs", "rows",
+           "summary", "tag"]

@@ -205,9 +205,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, UpdatesParams, run, version="2", summary=summary, claims=claims,
-    doc="The main paper's central number: at a fixed budget, the gap to K=1 as a function of the number of "
-        "feature updates (about 1 to 32), full batch and mini-batch."))
+    NAME, UpdatesParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims", "curve", "first_close",
            "judge_rows", "period", "rows", "summary"]

@@ -251,9 +251,7 @@ def late_gain(histories, metric: str = "test/accuracy_lin") -> float:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig2Params, run, version="3", summary=summary, claims=claims,
-    doc="Main paper Fig. 2: full-batch and mini-batch sweeps over K (K=1, large K, K=inf) with the LeNet, "
-        "mini-batch at learning rate /10 and K x10."))
+    NAME, Fig2Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig2Params", "NAME", "SCALES", "claims", "judge_rows", "late_gain", "phase_starts", "rows",
            "settings_of", "summary", "tag"]

@@ -143,7 +143,6 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig3Params, run, version="3", summary=summary, claims=claims,
-    doc="Main paper Fig. 3: mini-batch SGD with data augmentation at K=1 and a large K (and K=inf)."))
+    NAME, Fig3Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig3Params", "NAME", "SCALES", "augmentation", "claims", "judge_rows", "summary"]

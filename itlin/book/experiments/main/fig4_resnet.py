@@ -324,9 +324,7 @@ def mode_ranking(verdicts) -> tuple:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig4Params, run, version="3", summary=summary, claims=claims,
-    doc="Main paper Fig. 4: ResNet-18 with and without batch norm at K=1 and large K, with data augmentation; "
-        "three treatments of batch norm while linearised and how often each diverges."))
+    NAME, Fig4Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["ALL", "BN_MODES", "CONFIG_LABELS", "EVAL_BATCH", "EXPERIMENT", "Fig4Params", "NAME", "NO_BN", "PAPER",
            "SCALES", "baseline_rows", "claims", "configs_of", "diverged", "divergences", "judge_rows", "mode_ranking",

@@ -324,10 +324,7 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig5Params, run, version="2", summary=summary, claims=claims,
-    doc="Main paper Fig. 5: test accuracy against training-set size for K=1, a large K and K=inf (and K=1 at "
-        "K=inf's learning rate), the reported evaluation chosen on a held-out validation set; slopes per tenfold "
-        "data compared over seeds."))
+    NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES", "claims",
            "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slope_test_half", "slopes", "split",

@@ -17,6 +17,8 @@ from typing import Literal, Optional
 import numpy as np
 
 from ... import verdicts as V
+from ...labels import fmt_lam
+from ....metrics import blown_up
 from .. import Derived, Experiment, Params, param, register
 
 NAME = "fig9_damping"
@@ -154,18 +156,6 @@ def resolved(rec) -> dict:
     return {**Fig9Params().as_dict(), **rec.params, **rec.meta.get("resolved", {})}
 
 
-def blown_up(trace, blowup: float = BLOWUP) -> np.ndarray:
-    """Over the last axis of train RMSE traces (first: the initial RMSE; NaN: after the run
-    stopped), whether the loss (RMSE squared) exceeded ``blowup`` times its start or was not finite.
-
-    >>> blown_up(np.array([[1.0, 5.0, 0.1], [1.0, 11.0, 0.1], [1.0, np.inf, np.nan]]))
-    array([False,  True,  True])
-    """
-    t = np.asarray(trace, float)
-    first = np.maximum(t[..., :1] ** 2, np.finfo(float).tiny)
-    return (~np.isnan(t) & (~np.isfinite(t) | (t ** 2 > float(blowup) * first))).any(axis=-1)
-
-
 def diverged(rec, blowup="record") -> np.ndarray:
     """(D, S): stopped on a bad step, or a logged loss above ``blowup`` (default the record's) x its start."""
     b = resolved(rec).get("blowup") if isinstance(blowup, str) else blowup
@@ -184,11 +174,6 @@ def masks(rec, threshold: Optional[float] = None) -> tuple:
 def columns(rec) -> np.ndarray:
     """(D, S) test RMSE of a record with NaN for the runs the paper's rule drops."""
     return np.where(masks(rec)[0], np.asarray(rec["test_rmse"], float), np.nan)
-
-
-def fmt_lam(lam) -> str:
-    """A damping value to three significant digits: ``0.316``, ``1e-06``, ``100``."""
-    return f"{float(lam):.3g}"
 
 
 # ------------------------------------------------------------------------------ statistics over seeds
@@ -222,12 +207,6 @@ def bootstrap(v, *, resamples: int = BOOTSTRAP, seed: int = 0, **kw) -> dict:
     return stats(v[:, idx], **kw)
 
 
-def _t(level: float, n: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + level / 2, max(n - 1, 1)))
-
-
 def _gap(obs, reps, a: int, b: int, n: int, log: bool = False) -> V.Gap:
     """``stat[a] - stat[b]`` (of log10 with ``log``) over ``n`` seeds: the bootstrap standard error
     times Student's t quantile for ``n`` seeds (the bootstrap alone is too narrow for a few)."""
@@ -237,7 +216,7 @@ def _gap(obs, reps, a: int, b: int, n: int, log: bool = False) -> V.Gap:
     boot = boot[np.isfinite(boot)]
     if not math.isfinite(d) or boot.size < 2 or n < 2:
         return V.Gap(math.nan, math.nan, n, math.nan, 0.0)
-    half = _t(V.LEVEL, n) * float(np.std(boot, ddof=1))
+    half = V.t_quantile(0.5 + V.LEVEL / 2, max(n - 1, 1)) * float(np.std(boot, ddof=1))
     return V.Gap(d, half, n, half, 0.0)
 
 
@@ -247,7 +226,8 @@ def _steady(obs, reps, n: int) -> V.Gap:
     gaps = [_gap(obs, reps, i + 1, i, n, log=True) for i in range(len(obs) - 1)]
     if not gaps or any(not math.isfinite(g.half) for g in gaps):
         return V.Gap(math.nan, math.nan, n, math.nan, 0.0)
-    w = _t(1 - (1 - V.LEVEL) / len(gaps), n) / _t(V.LEVEL, n)
+    dof = max(n - 1, 1)
+    w = V.t_quantile(1 - (1 - V.LEVEL) / len(gaps) / 2, dof) / V.t_quantile(0.5 + V.LEVEL / 2, dof)
     lo, hi = max(g.mean - w * g.half for g in gaps), max(g.mean + w * g.half for g in gaps)
     return V.Gap(-(lo + hi) / 2, (hi - lo) / 2, n, (hi - lo) / 2, 0.0)
 
@@ -340,8 +320,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, Fig9Params, run, version="3", summary=summary, claims=claims,
-    doc="Damped Gauss-Newton on the quintic, many initialisations per damping value (main paper Fig. 9)."))
+    NAME, Fig9Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["BEST_QUANTILE", "BLOWUP", "CLAIMS", "CLAIM_IDS", "EXPERIMENT", "Fig9Params", "HIGH_RMSE", "NAME", "SCALES",
            "SIMILAR", "STATS", "blown_up", "bootstrap", "claims", "columns", "diverged", "flags",

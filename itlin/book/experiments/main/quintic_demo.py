@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ....metrics import two_line_fit
 from ... import verdicts as V
 from ...labels import K_label, fmt_value
 from .. import Experiment, Params, Period, param, register
@@ -182,28 +183,6 @@ def runs_of(record) -> dict:
 
 
 # ------------------------------------------------------------------------------ the chapter's maths, checked
-def two_line_fit(x, y) -> dict:
-    """The least-squares fit of ``y`` by ``a_± x + b_±`` on each side of 0 (the span of a zero-bias
-    ReLU network's Jacobian with a scalar input): ``rmse``, the coefficients, ``jump`` (``b_+ -
-    b_-``) and ``max_residual``.
-
-    >>> fit = two_line_fit([-2.0, -1.0, 1.0, 2.0], [-3.0, -1.0, 4.0, 5.0])
-    >>> round(fit["rmse"], 6), round(fit["jump"], 6)
-    (0.0, 2.0)
-    """
-    x, y = np.asarray(x, np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
-    out, res = {}, np.zeros_like(y)
-    for side, m in (("minus", x < 0), ("plus", x >= 0)):
-        if m.sum() < 2:
-            raise ValueError("two_line_fit needs at least two points on each side of 0.")
-        A = np.stack([x[m], np.ones(m.sum())], axis=1)
-        coef = np.linalg.lstsq(A, y[m], rcond=None)[0]
-        out[f"a_{side}"], out[f"b_{side}"] = float(coef[0]), float(coef[1])
-        res[m] = y[m] - A @ coef
-    return {**out, "rmse": float(np.sqrt(np.mean(res ** 2))), "jump": out["b_plus"] - out["b_minus"],
-            "max_residual": float(np.abs(res).max())}
-
-
 def phase_gaps(steps, rmse_net, rmse_lin, relin_steps) -> dict:
     """The phases (two or more evaluations) where ``rmse_net - rmse_lin`` grew (``grew``) of ``phases``.
 
@@ -301,9 +280,8 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, QuinticParams, run, version="3", summary=summary, claims=claims,
-    doc="Iterative linearisation of the quintic MLP for a grid of K and learning rates (the book's demo)."))
+    NAME, QuinticParams, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["BLOWUP", "DemoRun", "EXPERIMENT", "GRID_POINTS", "NAME", "QuinticParams", "SCALES", "checks", "claims",
            "grid", "judge_checks", "k_conv_check", "phase_gaps", "run", "runs_of", "setting_tag", "summary",
-           "train_setting", "two_line_fit"]
+           "train_setting"]

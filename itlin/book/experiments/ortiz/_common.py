@@ -1,6 +1,6 @@
 """What the two Ortiz-Jimenez experiments share: their binary task, their one-output models and
-initialisations, the blockwise NTK Gram matrix, their training recipe, and the
-gaps their claims are judged on.
+initialisations, their training recipe, and the gaps their claims are judged on (their NTK Gram
+matrices are :func:`itlin.metrics.ntk_gram`'s).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from ... import verdicts as V
+from ...labels import fmt_finite  # noqa: F401 (C.fmt_finite in the ortiz modules)
 from .. import Params, param
 
 ModelName = Literal["mlp", "lenet", "resnet18"]
@@ -101,40 +102,6 @@ def batch_seed(seed: int, s: int) -> int:
     return 7919 * int(seed) + int(s)
 
 
-@partial(jax.jit, static_argnums=(0,))
-def _ntk_block(model, params, state, x1, x2):
-    from ....core.linearise import ntk
-
-    return ntk(model.bind(state), params, x1, x2)
-
-
-def block_size(num_params: int, memory_mb: float, n: int) -> int:
-    """Inputs per block so that the two blocks of per-example Jacobians (float32, ``P`` numbers
-    per input) fit in ``memory_mb``; at least 1, at most ``n``."""
-    return int(max(1, min(n, (memory_mb * 2 ** 20) // (2 * 4 * max(int(num_params), 1)))))
-
-
-def gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray:
-    """The empirical NTK Gram matrix ``J J^T`` (float64, ``(N, N)``) of a one-output model at
-    ``params`` on ``x`` (model state frozen), from the upper blocks of :func:`itlin.ntk` on
-    :func:`block_size` inputs (the last zero-padded: one shape, one compilation), mirrored."""
-    from ....core._tree import num_params
-
-    n = int(x.shape[0])
-    b = block_size(num_params(params), memory_mb, n)
-    nb = -(-n // b)
-    x = np.asarray(x)
-    xp = np.concatenate([x, np.zeros((nb * b - n,) + x.shape[1:], x.dtype)])
-    out = np.zeros((nb * b, nb * b), np.float64)
-    for i in range(nb):
-        for j in range(i, nb):
-            k = np.asarray(_ntk_block(model, params, state, xp[i * b:(i + 1) * b], xp[j * b:(j + 1) * b]), np.float64)
-            out[i * b:(i + 1) * b, j * b:(j + 1) * b] = k
-            if j != i:
-                out[j * b:(j + 1) * b, i * b:(i + 1) * b] = k.T
-    return out[:n, :n]
-
-
 def sign_targets(vectors, indices) -> np.ndarray:
     """``sign(phi_j)`` (+1 where ``phi_j >= 0``) for each ``j`` of ``indices``: ``(J, N)`` float32."""
     v = np.asarray(vectors)[:, list(indices)].T
@@ -178,13 +145,6 @@ def gap_claim(id: str, claim: str, paper: str, a, b, rule: str = "exceeds", marg
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, dropped=int((~keep).sum()), **kw)
 
 
-def fmt_finite(values, scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
-    """:func:`itlin.book.verdicts.fmt_mean` over the finite values."""
-    v = np.asarray(values, np.float64)
-    return V.fmt_mean(v[np.isfinite(v)], scale, unit, digits) if np.isfinite(v).any() else "n/a"
-
-
-__all__ = ["ALL", "GROUPS", "LABELS", "MNIST1D_LARGE", "ModelName", "ORDER", "OrtizParams", "batch_seed", "block_size",
-           "build_model", "fmt_finite", "gap_claim", "gram", "init_key", "init_many",
-           "load_binary", "optimizer", "predict", "sign_accuracy",
+__all__ = ["ALL", "GROUPS", "LABELS", "MNIST1D_LARGE", "ModelName", "ORDER", "OrtizParams", "batch_seed", "build_model",
+           "fmt_finite", "gap_claim", "init_key", "init_many", "load_binary", "optimizer", "predict", "sign_accuracy",
            "sign_targets"]

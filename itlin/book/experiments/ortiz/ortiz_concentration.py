@@ -24,6 +24,7 @@ import numpy as np
 from ...labels import K_label
 from .. import Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
+from ....metrics import alignment_gain, energy_curve, kernel_target_alignment, ntk_block_size, ntk_gram, spike_score
 from . import _common as C
 
 NAME = "ortiz_concentration"
@@ -116,32 +117,14 @@ def key_K(K) -> str:
     return "K=inf" if math.isinf(float(K)) else f"K={int(K)}"
 
 
-def energy_curve(vectors, y, kmax: int) -> np.ndarray:
-    """``||Phi_k'^T y|| / ||y||`` for ``k' = 1 .. kmax`` (``vectors``: eigenvectors by decreasing
-    eigenvalue). Entry ``k - 1`` is :func:`itlin.metrics.energy_concentration` with ``k``."""
-    y = np.asarray(y, np.float64).reshape(-1)
-    proj = np.asarray(vectors)[:, :kmax].T @ y
-    return np.sqrt(np.cumsum(proj ** 2)) / np.linalg.norm(y)
-
-
 def kernel_summary(kernel, y, k: int, spec: Optional[tuple] = None) -> dict:
     """Energy concentration (top ``k``; and its curve over ``k' <= 200``), centred kernel-target
     alignment and leading eigenvalues of a Gram matrix against +-1 labels ``y`` (``spec``: its spectrum)."""
-    from ....metrics import kernel_target_alignment
-
     vals, vecs = kernel_eigh(kernel) if spec is None else spec
     curve = energy_curve(vecs, y, min(CURVE_K, len(vals)))
     return {"ec": float(curve[k - 1]) if k <= curve.size else float(energy_curve(vecs, y, k)[-1]),
             "ec_curve": curve, "kta": kernel_target_alignment(kernel, y), "eigvals": vals[:CURVE_K],
             "trace": float(np.trace(kernel))}
-
-
-def alignment_gain(vectors, eigvals, kernel_end) -> dict:
-    """``a_end = phi_i^T Theta_T phi_i / tr Theta_T`` of the initial eigenvectors, and ``gain``:
-    ``a_end`` over ``lambda_i / tr Theta_0``."""
-    v, kt = np.asarray(vectors, np.float64), np.asarray(kernel_end, np.float64)
-    a_end = np.sum(v * (0.5 * (kt + kt.T) @ v), axis=0) / np.trace(kt)
-    return {"a_end": a_end, "gain": a_end / (np.asarray(eigvals, np.float64) / np.sum(eigvals))}
 
 
 # ------------------------------------------------------------------------------ the experiment
@@ -178,12 +161,12 @@ def run(p, ctx):
         model = C.build_model(name, r["dataset"], r["resnet_width"])
         inits = C.init_many(model, r["seed"], S, x_tr[:2])
         P = num_params(inits[0][0])
-        meta_models[name] = {**model.meta, "num_params": int(P), "block": C.block_size(P, r["ntk_memory_mb"], nk)}
+        meta_models[name] = {**model.meta, "num_params": int(P), "block": ntk_block_size(P, r["ntk_memory_mb"], nk)}
         base = trainer(model, steps)
         steps_align = E * (nk // B)
         align_tr = trainer(model, steps_align) if name in r["align_models"] else None
         link_tr = {K: trainer(model, steps, K) for K in r["Ks"] if K != 1} if name == r["link_model"] else {}
-        gram = lambda params, state, model=model: C.gram(model, params, state, xk, memory_mb=r["ntk_memory_mb"])
+        gram = lambda params, state, model=model: ntk_gram(model, params, state, xk, memory_mb=r["ntk_memory_mb"])
         ctx.say(f"{name}: {P:,} weights, {S} initialisations, Gram matrices on {nk} inputs")
 
         def one_seed(s, inits=inits, base=base, align_tr=align_tr, link_tr=link_tr, gram=gram):
@@ -242,7 +225,7 @@ def run(p, ctx):
             per.append(ctx.stage(f"{name}/s={s}", lambda s=s: one_seed(s)))
             ctx.say(f"{name} initialisation {s}: {time.perf_counter() - t0:.1f} s")
         out["models"][name] = _stack(per)
-        cost[name] = {"num_params": int(P), "n": nk, "block": C.block_size(P, r["ntk_memory_mb"], nk),
+        cost[name] = {"num_params": int(P), "n": nk, "block": ntk_block_size(P, r["ntk_memory_mb"], nk),
                       "grams_per_seed": grams_per_seed(r, name),
                       **{k: [float(v[k]) for v in per] for k in ("ntk_seconds", "eigh_seconds")}}
     out["meta"] = {"resolved": {"n_train": n_tr, "n_test": ds.n_test, "n_kernel": nk, "steps": steps,
@@ -294,41 +277,15 @@ def judge_table1(res: Mapping, n_test: int) -> list:
     return out
 
 
-def window(j: int, factor: float, n: int) -> np.ndarray:
-    """Indices ``i`` with ``j / factor <= i <= j * factor`` (and ``1 <= i < n``)."""
-    return np.arange(max(1, int(math.ceil(j / factor))), min(n - 1, int(math.floor(j * factor))) + 1)
-
-
-def spike(gain, j: int, factor: float) -> dict:
-    """How far the gain of eigenfunction ``j`` stands out of its window (:func:`window`), on a
-    log scale: ``z`` = (log gain_j - median of the other log gains in the window) / their
-    robust standard deviation (1.4826 x median absolute deviation), ``ratio`` = gain_j over the
-    window's median gain, ``largest`` = gain_j is the window's maximum.
-
-    >>> g = np.exp(np.linspace(-0.1, 0.1, 20)); g[6] = 5.0
-    >>> s = spike(g, 6, 2.0); s["z"] > 10, round(s["ratio"], 1), s["largest"]
-    (True, 5.1, True)
-    """
-    g = np.asarray(gain, np.float64)
-    w = window(j, factor, g.size)
-    others = np.log(g[w[w != j]])
-    if others.size < 2 or not np.all(np.isfinite(others)) or not np.isfinite(g[j]) or g[j] <= 0:
-        return {"z": math.nan, "ratio": math.nan, "largest": False}
-    med = np.median(others)
-    mad = 1.4826 * np.median(np.abs(others - med))
-    z = (math.log(g[j]) - med) / mad if mad > 0 else math.inf
-    return {"z": float(z), "ratio": float(g[j] / math.exp(med)), "largest": bool(math.log(g[j]) > others.max())}
-
-
 def judge_spikes(res: Mapping, js: Sequence[int], factor: float, z: float) -> list:
     """Their Appendix E.3, ``spike.<model>``: the trained eigenfunction's alignment gain lies
     more than ``z`` robust standard deviations above the median of the gains in its window
-    ``[j / factor, j * factor]`` (:func:`spike`, log scale). Judged on the mean over the trained
+    ``[j / factor, j * factor]`` (:func:`itlin.metrics.spike_score`, log scale). Judged on the mean over the trained
     ``j`` of that score, per seed (a seed with a diverged run is dropped)."""
     out = []
     for name in [m for m in models_of(res) if "align" in res["models"][m]]:
         g = np.asarray(res["models"][name]["align"]["gain"], np.float64)  # (S, J, N)
-        sp = _stack([_stack([spike(gs[t], int(j), factor) for t, j in enumerate(js)]) for gs in g])
+        sp = _stack([_stack([spike_score(gs[t], int(j), factor) for t, j in enumerate(js)]) for gs in g])
         score = np.where(np.isfinite(sp["z"]), sp["z"], np.nan)
         keep = np.all(np.isfinite(score), axis=1)
         per_j = ", ".join(f"j={j}: {np.nanmean(score[:, t]):.1f}" for t, j in enumerate(js))
@@ -418,11 +375,8 @@ def link_rows(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, ConcentrationParams, run, version="3", summary=summary, claims=claims,
-    doc="Ortiz-Jimenez et al. Table 1 and Figs. 6-7: energy concentration of the labels and alignment of the "
-        "NTK before and after training; the same measures after iterative linearisation at several K."))
+    NAME, ConcentrationParams, run, version="3", summary=summary, claims=claims))
 
-__all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES",
-           "alignment_gain", "claims", "energy_curve", "grams_per_seed", "judge_link", "judge_spikes", "judge_table1",
-           "kernel_summary", "key_K", "link_rows", "link_table", "models_of", "random_baseline", "run",
-           "spike", "summary", "window"]
+__all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
+           "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",
+           "link_table", "models_of", "random_baseline", "run", "summary"]

@@ -25,6 +25,7 @@ import numpy as np
 from ... import verdicts as V
 from .. import Derived, Experiment, param, register
 from ....core.linearise import kernel_eigh
+from ....metrics import iterations_to, ntk_block_size, ntk_gram, weight_distances
 from . import _common as C
 
 NAME = "ortiz_eigenfunctions"
@@ -118,14 +119,6 @@ def train_runs(trainer, inits, x, targets, steps: int, batch_size: int, batch_se
     return states, losses
 
 
-def weight_distances(p0, p1) -> tuple:
-    """``(||theta_1 - theta_0||_2, 1 - cos(theta_0, theta_1))`` over all weights."""
-    from jax.flatten_util import ravel_pytree
-
-    a, b = (np.asarray(ravel_pytree(p)[0], np.float64) for p in (p0, p1))
-    return float(np.linalg.norm(b - a)), float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
 def run(p, ctx):
     import jax.numpy as jnp
 
@@ -154,7 +147,7 @@ def run(p, ctx):
 
         def spectra(s, model=model, inits=inits):
             t0 = time.perf_counter()
-            k = C.gram(model, inits[s][0], inits[s][1], x_pool, memory_mb=r["ntk_memory_mb"])
+            k = ntk_gram(model, inits[s][0], inits[s][1], x_pool, memory_mb=r["ntk_memory_mb"])
             t1 = time.perf_counter()
             vals, vecs = kernel_eigh(k)
             return {"eigvals": vals, "targets": C.sign_targets(vecs, js), "ntk_seconds": t1 - t0,
@@ -162,7 +155,7 @@ def run(p, ctx):
 
         spec = [ctx.stage(f"{name}/ntk/s={s}", partial(spectra, s)) for s in range(S)]
         targets = np.stack([np.concatenate([sp["targets"], labels[None]]) for sp in spec])  # (S, J+1, N)
-        cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": C.block_size(P, r["ntk_memory_mb"], n_tr + n_va),
+        cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": ntk_block_size(P, r["ntk_memory_mb"], n_tr + n_va),
                       **{k: [float(sp[k]) for sp in spec] for k in ("ntk_seconds", "eigh_seconds")}}
         res = {"eigvals": np.stack([sp["eigvals"] for sp in spec]),
                "balance_train": (targets[:, :, :n_tr] > 0).mean(-1), "balance_val": (targets[:, :, n_tr:] > 0).mean(-1)}
@@ -213,17 +206,6 @@ def present(res: Mapping, name: str) -> list:
 
 def _acc(res, name, key):
     return np.asarray(res["models"][name][key]["val_acc"], np.float64)
-
-
-def iterations_to(epoch_loss, threshold: float, steps_per_epoch: int) -> np.ndarray:
-    """Iterations until the epoch-mean training loss first falls to ``threshold`` (counted at the
-    end of that epoch), ``inf`` where it never does.
-
-    >>> iterations_to(np.array([[0.5, 0.2, 0.05], [0.5, 0.4, 0.3]]), 0.1, 7).tolist()
-    [21.0, inf]
-    """
-    hit = np.asarray(epoch_loss, np.float64) <= threshold
-    return np.where(hit.any(-1), (np.argmax(hit, axis=-1) + 1.0) * steps_per_epoch, np.inf)
 
 
 def hardness(res: Mapping, name: str, threshold: float, steps: int, steps_per_epoch: int, opt: str = "sgd") -> dict:
@@ -357,10 +339,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, EigenParams, run, version="2", summary=summary, claims=claims,
-    doc="Ortiz-Jimenez et al. Section 3.2 / Appendix E.1: networks and their linearisations trained on the "
-        "binarised eigenfunctions of the NTK at initialisation, with SGD and Adam."))
+    NAME, EigenParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims", "fitted_range",
-           "hardness", "iterations_to", "judge_accuracy", "judge_hardness", "present", "run", "summary",
-           "train_runs", "upper_targets", "weight_distances"]
+           "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs", "upper_targets"]
