@@ -7,7 +7,7 @@ Main paper Eq. 5-6 and Arbel et al. Section 3.2::
 ``H = c I`` for the squared loss (``c = 1/N`` for the mean over examples, ``1`` for the sum;
 ``hessian="identity"`` forces ``c = 1`` as Arbel et al. do) and the softmax Hessian
 ``diag(p) - p p^T`` per example for cross-entropy (generalised Gauss-Newton). The Hessian is
-data of the loss (:attr:`itlin.Loss.hessian`): a loss of one's own brings its own, or is refused. With the
+data of the loss (``itlin.Loss.hessian``): a loss of one's own brings its own, or is refused. With the
 push-through (Woodbury) identity the step is computed in *kernel form*::
 
     (J^T H J + lambda I)^{-1} J^T g  =  J^T S (S K S + lambda I)^{-1} S^+ g,     K = J J^T,  H = S S

@@ -455,7 +455,7 @@ class History:
     (e.g. ``test/accuracy``, ``test/accuracy_lin``), one entry per evaluation. ``loss``: the
     trained model's training loss, one value per ``loss_every`` steps (the mean over those
     steps); ``pending``: the losses of the block not yet full. ``relin_steps``: the steps after
-    which it relinearised. ``status``: one of :data:`STATUSES`, ``"running"``,
+    which it relinearised. ``status``: one of ``STATUSES``, ``"running"``,
     ``"completed"`` or ``"diverged"``, and then ``diverged_at`` is the step (data, not text:
     :meth:`describe` writes ``"diverged at step s"``).
 

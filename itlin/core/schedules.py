@@ -258,7 +258,7 @@ class PeriodState(NamedTuple):
     """The state of :func:`periodic`: int32 scalars (or arrays, under ``jax.vmap``).
 
     ``period``: ``K``, with ``0`` standing for ``K = inf`` (never). ``horizon``: no
-    relinearisation after step ``horizon`` or any later step (:data:`MAX_PERIOD`: no limit).
+    relinearisation after step ``horizon`` or any later step (``MAX_PERIOD``: no limit).
     Write them with ``trainer.init(params, period=K, horizon=steps)``.
 
     >>> s = periodic(5, horizon=12).init(None, None)

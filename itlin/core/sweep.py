@@ -20,7 +20,7 @@ The environment :func:`init_distributed` reads, in this order:
   set all three to run any set of processes, e.g. two shells on two hosts;
   ``JAX_LOCAL_DEVICE_IDS`` (optional, read by JAX: the GPUs this process uses, e.g. ``0,1``);
 * otherwise a cluster launch found in the environment (SLURM under ``srun``, Open MPI under
-  ``mpirun``: :data:`SLURM_ENV`, :data:`OMPI_ENV`): ``jax.distributed.initialize()`` with no
+  ``mpirun``: ``SLURM_ENV``, ``OMPI_ENV``): ``jax.distributed.initialize()`` with no
   arguments, which detects it by itself (``JAX_COORDINATOR_PORT`` overrides the port JAX derives
   from the SLURM job id); on other clusters (Cloud TPU, Kubernetes) call
   ``jax.distributed.initialize()`` yourself before :func:`init_distributed`;
