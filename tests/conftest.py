@@ -22,3 +22,18 @@ def session_results(tmp_path_factory):
     mp.setenv("ITLIN_RESULTS", str(root))
     yield root
     mp.undo()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """After each test module, drop JAX's compiled programs. The whole suite compiles thousands
+    of them in one process; each keeps memory mappings for its code, and a long run passed
+    Linux's default limit of 65,530 mappings per process (``vm.max_map_count``), at which the
+    next compilation crashed the interpreter (segmentation fault inside XLA)."""
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
