@@ -73,7 +73,7 @@ def summary(record, columns: Optional[Sequence[str]] = None) -> str:
     return table(exp.summary(record), columns)
 
 
-def judge(*records, recorded: bool = False) -> V.Verdicts:
+def judge(*records) -> V.Verdicts:
     """The claims of one or more records (a chapter's), with Holm's correction over all their
     tests (:func:`itlin.book.verdicts.holm`), picked by id: ``judge(rec)["full.large_close"]``."""
     out = []
