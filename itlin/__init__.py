@@ -26,7 +26,7 @@ import importlib as _importlib
 from .core._tree import num_params
 from .core.flow import GradientFlow, flow_params, gradient_flow
 from .core.gauss_newton import (ArbelDamping, ConstantDamping, GNInfo, GNTrace, gauss_newton_direction,
-                                gauss_newton_fit, gauss_newton_step, get_damping)
+                                gauss_newton_fit, gauss_newton_step, get_damping, smallest_eigenvalue)
 from .core.linearise import (Linearisation, jacobian, kernel_distance, kernel_eigh, linearise, linearise_at,
                              linearised_apply, ntk, ntk_eigh)
 from .core.loop import FitResult, History, batch_indices, device_loop, evaluate, fit, run
@@ -57,6 +57,6 @@ __all__ = [
     "flow_params", "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
     "gradient_flow", "grid_product", "init_distributed", "is_main_process", "iterative_linearisation", "jacobian",
     "kernel_distance", "kernel_drift", "kernel_eigh", "linearise", "linearise_at", "linearised_apply", "loss_drift",
-    "ntk", "ntk_eigh", "num_params", "parse_period", "periodic", "replicate", "rmse", "run", "shard_batch", "sweep",
-    "sweep_mesh",
+    "ntk", "ntk_eigh", "num_params", "parse_period", "periodic", "replicate", "rmse", "run", "shard_batch",
+    "smallest_eigenvalue", "sweep", "sweep_mesh",
 ]

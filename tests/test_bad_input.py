@@ -310,6 +310,33 @@ def test_gauss_newton_bad_inputs_are_one_line_errors_before_work():
     np.testing.assert_allclose(traced, gauss_newton_step(f, p0, x, y, learning_rate=0.5, damping=0.5)[0], rtol=1e-6)
 
 
+def test_gauss_newton_eigmin_option_is_refused_where_it_cannot_apply_before_work():
+    f, x = _linear()
+    y = jnp.asarray([1.0, 0.0, 2.0])
+    p0 = jnp.zeros(2)
+    arbel = itlin.ArbelDamping(1.0, 1e-7)
+    _raises(ValueError, "eigmin must be 'eigvalsh' or 'inverse_squaring', got 'lanczos'", gauss_newton_step, f, p0, x,
+            y, damping=arbel, solve="cholesky", eigmin="lanczos")
+    # solve='eigh' has sigma_min from its decomposition already
+    for fn, extra in ((gauss_newton_direction, ()), (gauss_newton_step, ()), (gauss_newton_fit, (3,))):
+        _raises(ValueError, "eigmin='inverse_squaring' is for solve='cholesky'.*pass solve='cholesky'", fn, f, p0, x,
+                y, *extra, damping=arbel, eigmin="inverse_squaring")
+    # a Hessian with a null space (cross-entropy): sigma_min must skip its structural zeros
+    labels = jnp.asarray([0, 2, 1])
+    p3 = jnp.zeros((2, 3))
+    for fn, extra in ((gauss_newton_direction, ()), (gauss_newton_fit, (3,))):
+        _raises(ValueError, "needs a Hessian c\\*I .* loss 'cross_entropy' .* use eigmin='eigvalsh'", fn, f, p3, x,
+                labels, *extra, loss="cross_entropy", damping=arbel, solve="cholesky", eigmin="inverse_squaring")
+    # supported: the squared loss (H = c I) and hessian='identity' whatever the loss (two examples:
+    # a non-singular kernel, so that the float32 steps are well posed)
+    for loss, target, p, hessian in (("squared", y, p0, "loss"), ("cross_entropy", labels, p3, "identity")):
+        d, info = gauss_newton_direction(f, p, x[:2], target[:2], loss=loss, damping=arbel, hessian=hessian,
+                                         solve="cholesky", eigmin="inverse_squaring")
+        ref, ref_info = gauss_newton_direction(f, p, x[:2], target[:2], loss=loss, damping=arbel, hessian=hessian)
+        np.testing.assert_allclose(d, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(info.eigmin, ref_info.eigmin, rtol=1e-4, atol=1e-6)
+
+
 def test_arbel_damping_reduction_counterexample_of_the_issue():
     # n = 2, width 2, alpha = 0, eps0 = 0.0625 used to differ by 2% between the reductions
     x = jnp.asarray([[1.0, 0.5], [-0.3, 2.0]])

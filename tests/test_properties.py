@@ -145,6 +145,29 @@ def test_arbel_damping_gives_the_same_step_for_either_reduction(data, loss, alph
     np.testing.assert_allclose(float(i_sum.damping), n * float(i_mean.damping), rtol=1e-9)
 
 
+# ------------------------------------------------------------------------------ sigma_min without eigh
+@examples(30)
+@given(data=st.data(), n=st.sampled_from([2, 7, 24, 60]), scale_exp=st.integers(-6, 6),
+       zeros=st.integers(0, 3), cluster=st.integers(1, 4), decades=st.floats(0.0, 12.0))
+def test_smallest_eigenvalue_equals_float64_eigvalsh_on_random_spectra(data, n, scale_exp, zeros, cluster, decades):
+    # a spectrum spread over `decades` decades, some exact zeros (singular PSD) and a cluster of
+    # nearly tied smallest non-zero eigenvalues; oracle: float64 eigvalsh of the same matrix.
+    # Tolerance: each is backward stable, within n eps ||a|| of the exact value, so within twice
+    # that of each other (tests/test_eigmin.py).
+    zeros, cluster = min(zeros, n - 1), min(cluster, n)
+    logs = _array(data.draw, (n,), -decades, 0.0)
+    s = 10.0 ** logs
+    s[:cluster] = s.min() * (1.0 + 1e-10 * np.arange(cluster))
+    s[:zeros] = 0.0
+    s = 10.0 ** scale_exp * s
+    q, _ = np.linalg.qr(_array(data.draw, (n, n)))
+    a = (q * s) @ q.T
+    a = 0.5 * (a + a.T)
+    got = float(itlin.smallest_eigenvalue(jnp.asarray(a)))
+    ref = np.linalg.eigvalsh(a)[0]
+    assert abs(got - ref) <= 2 * n * np.finfo(np.float64).eps * np.linalg.norm(a, 2), (got, ref)
+
+
 # ------------------------------------------------------------------------------ the flow: expm and the limit
 @examples(25)
 @given(data=st.data(), m=st.integers(1, 6), rank=st.integers(1, 6), reduction=st.sampled_from(["mean", "sum"]),

@@ -28,6 +28,16 @@ composed from three parts:
    depends on whether ``lambda`` is a concrete number, so ``jax.vmap`` over damping values,
    ``0`` included, gives the same steps as one call per value.
 
+With ``solve="cholesky"`` the Arbel damping still needs ``sigma_min`` (part 2), and ``eigmin``
+says how it is computed: ``"eigvalsh"`` (default: the eigenvalues alone, a dense
+eigendecomposition) or ``"inverse_squaring"`` (:func:`smallest_eigenvalue`: a Cholesky inverse
+squared ``squarings`` times, then a Rayleigh quotient; no eigendecomposition). Both are exact to
+rounding, ``O(n eps ||a||)``. The second is meant for accelerators: it is made of matrix
+products, which they run at full speed, where a dense eigensolver is latency-bound (on an H100
+the ``500 x 500`` ``eigvalsh`` is most of a step); a CPU runs it several times slower than
+``eigvalsh``. It needs ``H = c I`` (the squared loss, or ``hessian="identity"``): it cannot skip
+the structural zeros of a Hessian with a null space.
+
 ``method="primal"`` forms the ``P x P`` system instead (small ``P``; the tests use it to check
 the identity). Solving the linearised squared-loss problem with ``eta = 1`` and ``lambda = 0``
 gives the minimum-norm interpolating step (Eq. 5, Appendix B Eq. 19); ``lambda > 0`` gives the
@@ -154,6 +164,66 @@ def _sym_solve(a, u, lam, solve: str, eig=None):
     return v @ (inv * (v.T @ u))
 
 
+_EIGMIN_METHODS = ("eigvalsh", "inverse_squaring")
+
+
+def smallest_eigenvalue(a, squarings: int = 40):
+    """The smallest eigenvalue of a symmetric positive semi-definite matrix ``a`` (``n x n``),
+    without an eigendecomposition: a Cholesky factorisation and ``squarings`` matrix products.
+
+    With ``a`` scaled to unit trace and shifted by ``tau = n eps`` (``n eps tr a`` in ``a``'s units,
+    more than the factorisation's backward error and ``a``'s own rounding, ``O(n eps ||a||)``, so
+    that it exists when ``a`` is singular), ``A = (a / tr a + tau I)^{-1}``
+    is formed by a Cholesky solve, normalised ``B = A / tr A`` and squared ``B <- B^2 / tr B^2``
+    ``squarings`` times: ``B``'s eigenvalues are ``w_i ∝ (1 / (s_i + tau'))^(2^k)``, so ``B`` tends
+    to the projector on the eigenvectors of the smallest eigenvalue(s) (several, equally
+    weighted, when they are tied or clustered). The result is the Rayleigh quotient ``tr(a B)``
+    on the **original** ``a``: the shift does not bias it, and an eigenvalue that the squarings
+    could not separate from the smallest (relative gap below ``2^-squarings``) is within that gap
+    of it. Its error is that of the factorisation's backward error, ``O(n eps ||a||)``, as for a
+    dense ``eigvalsh``. Pure ``jnp``, a fixed number of operations: ``jit`` and ``vmap`` it.
+
+    ``a`` must be PSD (a kernel system ``c K``); ``squarings`` an integer ``>= 1`` (40 resolves
+    relative gaps down to ``1e-12``).
+
+    >>> import jax.numpy as jnp
+    >>> a = jnp.asarray([[2.0, 1.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 5.0]])   # eigenvalues 1, 3, 5
+    >>> round(float(smallest_eigenvalue(a)), 6), round(float(smallest_eigenvalue(jnp.ones((3, 3)))), 6)
+    (1.0, 0.0)
+    """
+    if isinstance(squarings, bool) or not isinstance(squarings, numbers.Integral) or squarings < 1:
+        raise ValueError(f"squarings must be an integer >= 1, got {squarings!r}.")
+    a = jnp.asarray(a)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"a must be a square matrix, got shape {a.shape}.")
+    n, dtype = a.shape[0], a.dtype
+    a = 0.5 * (a + a.T)
+    trace = jnp.trace(a)
+    unit = a / jnp.where(trace > 0, trace, 1.0)  # unit trace: no over/underflow in the inverse, any scale
+    eye = jnp.eye(n, dtype=dtype)
+    tau = n * jnp.finfo(dtype).eps
+    inverse = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(unit + tau * eye), eye)
+    b = 0.5 * (inverse + inverse.T)
+    b = b / jnp.trace(b)
+
+    def square(_, b):
+        b = b @ b
+        b = 0.5 * (b + b.T)
+        return b / jnp.trace(b)
+
+    b = jax.lax.fori_loop(0, squarings, square, b)
+    return jnp.sum(a * b)
+
+
+def _eigmin(a, nullity, eigmin: str, squarings: int = 40):
+    """``sigma_min`` of the system ``a`` on the range of ``S`` by the ``eigmin`` method."""
+    if eigmin == "inverse_squaring":
+        if nullity is not None:  # refused by _validate; never silently wrong
+            raise ValueError("eigmin='inverse_squaring' cannot skip a Hessian's null space; use eigmin='eigvalsh'.")
+        return smallest_eigenvalue(a, squarings)
+    return _eigmin_on_range(jnp.linalg.eigvalsh(a), nullity)
+
+
 def _hessian_root(h_blocks):
     """``S = H^{1/2}``, ``S^+`` (block by block; ``H`` per example PSD, ``(N, C, C)``) and the
     dimension of ``H``'s null space (the structural zeros of ``S K S``)."""
@@ -192,18 +262,29 @@ def _system(loss, f, y, hessian):
     return g, None, scale * jnp.asarray(h, f.dtype).reshape(n, c, c), scale
 
 
-def _check_args(hessian, method, solve):
+def _check_args(hessian, method, solve, eigmin="eigvalsh"):
     if hessian not in ("loss", "identity"):
         raise ValueError(f"hessian must be 'loss' or 'identity', got {hessian!r}.")
     if method not in ("kernel", "primal"):
         raise ValueError(f"method must be 'kernel' or 'primal', got {method!r}.")
     if solve not in ("eigh", "cholesky"):
         raise ValueError(f"solve must be 'eigh' (any damping >= 0) or 'cholesky' (damping > 0), got {solve!r}.")
+    if eigmin not in _EIGMIN_METHODS:
+        raise ValueError(f"eigmin must be 'eigvalsh' or 'inverse_squaring', got {eigmin!r}.")
+    if eigmin != "eigvalsh" and solve == "eigh":
+        raise ValueError(f"eigmin={eigmin!r} is for solve='cholesky'; solve='eigh' already has sigma_min from its "
+                         "decomposition: drop eigmin or pass solve='cholesky'.")
 
 
-def _validate(f, params, x, y, loss, hessian, method, solve):
+def _hessian_is_scalar(loss, out_shape, dtype, y) -> bool:
+    """Whether the loss's Hessian is ``c I`` (a scalar), from its shape alone (no computation)."""
+    h = jax.eval_shape(loss.hessian, jax.ShapeDtypeStruct(out_shape, dtype), y)
+    return len(getattr(h, "shape", ())) == 0
+
+
+def _validate(f, params, x, y, loss, hessian, method, solve, eigmin="eigvalsh"):
     """Every check of the Gauss-Newton entry points, before any work (cheap; concrete inputs only)."""
-    _check_args(hessian, method, solve)
+    _check_args(hessian, method, solve, eigmin)
     if hessian == "loss" and loss.hessian is None:
         raise ValueError(_no_hessian(loss))
     check_nonempty("x", x)
@@ -212,12 +293,19 @@ def _validate(f, params, x, y, loss, hessian, method, solve):
     check_float_dtype("parameters", params, "Gauss-Newton")
     check_float_dtype("inputs x", x, "Gauss-Newton")
     check_finite_array("inputs x", x)
-    loss.check_targets(output_shape(f, params, x), y)
+    out_shape = output_shape(f, params, x)
+    loss.check_targets(out_shape, y)
+    if eigmin == "inverse_squaring" and hessian == "loss":
+        dtype = jnp.result_type(*jax.tree_util.tree_leaves(params))
+        if not _hessian_is_scalar(loss, out_shape, dtype, y):
+            raise ValueError("eigmin='inverse_squaring' needs a Hessian c*I (the squared loss, or "
+                             f"hessian='identity'); loss {loss.name!r} has per-example Hessian blocks, whose null "
+                             "space sigma_min must skip: use eigmin='eigvalsh'.")
 
 
 def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reduction: str = "mean", damping=0.0,
                            hessian: str = "loss", solve: str = "eigh", method: str = "kernel",
-                           ntk_fn: Optional[Callable] = None):
+                           ntk_fn: Optional[Callable] = None, eigmin: str = "eigvalsh"):
     """The damped Gauss-Newton direction ``(J^T H J + lambda I)^{-1} J^T g`` (Eq. 5-6).
 
     Args:
@@ -235,6 +323,11 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
       hessian: ``"loss"`` (the loss's own) or ``"identity"`` (``H = I`` whatever the loss and
         reduction: Arbel et al.'s update ``J^T (J J^T + eps I)^{-1} g``).
       solve: ``"eigh"`` (any ``lambda >= 0``) or ``"cholesky"`` (``lambda > 0``, faster).
+      eigmin: how ``solve="cholesky"`` gets ``sigma_min`` for :class:`ArbelDamping`:
+        ``"eigvalsh"`` (default; the eigenvalues by a dense eigensolver) or
+        ``"inverse_squaring"`` (:func:`smallest_eigenvalue`; no eigendecomposition, faster on an
+        accelerator, slower on a CPU; needs ``H = c I``: the squared loss or
+        ``hessian="identity"``). Refused with ``solve="eigh"``, whose decomposition gives it.
       method: ``"kernel"`` (Woodbury, an ``NC x NC`` system) or ``"primal"`` (``P x P``).
       ntk_fn: optional ``ntk_fn(params, x) -> K`` (a closed form); default :func:`itlin.ntk`.
 
@@ -250,12 +343,13 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
     """
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
-    _validate(f, params, x, y, loss, hessian, method, solve)
-    return _direction(f, params, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn)
+    _validate(f, params, x, y, loss, hessian, method, solve, eigmin)
+    return _direction(f, params, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn,
+                      eigmin=eigmin)
 
 
-@partial(jax.jit, static_argnums=(0,), static_argnames=("loss", "hessian", "method", "solve", "ntk_fn"))
-def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn):
+@partial(jax.jit, static_argnums=(0,), static_argnames=("loss", "hessian", "method", "solve", "ntk_fn", "eigmin"))
+def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn, eigmin="eigvalsh"):
     lin = linearise_at(f, params, x)
     out = lin.outputs
     if loss.name == "squared" and out.shape != y.shape:
@@ -278,14 +372,14 @@ def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn
             a = 0.5 * (a + a.T)
         eig = jnp.linalg.eigh(a) if solve == "eigh" else None
         if eig is not None:
-            eigmin = _eigmin_on_range(eig[0], nullity)
+            sigma_min = _eigmin_on_range(eig[0], nullity)
         else:
-            eigmin = _eigmin_on_range(jnp.linalg.eigvalsh(a), nullity) if arbel else nan
-        lam = damping.value(eigmin, floor_scale).astype(a.dtype)
+            sigma_min = _eigmin(a, nullity, eigmin) if arbel else nan
+        lam = damping.value(sigma_min, floor_scale).astype(a.dtype)
         z = _sym_solve(a, u, lam, solve, eig)
         if root is not None:
             z = root @ z
-        return lin.vjp(z.reshape(out.shape).astype(out.dtype)), GNInfo(loss_value, lam, eigmin)
+        return lin.vjp(z.reshape(out.shape).astype(out.dtype)), GNInfo(loss_value, lam, sigma_min)
     flat, unravel = ravel_pytree(params)
     jac = jacobian(f, params, x)  # (NC, P)
     nullity = None
@@ -297,10 +391,10 @@ def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn
         h_jac = h_full @ jac
         root, _, nullity = _hessian_root(h_blocks)
         kernel_system = root @ (jac @ jac.T) @ root
-    eigmin = _eigmin_on_range(jnp.linalg.eigvalsh(0.5 * (kernel_system + kernel_system.T)), nullity) if arbel else nan
-    lam = damping.value(eigmin, floor_scale).astype(flat.dtype)
+    sigma_min = _eigmin(0.5 * (kernel_system + kernel_system.T), nullity, eigmin) if arbel else nan
+    lam = damping.value(sigma_min, floor_scale).astype(flat.dtype)
     d = _sym_solve(jac.T @ h_jac, jac.T @ g, lam, solve)
-    return unravel(d), GNInfo(loss_value, lam, eigmin)
+    return unravel(d), GNInfo(loss_value, lam, sigma_min)
 
 
 def _check_learning_rate(learning_rate):
@@ -344,7 +438,7 @@ class GNTrace(NamedTuple):
 def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: float = 1.0, tol: float = 0.0,
                      blowup: Optional[float] = None, loss="squared", reduction: str = "mean", damping=0.0,
                      hessian: str = "loss", solve: str = "eigh", method: str = "kernel",
-                     ntk_fn: Optional[Callable] = None):
+                     ntk_fn: Optional[Callable] = None, eigmin: str = "eigvalsh"):
     """Full-batch damped Gauss-Newton for at most ``steps`` iterations (``steps >= 1``).
 
     Stops early when the training loss falls below ``tol`` or diverges: becomes non-finite or,
@@ -371,11 +465,12 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
     steps = check_steps("steps", steps)
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
-    _validate(f, params, x, y, loss, hessian, method, solve)
+    _validate(f, params, x, y, loss, hessian, method, solve, eigmin)
     losses0 = jnp.full((steps,), jnp.nan, dtype=jnp.result_type(*jax.tree_util.tree_leaves(params)))
 
     def direction_at(p):
-        return _direction(f, p, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn)
+        return _direction(f, p, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn,
+                          eigmin=eigmin)
 
     def cond(carry):
         i, p, losses, stop, bad = carry
@@ -400,4 +495,4 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
 
 
 __all__ = ["ArbelDamping", "ConstantDamping", "GNInfo", "GNTrace", "gauss_newton_direction", "gauss_newton_fit",
-           "gauss_newton_step", "get_damping"]
+           "gauss_newton_step", "get_damping", "smallest_eigenvalue"]
