@@ -284,13 +284,16 @@ def test_fig8_phases_read_the_last_evaluation_before_each_relinearisation():
 
 
 def test_records_kept_one_seed_each_pool_into_one():
-    gpu = R.pool_seeds(runner.open_records("fig3_augmentation-fashion-h100"))
-    assert gpu.meta["resolved"]["seeds"] == 3 and len(gpu.runs) == 9
-    assert {r["seed"] for r in R.rows_of(gpu)} == {0, 1, 2}
+    recs = runner.open_records("fig3_augmentation-fashion-h100-5seeds")
+    gpu = R.pool_seeds(recs)
+    assert gpu.meta["resolved"]["seeds"] == 5 and len(gpu.runs) == 15
+    assert {r["seed"] for r in R.rows_of(gpu)} == {0, 1, 2, 3, 4}
     assert gpu.history("K=1e4 seed=2").relin_steps == [10_000, 20_000, 30_000, 40_000]
     v = render.judge(gpu)
-    assert v["large.close"].gap.n == 3 and v["large.close"].verdict == "does not hold"
+    assert v["large.close"].gap.n == 5 and v["large.close"].verdict == "does not hold"
     assert v["large.fits"].verdict == "does not hold" and v["inf.short"].verdict == "holds"
+    with pytest.raises(ValueError, match="two records hold the run"):
+        R.pool_seeds([recs[0], recs[0]])
 
 
 # ------------------------------------------------------------------------------ datasets and models

@@ -122,25 +122,30 @@ def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows
 
 
 def pool_seeds(records: Sequence):
-    """One record of several recorded one seed each (runs made before seeds were a parameter):
-    each training run renamed ``"<tag> seed=<s>"`` (its ``setting`` and ``seed`` recorded, as
-    :func:`~._setup.fit_seeds` does), ``seeds`` in the resolved parameters, the wall time summed;
-    the first record's provenance otherwise. Generic renderers then show them as one run."""
-    from ...runner import FITS_KEY, Record
+    """One record of several, each recorded for its own seeds (e.g. one process per seed on a
+    device, as the H100 records in ``book/recorded/``): the runs keep their names (each carries
+    its ``seed`` and ``setting``, as :func:`~._setup.fit_seeds` writes them), ``seeds`` in the
+    resolved parameters is the total, the wall time summed; the first record's provenance
+    otherwise. Generic renderers then show them as one run."""
+    from ...runner import Record
 
     first = records[0]
     arrays, paths, runs, meta_runs = {}, [], {}, {}
+    seeds = 0
     for rec in records:
-        s = int(rec.params.get("seed", 0))
-        names = {tag: f"{tag} seed={s}" for tag in rec.runs}
-        for tag, new in names.items():
-            runs[new] = rec.runs[tag]
-            meta_runs[new] = {**rec.meta["runs"][tag], "seed": s, "setting": tag}
+        for tag in rec.runs:
+            if "seed" not in rec.meta["runs"][tag]:
+                raise ValueError(f"pool_seeds: run {tag!r} of {rec.path} does not record its seed; pool records "
+                                 "made with the seeds parameter.")
+            if tag in runs:
+                raise ValueError(f"pool_seeds: two records hold the run {tag!r}; pool records of different seeds.")
+            runs[tag] = rec.runs[tag]
+            meta_runs[tag] = rec.meta["runs"][tag]
+        seeds += int(rec.meta["resolved"]["seeds"])
         for p in rec.paths:
-            q = [p[0], names.get(p[1], p[1]), *p[2:]] if len(p) > 1 and p[0] == FITS_KEY else list(p)
-            arrays["/".join(q)] = rec.arrays["/".join(p)]
-            paths.append(q)
-    meta = {**first.meta, "runs": meta_runs, "resolved": {**first.meta["resolved"], "seeds": len(records)}}
+            arrays["/".join(p)] = rec.arrays["/".join(p)]
+            paths.append(list(p))
+    meta = {**first.meta, "runs": meta_runs, "resolved": {**first.meta["resolved"], "seeds": seeds}}
     info = {**first.info, "runs": runs, "meta": meta, "wall_seconds": sum(r.info["wall_seconds"] for r in records)}
     status = "completed" if all(r.completed for r in records) else "; ".join(r.status for r in records)
     return Record(first.experiment, dict(first.params), status, first.path.parent, arrays, paths, info, loaded=True)
