@@ -118,23 +118,42 @@ def fig3(rec):
 
 def fig8(rec):
     """Main paper Fig. 8. Test (left) and train (right) accuracy of K=1 SGD, K=1 Adam, and of the
-    Adam-solved run's linearised model (solid) and network (dashed); dotted verticals and the top
-    axis mark the Adam-solved run's feature updates."""
+    Adam-solved run's linearised model (solid) and network (dashed), each the mean over the seeds
+    that completed with a band from the lowest to the highest; the legend counts diverged runs and
+    a cross marks the step where each stopped. Dotted verticals and the top axis mark the
+    Adam-solved run's feature updates."""
     rows = _fig8.rows(rec)
     solved = _fig8.solved_tag(rec.meta["resolved"]["K"])
-    hist = lambda t: [rec.history(r["tag"]) for r in R.select(rows, setting=t)]
-    updates = lambda t: R.select(rows, setting=t)[0]["updates"]
+
+    def runs(t):
+        g = R.select(rows, setting=t)
+        done = [r for r in g if r["status"] == "completed"]
+        return g, done, [rec.history(r["tag"]) for r in done]
+
+    def label(t, text):
+        g, done, _ = runs(t)
+        return text + (f"; {len(g) - len(done)} of {len(g)} diverged" if len(done) < len(g) else "")
+
+    def crosses(ax, t, color):
+        for r in runs(t)[0]:
+            if r["status"] != "completed" and r.get("diverged_at"):
+                ax.plot([r["diverged_at"]], [0.02], marker="x", ms=7, mew=1.8, color=color, linestyle="none",
+                        transform=ax.get_xaxis_transform(), clip_on=False)
+
+    updates = lambda t: (runs(t)[1] or runs(t)[0])[0]["updates"]
+    K = rec.meta["resolved"]["K"]
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9), sharey=True)
     for ax, split in zip(axes, ("test", "train")):
-        seed_band(ax, hist("SGD K=1"), f"{split}/accuracy", color="black",
-                  label=f"SGD {legend_label(1, updates('SGD K=1'))}")
-        seed_band(ax, hist("Adam K=1"), f"{split}/accuracy", color="tab:blue",
-                  label=f"Adam {legend_label(1, updates('Adam K=1'))}")
-        seed_band(ax, hist(solved), f"{split}/accuracy_lin", color="tab:red",
-                  label=f"Adam solved, linearised ({legend_label(rec.meta['resolved']['K'], updates(solved))})")
-        seed_band(ax, hist(solved), f"{split}/accuracy", color="tab:red", lw=1.1, linestyle="--", alpha=0.0,
+        for t, name, color in (("SGD K=1", "SGD", "black"), ("Adam K=1", "Adam", "tab:blue")):
+            seed_band(ax, runs(t)[2], f"{split}/accuracy", color=color, label=label(t, f"{name} {legend_label(1, updates(t))}"))
+            crosses(ax, t, color)
+        seed_band(ax, runs(solved)[2], f"{split}/accuracy_lin", color="tab:red",
+                  label=label(solved, f"Adam solved, linearised ({legend_label(K, updates(solved))})"))
+        seed_band(ax, runs(solved)[2], f"{split}/accuracy", color="tab:red", lw=1.1, linestyle="--", alpha=0.0,
                   label="Adam solved, network")
-        relin = hist(solved)[0].relin_steps
+        crosses(ax, solved, "tab:red")
+        done = runs(solved)[2]
+        relin = done[0].relin_steps if done else []
         for s in relin:
             ax.axvline(s, color="tab:red", lw=0.6, linestyle=":", alpha=0.6)
         update_axis(ax, relin, label="feature updates, Adam-solved", max_ticks=6)
@@ -142,7 +161,6 @@ def fig8(rec):
         ax.set_ylabel(f"{split} accuracy")
     shared_legend(fig, axes[0])
     return fig
-
 
 
 # --- Figs 4-7 (main paper Figs. 4-7: ResNet-18 and batch norm, data scaling, probes, filters, the kernel)
