@@ -20,6 +20,13 @@ def session_results(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     mp = pytest.MonkeyPatch()
     mp.setenv("ITLIN_RESULTS", str(root))
+    # compiled programs shared by this process and the chapters' kernels (JAX's persistent
+    # cache), in a folder of this session's: a program compiles once per session
+    from itlin.book import share_compiled_programs
+
+    compiled = tmp_path_factory.mktemp("xla")
+    mp.setenv("ITLIN_COMPILE_CACHE", str(compiled))
+    share_compiled_programs(compiled)
     yield root
     mp.undo()
 

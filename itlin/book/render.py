@@ -14,6 +14,7 @@ split", thousands separators, lists joined by commas); strings pass through as t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -82,6 +83,70 @@ def judge(*records) -> V.Verdicts:
     return V.holm(out)
 
 
+def record_command(record) -> str:
+    """The command that makes ``record`` again: ``python benchmarks/record.py <experiment> '<JSON>'
+    --results results``, with the parameters it was given that differ from their defaults."""
+    import json
+
+    exp = _experiment(record)
+    defaults = {f.name: f.default for f in dataclasses.fields(exp.params)}
+    given = {k: v for k, v in record.params.items() if k in defaults and v is not None and v != defaults[k]
+             and not (isinstance(v, list) and tuple(v) == defaults[k])}
+    return f"python benchmarks/record.py {exp.name} '{json.dumps(given)}' --results results"
+
+
+def _seed_span(r: Mapping) -> str:
+    first, n = int(r["seed"]), int(r["seeds"])
+    return f"seed {first}" if n == 1 else f"seeds {first}-{first + n - 1}"
+
+
+def evidence(rec, use_record: bool = True):
+    """``(judged, note)``: the record a chapter judges and shows for its live run ``rec``, and a
+    Markdown paragraph that says which and why.
+
+    With ``use_record`` and a recorded run kept with the book that repeats ``rec``'s settings
+    with more seeds (:func:`itlin.book.runner.matching_record`, chosen on parameters alone),
+    ``judged`` is that record and the note names it, says how to make it again, and compares the
+    seeds this page re-ran with the record's (:func:`itlin.book.runner.compare_seeds`). Otherwise
+    ``judged`` is ``rec`` itself."""
+    from . import runner
+
+    r = rec.meta.get("resolved", {})
+    other = runner.matching_record(rec) if use_record else None
+    if other is None:
+        why = ("`use_record=False`" if not use_record else
+               "no recorded run repeats these settings with more seeds")
+        n = r.get("seeds")
+        return rec, (f"**Judged on this page's run** ({n} seed{'s' if n != 1 else ''}; {why}).")
+    o, info = other.meta["resolved"], other.info
+    cmp = runner.compare_seeds(rec, other)
+    commit = (info.get("git_commit") or "?")[:7]
+    hours = info.get("wall_seconds", math.nan) / 3600
+    if info.get("first_started_at", info.get("started_at")) != info.get("started_at"):
+        cost = "over several sittings, resumed from its checkpoints"
+    else:
+        minutes = max(1, round(60 * hours))
+        cost = "in " + (f"{hours:.1f} hours" if hours >= 1 else f"{minutes} minute{'s' if minutes > 1 else ''}")
+    if cmp.identical:
+        agree = f"every one of the {cmp.arrays:,} arrays compared is identical to the record's"
+    elif cmp.arrays and cmp.max_rel <= 1e-6:
+        agree = (f"the {cmp.arrays:,} arrays compared agree with the record's to a relative "
+                 f"{cmp.max_rel:.0e} (floating-point order of operations)")
+    elif cmp.arrays:
+        agree = (f"**they differ from the record's** (by up to {cmp.max_abs:.3g}, relative {cmp.max_rel:.2g}, over "
+                 f"{cmp.arrays:,} arrays): the record was made by other code or other hardware, and its verdicts "
+                 "are those of the code that made it")
+    else:
+        agree = "no array of the two could be compared seed for seed"
+    return other, (
+        f"**Judged on a recorded run.** The verdicts, tables and figures below are those of the recorded run "
+        f"`{other.path.name}`: this experiment at this page's settings with {o['seeds']} seeds "
+        f"({_seed_span(o)}), made on {info.get('device', '?')} at commit {commit} {cost}. "
+        f"This page re-ran its {_seed_span(r)} ({rec.info.get('wall_seconds', 0):.0f} s): {agree}. "
+        f"To judge this page's own run instead, set `use_record=False`; to make the record again: "
+        f"`{record_command(other)}`.")
+
+
 _WORDS = {V.HOLDS: "holds", V.FAILS: "**does not hold**", V.UNRESOLVED: "*cannot resolve*"}
 
 
@@ -144,5 +209,5 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
             "the half-width of the interval at that level.")
 
 
-__all__ = ["claims", "correction_note", "judge", "measured", "resolvable", "settings",
+__all__ = ["claims", "correction_note", "evidence", "judge", "measured", "record_command", "resolvable", "settings",
            "summary", "table", "what_it_would_take"]

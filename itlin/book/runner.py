@@ -48,6 +48,7 @@ import contextlib
 import hashlib
 import json
 import datetime as _dt
+import math
 import os
 import re
 import shutil
@@ -57,7 +58,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -403,6 +404,128 @@ def open_records(name) -> list:
         raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}, "
                                 "in it or in its sub-folders).")
     return [open_record(p) for p in subs]
+
+
+# ---------------------------------------------------------------------------------- a record with more seeds
+def _seed_range(resolved: Mapping) -> Optional[range]:
+    try:
+        return range(int(resolved["seed"]), int(resolved["seed"]) + int(resolved["seeds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _same_settings(a: Mapping, b: Mapping) -> bool:
+    """Resolved parameters equal in everything but the number of seeds (JSON-equal, so ``inf``
+    and ``"inf"``, tuples and lists compare as stored)."""
+    strip = lambda r: json.dumps(_io.jsonable({k: v for k, v in r.items() if k not in ("seeds", "seed")}),
+                                 sort_keys=True)
+    return strip(a) == strip(b)
+
+
+def _major(version) -> str:
+    """An experiment's own version, without the digest of its scale table (``"3.b0ee7979"`` ->
+    ``"3"``): what changes when ``run`` changes its numbers."""
+    return str(version).split(".")[0]
+
+
+def matching_record(rec: Record, folder=None) -> Optional[Record]:
+    """The recorded run kept with the book (``folder``, default :func:`recorded_dir`) that repeats
+    ``rec`` with more seeds: the same experiment and version (bumped whenever ``run`` changes its
+    numbers), the same resolved parameters but ``seeds`` (so every value a scale table supplies
+    too), and a list of seeds that contains ``rec``'s. The
+    one with the most seeds when several match; ``None`` when none does (or there is no source
+    checkout). Chosen on parameters alone, never on results.
+
+    A chapter judges its claims on this record when there is one: the live run repeats some of
+    its seeds, and :func:`compare_seeds` says whether the two agree.
+    """
+    if folder is None:
+        root = _source_checkout()
+        if root is None:
+            return None
+        folder = root / "book" / "recorded"
+    folder = Path(folder)
+    mine = rec.meta.get("resolved")
+    seeds = _seed_range(mine or {})
+    if not folder.is_dir() or mine is None or seeds is None:
+        return None
+    best = None
+    for path in sorted(p.parent for p in folder.glob(f"*/{RECORD_FILE}")):
+        info = _io.read_json(path / RECORD_FILE) or {}
+        theirs = (info.get("meta") or {}).get("resolved")
+        if info.get("experiment") != rec.experiment or _major(info.get("version")) != _major(rec.info.get("version")) \
+                or not theirs or info.get("status") != "completed":
+            continue
+        others = _seed_range(theirs)
+        if others is None or len(others) <= len(seeds) or not set(seeds) <= set(others) \
+                or not _same_settings(mine, theirs):
+            continue
+        if best is None or len(others) > len(_seed_range(best.meta["resolved"])):
+            best = open_record(path)
+    return best
+
+
+class SeedComparison(NamedTuple):
+    """How a run agrees with a record that repeats its seeds (:func:`compare_seeds`): ``arrays``
+    compared, the largest absolute and relative differences over them, and ``identical`` (every
+    compared number equal, NaNs included)."""
+
+    arrays: int
+    max_abs: float
+    max_rel: float
+    identical: bool
+
+
+def _is_timing(key: str) -> bool:
+    """Whether an array holds wall-clock times (``.../seconds``, ``..._seconds``), which no two
+    runs share: left out of :func:`compare_seeds`."""
+    name = key.rsplit("/", 1)[-1]
+    return name == "seconds" or name.endswith("_seconds")
+
+
+def _seed_slices(a: np.ndarray, b: np.ndarray, n: int, offset: int):
+    """``a`` and the part of ``b`` that holds ``a``'s seeds: the same shape (a run of one seed),
+    or one axis of length ``n`` in ``a`` against one of more seeds in ``b`` (the seed axis)."""
+    if a.shape == b.shape:
+        return a, b
+    if a.ndim != b.ndim:
+        return None
+    axes = [i for i, (p, q) in enumerate(zip(a.shape, b.shape)) if p != q]
+    if len(axes) != 1 or a.shape[axes[0]] != n or b.shape[axes[0]] < offset + n:
+        return None
+    return a, np.take(b, np.arange(offset, offset + n), axis=axes[0])
+
+
+def compare_seeds(rec: Record, other: Record) -> SeedComparison:
+    """Compare ``rec`` with a record of the same settings and more seeds, seed for seed: every
+    numeric array of ``rec`` whose key ``other`` has too, either with the same shape (a training
+    run of a seed both made) or with one axis of ``rec``'s seeds against ``other``'s (arrays
+    stacked over seeds), is compared with ``other``'s values for the same seeds. Wall-clock times
+    are left out."""
+    n = int(rec.meta["resolved"]["seeds"])
+    offset = int(rec.meta["resolved"]["seed"]) - int(other.meta["resolved"]["seed"])
+    count, max_abs, max_rel, same = 0, 0.0, 0.0, True
+    for key, a in rec.arrays.items():
+        b = other.arrays.get(key)
+        if _is_timing(key):
+            continue
+        if b is None or not (np.issubdtype(np.asarray(a).dtype, np.number) and np.issubdtype(b.dtype, np.number)):
+            continue
+        pair = _seed_slices(np.asarray(a), np.asarray(b), n, offset)
+        if pair is None:
+            continue
+        x, y = (np.asarray(v, np.float64) for v in pair)
+        count += 1
+        both = np.isfinite(x) & np.isfinite(y)
+        if not np.array_equal(np.isfinite(x), np.isfinite(y)) or not np.array_equal(x[~both], y[~both], equal_nan=True):
+            same, max_abs, max_rel = False, math.inf, math.inf
+            continue
+        if both.any():
+            d = np.abs(x[both] - y[both])
+            max_abs = max(max_abs, float(d.max()))
+            max_rel = max(max_rel, float((d / np.maximum(np.abs(y[both]), 1e-300)).max()))
+            same = same and not d.any()
+    return SeedComparison(count, max_abs, max_rel, same and count > 0)
 
 
 # ---------------------------------------------------------------------------------- locking
@@ -948,7 +1071,10 @@ __all__ = [
     "Record",
     "RunContext",
     "RunLockedError",
+    "SeedComparison",
+    "compare_seeds",
     "load",
+    "matching_record",
     "open_record",
     "open_records",
     "params_from",

@@ -1,0 +1,100 @@
+"""Judging a live run on a recorded run with more seeds: which record matches, and whether the
+seeds the live run repeats agree with the record's (runner.matching_record, runner.compare_seeds,
+render.evidence)."""
+
+import dataclasses
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from itlin.book import render, runner
+from itlin.book import verdicts as V
+from itlin.book.experiments import Experiment, Params, param, register
+
+
+def run_seeds(p, ctx):
+    seeds = range(p["seed"], p["seed"] + p["seeds"])
+    draws = np.stack([np.random.default_rng(s).normal(p["shift"], 1.0, size=3) for s in seeds])
+    return {"draws": draws, "constant": np.arange(4.0), "seconds": np.random.default_rng().random(2)}
+
+
+def claims(rec):
+    d = np.asarray(rec["draws"])
+    return [V.judge("shifted", "the draws exceed zero", "—", V.paired_gap(d[:, 0], np.zeros(len(d))), "exceeds")]
+
+
+@dataclass(frozen=True)
+class SeedsParams(Params):
+    seeds: int = param(2, "seeds", min=1)
+    shift: float = param(1.0, "the draws' mean")
+
+
+register(Experiment("test_seeds", SeedsParams, run_seeds, version="1", claims=claims,
+                    doc="Test only: normal draws per seed."))
+
+
+def _keep(rec, folder, name):
+    """Copy a finished run into a folder of recorded runs, as book/recorded keeps them."""
+    shutil.copytree(rec.path, folder / name)
+    return folder / name
+
+
+@pytest.fixture
+def kept(tmp_path):
+    results, recorded = tmp_path / "results", tmp_path / "recorded"
+    recorded.mkdir()
+    for name, params in (("six", {"seeds": 6}), ("twelve", {"seeds": 12}), ("other-shift", {"seeds": 20, "shift": 2}),
+                         ("fewer", {"seeds": 1}), ("later-seeds", {"seeds": 20, "seed": 5})):
+        _keep(runner.run("test_seeds", params, results_dir=results, verbose=False), recorded, name)
+    return results, recorded
+
+
+def test_the_record_with_the_most_seeds_of_the_same_settings_matches(kept):
+    results, recorded = kept
+    live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
+    match = runner.matching_record(live, recorded)
+    assert match is not None and match.path.name == "twelve"   # not other-shift (settings), later-seeds (0, 1 missing)
+    assert runner.matching_record(runner.run("test_seeds", {"seeds": 2, "shift": 3.0}, results_dir=results,
+                                             verbose=False), recorded) is None
+    # seeds 0-11: "twelve" has no more of them, "later-seeds" (5-24) lacks 0-4
+    assert runner.matching_record(runner.run("test_seeds", {"seeds": 12}, results_dir=results, verbose=False),
+                                  recorded) is None
+
+
+def test_a_record_of_another_version_does_not_match(kept, monkeypatch):
+    results, recorded = kept
+    live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
+    monkeypatch.setitem(live.info, "version", "2.abc")
+    assert runner.matching_record(live, recorded) is None
+    monkeypatch.setitem(live.info, "version", "1.different-scale-digest")   # only the experiment's version counts
+    assert runner.matching_record(live, recorded) is not None
+
+
+def test_seeds_compare_identical_and_a_changed_value_is_found(kept):
+    results, recorded = kept
+    live = runner.run("test_seeds", {"seeds": 2, "seed": 6}, results_dir=results, verbose=False)
+    other = runner.open_record(recorded / "later-seeds")            # seeds 5-24 hold live's 6-7 at rows 1-2
+    assert runner.matching_record(live, recorded).path.name == "later-seeds"
+    same = runner.compare_seeds(live, other)
+    assert same.identical and same.arrays == 2 and same.max_abs == 0.0   # draws and constant; seconds left out
+    arrays = dict(live.arrays)
+    arrays["draws"] = arrays["draws"].copy()
+    arrays["draws"][1, 2] += 0.25
+    changed = runner.compare_seeds(dataclasses.replace(live, arrays=arrays), other)
+    assert not changed.identical and changed.max_abs == pytest.approx(0.25)
+    arrays["draws"][1, 2] = np.nan
+    assert runner.compare_seeds(dataclasses.replace(live, arrays=arrays), other).max_abs == np.inf
+
+
+def test_evidence_judges_the_record_and_says_so(kept, monkeypatch):
+    results, recorded = kept
+    monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: runner.open_record(recorded / "twelve"))
+    live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
+    judged, note = render.evidence(live)
+    assert judged.path.name == "twelve" and render.judge(judged)["shifted"].gap.n == 12
+    assert "`twelve`" in note and "12 seeds (seeds 0-11)" in note and "identical" in note
+    assert "python benchmarks/record.py test_seeds '{\"seeds\": 12}'" in note
+    mine, note = render.evidence(live, use_record=False)
+    assert mine is live and "use_record=False" in note and render.judge(mine)["shifted"].gap.n == 2
