@@ -112,9 +112,26 @@ def mean_field_refit_test_loss(params, x_train, y_train, x_test, y_test, *, acti
 
 
 # --------------------------------------------------------------------- main paper: probes
-def linear_probe_accuracy(features_train, labels_train, features_test, labels_test, *, method: str = "ridge",
-                          ridge: float = 1e-3, max_iter: int = 1000) -> float:
-    """Test accuracy of a linear classifier trained on frozen features (main paper Fig. 6).
+def linear_probe_accuracy(features_train, labels_train, features_test, labels_test, **probe_kwargs) -> float:
+    """Test accuracy of a linear classifier trained on frozen features (main paper Fig. 6): the
+    mean of :func:`linear_probe_correct` (its arguments and options).
+
+    >>> rng = np.random.default_rng(0)
+    >>> f, y = rng.normal(size=(40, 3)), np.repeat([0, 1], 20)
+    >>> f[:, 0] += 8 * y                                      # the first feature separates the classes
+    >>> linear_probe_accuracy(f[::2], y[::2], f[1::2], y[1::2])
+    1.0
+    """
+    return float(np.mean(linear_probe_correct(features_train, labels_train, features_test, labels_test,
+                                              **probe_kwargs)))
+
+
+def linear_probe_correct(features_train, labels_train, features_test, labels_test, *, method: str = "ridge",
+                         ridge: float = 1e-3, max_iter: int = 1000) -> np.ndarray:
+    """Whether a linear classifier trained on frozen features classifies each test example right
+    (booleans, one per test row): what :func:`linear_probe_accuracy` averages, kept per example so
+    that two probes scored on the same test examples can be compared with paired noise
+    (:func:`itlin.book.verdicts.paired_accuracy_se`).
 
     Features are flattened and standardised with the training set's mean and standard
     deviation. ``method="ridge"`` (default): ridge regression of one-hot labels with an
@@ -158,7 +175,7 @@ def linear_probe_accuracy(features_train, labels_train, features_test, labels_te
         pred = clf.predict(x_te)
     else:
         raise ValueError(f"method must be 'ridge' or 'logistic', got {method!r}.")
-    return float(np.mean(pred == y_te))
+    return pred == y_te
 
 
 def _batched_features(model, params, x, layer, state, batch_size):
@@ -167,20 +184,27 @@ def _batched_features(model, params, x, layer, state, batch_size):
     return np.concatenate(out)
 
 
-def layer_probe_accuracy(model, params, layer: str, x_train, y_train, x_test, y_test, *, state=None,
-                         batch_size: int = 1000, **probe_kwargs) -> float:
-    """Linear-probe test accuracy on the activations of ``layer`` of ``model`` (main paper Fig. 6).
+def layer_probe_accuracy(model, params, layer: str, x_train, y_train, x_test, y_test, **kwargs) -> float:
+    """Linear-probe test accuracy on the activations of ``layer`` of ``model`` (main paper Fig. 6):
+    the mean of :func:`layer_probe_correct` (its arguments and options)."""
+    return float(np.mean(layer_probe_correct(model, params, layer, x_train, y_train, x_test, y_test, **kwargs)))
+
+
+def layer_probe_correct(model, params, layer: str, x_train, y_train, x_test, y_test, *, state=None,
+                        batch_size: int = 1000, **probe_kwargs) -> np.ndarray:
+    """Per test example, whether a linear probe on the activations of ``layer`` of ``model``
+    classifies it right (main paper Fig. 6).
 
     ``model`` is a :class:`itlin.models.FlaxModel` (``model.layers`` lists the layer names, e.g.
     ``"conv1"``, ``"conv2"`` for the LeNet); activations are computed in inference mode in
-    batches of ``batch_size``, then :func:`linear_probe_accuracy` (``probe_kwargs``) is applied.
+    batches of ``batch_size``, then :func:`linear_probe_correct` (``probe_kwargs``) is applied.
     """
     if not hasattr(model, "features"):
         raise TypeError("layer_probe_accuracy needs a model with a features(params, x, layer) method, such as "
                         "those built by itlin.models (lenet, mlp, resnet18, ...).")
     f_tr = _batched_features(model, params, x_train, layer, state, batch_size)
     f_te = _batched_features(model, params, x_test, layer, state, batch_size)
-    return linear_probe_accuracy(f_tr, y_train, f_te, y_test, **probe_kwargs)
+    return linear_probe_correct(f_tr, y_train, f_te, y_test, **probe_kwargs)
 
 
 # -------------------------------------------------------------------- Ortiz-Jimenez et al.
@@ -267,7 +291,9 @@ __all__ = [
     "eigenvector_alignment",
     "energy_concentration",
     "layer_probe_accuracy",
+    "layer_probe_correct",
     "linear_probe_accuracy",
+    "linear_probe_correct",
     "linear_refit",
     "mean_field_refit_test_loss",
     "target_alignment",
