@@ -432,7 +432,8 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
     """The recorded run kept with the book (``folder``, default :func:`recorded_dir`) that repeats
     ``rec`` with more seeds: the same experiment and version (bumped whenever ``run`` changes its
     numbers), the same resolved parameters but ``seeds`` (so every value a scale table supplies
-    too), and a list of seeds that contains ``rec``'s. The
+    too), and a list of seeds that contains ``rec``'s; finished, whatever its status (runs that
+    diverge are measurements too, e.g. Fig. 4's). The
     one with the most seeds when several match; ``None`` when none does (or there is no source
     checkout). Chosen on parameters alone, never on results.
 
@@ -454,7 +455,7 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
         info = _io.read_json(path / RECORD_FILE) or {}
         theirs = (info.get("meta") or {}).get("resolved")
         if info.get("experiment") != rec.experiment or _major(info.get("version")) != _major(rec.info.get("version")) \
-                or not theirs or info.get("status") != "completed":
+                or not theirs:
             continue
         others = _seed_range(theirs)
         if others is None or len(others) <= len(seeds) or not set(seeds) <= set(others) \

@@ -25,7 +25,7 @@ NAME = "arbel_damping"
 
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 12, "n_test": 200, "eps0s": (1e-7, 1e-3), "steps": 12},
-    "default": {"seeds": 10, "width": 250, "n_train": 50, "n_test": 2000, "eps0s": (1e-9, 1e-7, 1e-5, 1e-3),
+    "default": {"seeds": 2, "width": 250, "n_train": 50, "n_test": 2000, "eps0s": (1e-9, 1e-7, 1e-5, 1e-3),
                 "steps": 400},
     "paper": {"seeds": 5, "width": 5000, "n_train": 500, "n_test": 10000, "eps0s": (1e-9, 1e-7, 1e-5, 1e-3, 1e-1),
               "steps": A.PAPER_GN_STEPS},

@@ -26,7 +26,7 @@ PAPER_TAU0 = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 12, "n_test": 200, "tau0s": (1e-3, 1.0, 100.0),
              "gn_lrs": (10.0, 100.0), "gd_lrs": (1e-2, 100.0), "gn_steps": 12, "gd_steps": 40, "checkpoints": 5},
-    "default": {"seeds": 12, "width": 250, "n_train": 50, "n_test": 2000, "tau0s": PAPER_TAU0,
+    "default": {"seeds": 2, "width": 250, "n_train": 50, "n_test": 2000, "tau0s": PAPER_TAU0,
                 "gn_lrs": (1.0, 10.0, 100.0), "gd_lrs": (0.1, 1.0, 10.0, 100.0, 1000.0), "gn_steps": 400,
                 "gd_steps": 4000, "checkpoints": 12},
     "paper": {"seeds": 5, "width": 5000, "n_train": 500, "n_test": 10000, "tau0s": PAPER_TAU0,

@@ -28,7 +28,7 @@ REF_N_MNIST, OUTPUTS = 3000, 10
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 10, "n_test": 100, "gn_lrs": (1e-2, 100.0), "gd_lrs": (1.0, 100.0),
              "gn_steps": 8, "gd_steps": 30, "checkpoints": 4},
-    "default": {"seeds": 8, "width": 200, "n_train": 20, "n_test": 200, "gn_lrs": (1e-2, 100.0),
+    "default": {"seeds": 2, "width": 200, "n_train": 20, "n_test": 200, "gn_lrs": (1e-2, 100.0),
                 "gd_lrs": (1.0, 10.0, 100.0, 1000.0), "gn_steps": 200, "gd_steps": 2000, "checkpoints": 10},
     "paper": {"seeds": 1, "width": 5000, "n_train": 1497, "n_test": 200, "gn_lrs": A.PAPER_LRS,
               "gd_lrs": A.PAPER_LRS, "gn_steps": A.PAPER_GN_STEPS, "gd_steps": A.PAPER_GN_STEPS, "checkpoints": 40},

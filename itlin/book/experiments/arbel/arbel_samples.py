@@ -26,7 +26,7 @@ NAME = "arbel_samples"
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_trains": (8, 12, 16), "n_test": 200, "gn_lrs": (100.0,),
              "gd_lrs": (100.0,), "gn_steps": 10, "gd_steps": 30},
-    "default": {"seeds": 8, "width": 256, "n_trains": (16, 32, 64, 128), "n_test": 2000, "gn_lrs": (10.0, 100.0),
+    "default": {"seeds": 2, "width": 256, "n_trains": (16, 32, 64, 128), "n_test": 2000, "gn_lrs": (10.0, 100.0),
                 "gd_lrs": (1000.0,), "gn_steps": 200, "gd_steps": 3000},
     "paper": {"seeds": 5, "width": 5000, "n_trains": (100, 200, 500, 1000, 1500), "n_test": 10000,
               "gn_lrs": A.PAPER_LRS, "gd_lrs": A.PAPER_LRS, "gn_steps": A.PAPER_GN_STEPS, "gd_steps": A.PAPER_GD_STEPS},

@@ -23,7 +23,7 @@ NAME = "arbel_steps"
 SCALES = {
     "tiny": {"seeds": 2, "width": 40, "n_train": 12, "n_test": 200, "gn_lrs": (1e-2, 1.0, 100.0),
              "gd_lrs": (1e-2, 1.0, 100.0), "gn_steps": 12, "gd_steps": 40, "checkpoints": 5},
-    "default": {"seeds": 10, "width": 250, "n_train": 50, "n_test": 2000, "gn_lrs": A.PAPER_LRS,
+    "default": {"seeds": 2, "width": 250, "n_train": 50, "n_test": 2000, "gn_lrs": A.PAPER_LRS,
                 "gd_lrs": A.PAPER_LRS, "gn_steps": 400, "gd_steps": 4000, "checkpoints": 20},
     "paper": {"seeds": 5, "width": 5000, "n_train": 500, "n_test": 10000, "gn_lrs": A.PAPER_LRS,
               "gd_lrs": A.PAPER_LRS, "gn_steps": A.PAPER_GN_STEPS, "gd_steps": A.PAPER_GD_STEPS, "checkpoints": 40},

@@ -27,7 +27,7 @@ SCALES = {
     # about three minutes on 2 cores; 12 seeds resolve the stability and frontier claims after Holm
     "default": {"n_train": 384, "n_test": 1000, "n_eval_train": 384, "channels": 8, "steps": 150,
                 "eval_every": 150, "Ks": (5, 10, 25, 50, math.inf), "loss_rtols": (0.03,),
-                "kernel_thresholds": (0.3,), "seeds": 12, "learning_rate": 0.02, "momentum": 0.9,
+                "kernel_thresholds": (0.3,), "seeds": 2, "learning_rate": 0.02, "momentum": 0.9,
                 "stable_lrs": (0.4, 0.8, 1.6), "stable_K": 50, "probe_size": 8, "n_test_final": 15_000},
     # the paper's Fig. 2 sizes (full batch, 50 channels, lr 1e-3, plain GD); the adaptive grids are ours
     "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50, "steps": 100_000,

@@ -35,10 +35,11 @@ NAME = "feature_updates"
 SCALES = {
     "tiny": {"n_train": 256, "n_test": 200, "n_eval_train": 256, "channels": 4, "steps": 40, "eval_every": 10,
              "updates": [1, 4], "mini_updates": [1], "learning_rate": 1e-2, "momentum": 0.9, "seeds": 2},
-    # the budget of Fig. 2's default full-batch sweep (K=1 fits its training set in it)
+    # the budget of Fig. 2's default full-batch sweep (K=1 fits its training set in it); two seeds
+    # re-run live, the chapter judges the recorded run of these settings with 16 (render.evidence)
     "default": {"n_train": 1000, "n_test": 1000, "n_eval_train": 1000, "channels": 16, "steps": 400,
                 "eval_every": 50, "updates": [1, 2, 4, 8, 16, 32], "mini_updates": [], "learning_rate": 1e-2,
-                "momentum": 0.9, "seeds": 5, "n_test_final": 15_000},
+                "momentum": 0.9, "seeds": 2, "n_test_final": 15_000},
     "paper": {"n_train": 10 ** 9, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 50, "steps": 100_000,
               "eval_every": 1_000, "updates": [1, 2, 3, 4, 8, 12, 16, 32], "mini_updates": [1, 2, 4, 8, 16, 32],
               "learning_rate": 1e-3, "momentum": 0.0, "seeds": 5},

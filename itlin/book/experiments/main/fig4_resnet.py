@@ -52,7 +52,7 @@ SCALES = {
     # (curves, and the other modes' runs, on 1,000)
     "default": {"dataset": "mnist1d", "n_train": ALL, "n_test": 1000, "n_eval_train": 500, "width": 4,
                 "Ks": [1, 50], "steps": 200, "eval_every": 40, "lr_no_bn": 1e-2, "lr_bn": 5e-2, "momentum": 0.9,
-                "batch_size": 128, "seeds": 5, "n_test_final": 15_000},
+                "batch_size": 128, "seeds": 2, "n_test_final": 15_000},
     # the paper: ResNet-18 (width 64) on CIFAR-10, lr 7e-7 / K=1e6 without BN and 1e-5 / K=1e5 with
     # BN (Appendix C), plain SGD, batch 256; no step count stated: ten phases of the largest K
     "paper": {"dataset": "cifar10", "n_train": ALL, "n_test": ALL, "n_eval_train": 10_000, "width": 64,

@@ -41,7 +41,7 @@ SCALES = {
     # level, where five seeds' t quantile is large. 15,000 test signals of an MNIST-1D generated larger
     # (_common.MNIST1D_LARGE): 1,000 put the noise of a difference of accuracies at about 4 points.
     "default": {"dataset": "mnist1d", "models": ("mlp", "lenet", "resnet18"), "n_train": 1000, "n_test": 15_000,
-                "n_kernel": 500, "seeds": 10, "epochs": 25, "align_models": ("mlp", "lenet"),
+                "n_kernel": 500, "seeds": 2, "epochs": 25, "align_models": ("mlp", "lenet"),
                 "align_indices": (4, 16, 64), "Ks": (1, 10, 70, math.inf), "resnet_width": 8, "link_model": "lenet"},
     # their CIFAR-2 Table 1: 12,000 training samples, 200 epochs, ResNet-18 of width 64
     "paper": {"dataset": "cifar10", "models": ("mlp", "lenet", "resnet18"), "n_train": 12_000, "n_test": C.ALL,
