@@ -471,6 +471,7 @@ def test_parameters_cell_equals_the_experiments_defaults(chapter, exp):
     cell = re.search(r"```\{code-cell\} ipython3\n:tags: \[parameters\]\n(.*?)```", text, re.S).group(1)
     given = {}
     exec(cell, {}, given)
+    given.pop("use_record")  # the chapter's, not the experiment's: judge on the recorded run of these settings
     defaults = exp.defaults()
     assert given and set(given) <= set(defaults)
     assert {k: defaults[k] for k in given} == given

@@ -135,13 +135,20 @@ def sign_accuracy(outputs, targets) -> float:
 
 # ------------------------------------------------------------------------------ claims
 def gap_claim(id: str, claim: str, paper: str, a, b, rule: str = "exceeds", margin: float = 0.0, *,
-              n_test: Optional[int] = None, measured: str = "", **kw) -> V.Verdict:
+              n_test: Optional[int] = None, examples: Optional[tuple] = None, measured: str = "",
+              **kw) -> V.Verdict:
     """:func:`itlin.book.verdicts.judge` on ``a - b`` paired over the seeds where both are finite (a
-    diverged run's NaN is counted in ``dropped``); ``n_test`` adds a finite test set's noise."""
+    diverged run's NaN is counted in ``dropped``); the test set's noise from ``examples`` (``(ea,
+    eb)``, per seed and example, ``(S, n)``: the per-example versions of ``a`` and ``b`` on the same
+    examples, for the paired noise of :func:`itlin.book.verdicts.paired_accuracy_se`), else from
+    ``n_test`` (the unpaired bound)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     keep = np.isfinite(a) & np.isfinite(b)
-    gap = V.paired_gap(a[keep], b[keep], n_test=n_test) if keep.any() else V.Gap(math.nan, math.nan, 0, math.nan,
-                                                                                math.nan)
+    se = None
+    if examples is not None and keep.sum() >= 1:
+        se = V.paired_accuracy_se(np.asarray(examples[0])[keep], np.asarray(examples[1])[keep])
+    gap = V.paired_gap(a[keep], b[keep], n_test=n_test, test_se=se) if keep.any() else \
+        V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, dropped=int((~keep).sum()), **kw)
 
 

@@ -172,15 +172,18 @@ def run(p, ctx):
                     T = targets.shape[1]
                     m = {k: np.full((S, T), np.nan) for k in ("val_acc", "train_acc", "l2_distance", "cos_distance")}
                     m["diverged"] = ~np.all(np.isfinite(losses), axis=-1)
+                    correct = np.zeros((S, T, n_va), bool)  # which validation inputs each run gets right
                     for s in range(S):
                         for t in range(T):
                             if m["diverged"][s, t]:  # its metrics stay NaN; the claims drop it
                                 continue
                             st = states[s][t]
                             y = np.asarray(C.predict(trainer, st, x_pool))
+                            correct[s, t] = (y[n_tr:] > 0) == (targets[s, t, n_tr:] > 0)
                             m["val_acc"][s, t] = C.sign_accuracy(y[n_tr:], targets[s, t, n_tr:])
                             m["train_acc"][s, t] = C.sign_accuracy(y[:n_tr], targets[s, t, :n_tr])
                             m["l2_distance"][s, t], m["cos_distance"][s, t] = weight_distances(inits[s][0], st.params)
+                    m["val_correct"] = np.packbits(correct, axis=-1)  # (S, T, ceil(n_val / 8)) bits
                     m["epoch_loss"] = np.asarray(losses, np.float64).reshape(S, T, E, per_epoch).mean(-1)
                     m["seconds"] = time.perf_counter() - t0
                     return m
@@ -206,6 +209,13 @@ def present(res: Mapping, name: str) -> list:
 
 def _acc(res, name, key):
     return np.asarray(res["models"][name][key]["val_acc"], np.float64)
+
+
+def _correct(res, name, key, n_val: int):
+    """``(S, T, n_val)`` floats: which validation inputs each run classified right (``None`` for
+    records made before they were kept)."""
+    bits = res["models"][name][key].get("val_correct")
+    return None if bits is None else np.unpackbits(np.asarray(bits), axis=-1)[..., :n_val].astype(np.float64)
 
 
 def hardness(res: Mapping, name: str, threshold: float, steps: int, steps_per_epoch: int, opt: str = "sgd") -> dict:
@@ -234,7 +244,8 @@ def upper_targets(js: Sequence[int]) -> list:
 def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: str = "lenet") -> list:
     """Their Section 3.2 and Appendix E.1 (Figs. 2-3) on ``val_acc`` ``(S, J + 1)`` per model and
     ``"<opt>_<variant>"`` (the last column: the dataset's own labels), paired over seeds with
-    the noise of ``n_val`` validation inputs. ``decay.<model>.<opt>.<variant>``: accuracy at
+    the noise of the validation inputs (paired, example by example, when the record keeps
+    ``val_correct``; else the unpaired bound for ``n_val`` inputs). ``decay.<model>.<opt>.<variant>``: accuracy at
     the first ``j`` exceeds that at the last; ``linear_advantage.<model>.<opt>``: the
     linearised model's mean over the targets exceeds the network's; ``labels.<model>.<opt>``:
     the network beats it on the labels (Appendix A); ``cross.<cross_model>.<opt>`` (Fig. 3, the
@@ -247,27 +258,29 @@ def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: 
         L = C.LABELS.get(name, name)
         for opt in present(res, name):
             for variant in [v for v in VARIANTS if f"{opt}_{v}" in res["models"][name]]:
-                acc = _acc(res, name, f"{opt}_{variant}")
+                acc, c = _acc(res, name, f"{opt}_{variant}"), _correct(res, name, f"{opt}_{variant}", n_val)
                 rhos = [spearmanr(js, a[:J]).statistic for a in acc
                         if J >= 3 and np.all(np.isfinite(a[:J])) and np.ptp(a[:J]) > 0]
                 out.append(C.gap_claim(
                     f"decay.{name}.{opt}.{variant}", f"{L} {variant}, {opt.upper()}: accuracy decays with j",
                     "decays for every model (Figs. 2-3, Section 3.2)", acc[:, 0], acc[:, J - 1], n_test=n_val,
+                    examples=None if c is None else (c[:, 0], c[:, J - 1]),
                     measured=f"{C.fmt_finite(acc[:, 0])} at j={js[0]}, {C.fmt_finite(acc[:, J - 1])} at j={js[-1]}",
                     detail=f"Spearman ρ(j, accuracy) {np.mean(rhos):+.2f} on average" if rhos else "",
                     headline=opt == "sgd"))
             if not all(f"{opt}_{v}" in res["models"][name] for v in VARIANTS):
                 continue
             net, lin = _acc(res, name, f"{opt}_network"), _acc(res, name, f"{opt}_linear")
+            cn, cl = _correct(res, name, f"{opt}_network", n_val), _correct(res, name, f"{opt}_linear", n_val)
             out.append(C.gap_claim(
                 f"linear_advantage.{name}.{opt}", f"{L}, {opt.upper()}: linear advantage on eigenfunctions",
                 "linearised models are clearly ahead on the eigenfunctions (Figs. 2-3)", lin[:, :J].mean(1),
                 net[:, :J].mean(1), n_test=n_val * J, measured=f"linearised minus network, mean over {J} targets",
-                headline=opt == "sgd"))
+                examples=cn is not None and (cl[:, :J].mean(1), cn[:, :J].mean(1)) or None, headline=opt == "sgd"))
             out.append(C.gap_claim(
                 f"labels.{name}.{opt}", f"{L}, {opt.upper()}: network ahead on the dataset's own labels",
                 "networks 'perform significantly better than their linear approximations' on CIFAR-2 (App. A)",
-                net[:, J], lin[:, J], n_test=n_val,
+                net[:, J], lin[:, J], n_test=n_val, examples=cn is not None and (cn[:, J], cl[:, J]) or None,
                 measured=f"network {C.fmt_finite(net[:, J])}, linearised {C.fmt_finite(lin[:, J])}"))
             if name == cross_model:
                 up = upper_targets(js)
@@ -276,6 +289,7 @@ def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: 
                     f"cross.{name}.{opt}", f"{L}, {opt.upper()}: the curves cross (the network ahead from "
                     f"j={js[up[0]]} on)", "on MNIST the LeNet's curves cross near j=500, the network ahead beyond "
                     "(Fig. 3)", net[:, up].mean(1), lin[:, up].mean(1), n_test=n_val * len(up),
+                    examples=cn is not None and (cn[:, up].mean(1), cl[:, up].mean(1)) or None,
                     measured=f"network minus linearised, mean over j >= {js[up[0]]}",
                     detail=f"network minus linearised per j, points: {per_j}"))
     return out
@@ -339,7 +353,7 @@ def summary(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, EigenParams, run, version="2", summary=summary, claims=claims))
+    NAME, EigenParams, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims", "fitted_range",
            "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs", "upper_targets"]
