@@ -98,3 +98,21 @@ def test_evidence_judges_the_record_and_says_so(kept, monkeypatch):
     assert "python benchmarks/record.py test_seeds '{\"seeds\": 12}'" in note
     mine, note = render.evidence(live, use_record=False)
     assert mine is live and "use_record=False" in note and render.judge(mine)["shifted"].gap.n == 2
+
+
+def test_compiled_programs_are_shared_through_jax_s_own_cache(tmp_path, monkeypatch):
+    import jax
+
+    from itlin.book import share_compiled_programs
+
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        monkeypatch.setenv("ITLIN_COMPILE_CACHE", str(tmp_path / "xla"))
+        share_compiled_programs()
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
+        monkeypatch.setenv("ITLIN_COMPILE_CACHE", "off")
+        jax.config.update("jax_compilation_cache_dir", "unchanged")
+        share_compiled_programs()
+        assert jax.config.jax_compilation_cache_dir == "unchanged"
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
