@@ -182,14 +182,18 @@ def run(p, ctx):
             # trained on the labels (K = 1); a run that diverges keeps NaN metrics (the claims drop it)
             st, log = train(base, base.init(p0, st0), x_tr, jnp.asarray(y_tr), steps, batch_size=B, seed=bs)
             res["diverged"] = not ok(log, steps)
+            no_bits = np.zeros((len(y_te) + 7) // 8, np.uint8)  # which test inputs a run gets right (packed)
             if res["diverged"]:
                 res["end"] = {**nan_summary, "gain": np.full(min(CURVE_K, nk), np.nan)}
                 res["test_acc"] = res["train_acc"] = res["final_loss"] = math.nan
+                res["test_correct"] = no_bits
             else:
                 kt = gram(st.params, st.model_state)
                 res["end"] = kernel_summary(kt, yk, r["k"])
                 res["end"]["gain"] = alignment_gain(vecs0, vals0, kt)["gain"][:CURVE_K]
-                res["test_acc"] = C.sign_accuracy(C.predict(base, st, x_te), y_te)
+                out_te = np.asarray(C.predict(base, st, x_te))
+                res["test_acc"] = C.sign_accuracy(out_te, y_te)
+                res["test_correct"] = np.packbits((out_te > 0) == (np.asarray(y_te).reshape(-1) > 0))
                 res["train_acc"] = C.sign_accuracy(C.predict(base, st, x_tr), y_tr)
                 res["final_loss"] = float(np.mean(log.loss[-(n_tr // B):]))
             if align_tr is not None:  # a diverged run keeps NaN alignments
@@ -207,13 +211,16 @@ def run(p, ctx):
                     stK, logK = train(tr, tr.init(p0, st0), x_tr, jnp.asarray(y_tr), steps, batch_size=B, seed=bs)
                     diverged = not ok(logK, steps)
                     if diverged:
-                        summ, acc = nan_summary, math.nan
+                        summ, acc, bits = nan_summary, math.nan, no_bits
                     else:  # the trained model's kernel: the NTK at its last linearisation point (K=inf: the initial)
                         summ = res["init"] if math.isinf(K) else kernel_summary(gram(stK.anchor, stK.model_state),
                                                                                 yk, r["k"])
-                        acc = C.sign_accuracy(C.predict(tr, stK, x_te), y_te)
+                        out_K = np.asarray(C.predict(tr, stK, x_te))
+                        acc = C.sign_accuracy(out_K, y_te)
+                        bits = np.packbits((out_K > 0) == (np.asarray(y_te).reshape(-1) > 0))
                     res["link"][key_K(K)] = {
                         "ec": summ["ec"], "kta": summ["kta"], "ec_curve": summ["ec_curve"], "test_acc": acc,
+                        "test_correct": bits,
                         "updates": int(stK.updates), "diverged": diverged,
                         "diverged_at": int(logK.loss.size) if diverged else -1}
             res["seconds"] = time.perf_counter() - t0
@@ -253,6 +260,13 @@ def models_of(res: Mapping) -> list:
     return [m for m in C.ORDER if m in res["models"]]
 
 
+def _correct(r: Mapping, n_test: int):
+    """``(S, n_test)`` floats: which test inputs each seed's run got right (``None`` for records made
+    before they were kept): the per-example accuracies of a paired test-set noise."""
+    bits = r.get("test_correct")
+    return None if bits is None else np.unpackbits(np.asarray(bits), axis=-1)[:, :n_test].astype(np.float64)
+
+
 def judge_table1(res: Mapping, n_test: int) -> list:
     """Their Table 1, paired over seeds: ``concentrates.<model>`` training raises the energy
     concentration; for consecutive models of MLP, LeNet, ResNet-18, the later one ends more
@@ -266,6 +280,7 @@ def judge_table1(res: Mapping, n_test: int) -> list:
                                headline=True))
     for a, b in zip(names, names[1:]):
         ra, rb = res["models"][a], res["models"][b]
+        ca, cb = _correct(ra, n_test), _correct(rb, n_test)
         out.append(C.gap_claim(
             f"order.ec.{b}", f"{C.LABELS[b]} ends more concentrated than {C.LABELS[a]}",
             f"{100 * PAPER_TABLE[b][1]:.1f}% vs {100 * PAPER_TABLE[a][1]:.1f}%", rb["end"]["ec"], ra["end"]["ec"],
@@ -273,7 +288,7 @@ def judge_table1(res: Mapping, n_test: int) -> list:
         out.append(C.gap_claim(
             f"order.test.{b}", f"{C.LABELS[b]} tests better than {C.LABELS[a]}",
             f"{100 * PAPER_TABLE[b][2]:.1f}% vs {100 * PAPER_TABLE[a][2]:.1f}%", rb["test_acc"], ra["test_acc"],
-            n_test=n_test, measured=f"{C.fmt_finite(rb['test_acc'])} vs {C.fmt_finite(ra['test_acc'])}"))
+            n_test=n_test, examples=None if ca is None or cb is None else (cb, ca), measured=f"{C.fmt_finite(rb['test_acc'])} vs {C.fmt_finite(ra['test_acc'])}"))
     return out
 
 
@@ -311,6 +326,11 @@ def link_table(res: Mapping, name: str, Ks: Sequence[float]) -> list:
     return out
 
 
+def _link_correct(res: Mapping, name: str, K: float, n_test: int):
+    r = res["models"][name]
+    return _correct(r if K == 1 else r["link"][key_K(K)], n_test)
+
+
 def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin: float = 0.02) -> list:
     """Linking the papers, ``link.<what>.K<K>`` per finite ``K > 1`` (the trained model's kernel;
     an equivalence with a diverged run dropped is at most unresolved): ``ec`` K's energy
@@ -320,6 +340,7 @@ def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin
         return []
     table = {K: row for K, *row in link_table(res, name, Ks)}
     _, ec1, kta1, acc1, _ = table[1.0]
+    c1 = _link_correct(res, name, 1.0, n_test)
     init = res["models"][name]["init"]
     out = []
     for K, (u, ec, kta, acc, _) in table.items():
@@ -337,6 +358,8 @@ def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin
                         "not studied", ec, init["ec"], measured=f"{C.fmt_finite(ec)} vs {C.fmt_finite(init['ec'])}"),
             C.gap_claim(f"link.test.{k}", f"{C.LABELS[name]}: {what} tests as well as K=1",
                         "main paper: a few feature updates match K=1", acc, acc1, "close", margin, n_test=n_test,
+                        examples=None if c1 is None or _link_correct(res, name, K, n_test) is None else
+                        (_link_correct(res, name, K, n_test), c1),
                         measured=f"{C.fmt_finite(acc)} vs {C.fmt_finite(acc1)}")]
     return out
 
@@ -375,7 +398,7 @@ def link_rows(rec) -> list:
 
 
 EXPERIMENT = register(Experiment(
-    NAME, ConcentrationParams, run, version="3", summary=summary, claims=claims))
+    NAME, ConcentrationParams, run, version="4", summary=summary, claims=claims))
 
 __all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
            "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",
