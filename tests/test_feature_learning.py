@@ -99,6 +99,40 @@ def test_probe_claims_hold_fail_and_cannot_resolve():
     assert held["probe.conv2.lower"].rule == "exceeds" and held["probe.conv2.lower"].gap.test_half > 0
 
 
+def _with_examples(rows, n=4000, seed=1):
+    """The rows with ``correct_<layer>``: per snapshot, which of ``n`` test examples the probe gets
+    right, at the row's probe accuracy; K=1's and the other runs' sets nested, so that paired they
+    differ on few examples (as two probes of one network do)."""
+    rng = np.random.default_rng(seed)
+    order = {s: rng.permutation(n) for s in {r["seed"] for r in rows}}
+    for r in rows:
+        for layer in fl.LAYERS:
+            acc = r[f"probe_{layer}"]
+            c = np.zeros((len(acc), n), bool)
+            for t, a in enumerate(acc):
+                c[t, order[r["seed"]][:int(round(a * n))]] = True
+            r[f"correct_{layer}"] = c
+    return rows
+
+
+def test_probe_gaps_must_clear_the_margin_and_get_the_paired_noise_of_one_test_set():
+    """A probe gap of one point is no difference (the margin is two, close_margin's): with the
+    paired noise of one test set it is refuted; three points hold; the unpaired bound on the same
+    examples resolves neither."""
+    small = {v.id: v for v in fl.judge_rows(_with_examples(_rows(probe_gap=0.01, seeds=12, noise=0.001)),
+                                            n_test=4000, margin=0.02)}
+    assert small["probe.conv2.lower"].verdict == V.FAILS and small["probe.conv2.lower"].margin == 0.02
+    assert small["probe.conv2.lower"].gap.test_half < 0.005  # paired: far below the unpaired ~2 points
+    assert "by more than 2 points" in small["probe.conv2.lower"].claim
+    big = {v.id: v for v in fl.judge_rows(_with_examples(_rows(probe_gap=0.04, seeds=12, noise=0.001)),
+                                          n_test=4000, margin=0.02)}
+    assert big["probe.conv2.lower"].verdict == V.HOLDS
+    unpaired = {v.id: v for v in fl.judge_rows(_rows(probe_gap=0.01, seeds=12, noise=0.001), n_test=4000,
+                                               margin=0.02)}
+    assert unpaired["probe.conv2.lower"].verdict == V.UNRESOLVED
+    assert unpaired["probe.conv2.lower"].gap.test_half > 0.015
+
+
 def test_probe_claims_leave_diverged_runs_out_and_count_them():
     out = _by_id(_rows(status="diverged at step 300"))
     assert out["probe.conv1.slower"].verdict == V.UNRESOLVED and out["probe.conv1.slower"].dropped == 5
@@ -260,5 +294,6 @@ def test_the_chapters_parameters_cell_holds_the_experiments_defaults():
 
     cell = chapter_parameters(Path(__file__).resolve().parents[1] / "book" / "feature_learning.md")
     defaults = fl.EXPERIMENT.defaults()
+    assert cell.pop("use_record") is True  # the chapter's own: judge on the recorded run of these settings
     assert set(cell) <= set(defaults)
     assert all(fl.EXPERIMENT.resolve({k: v})[k] == defaults[k] for k, v in cell.items())
