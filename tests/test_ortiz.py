@@ -524,3 +524,48 @@ def test_bad_parameters_fail_before_any_compute_with_one_line(exp, params, match
         runner.run(exp, params, results_dir=tmp_path, progress=False, verbose=False)
     assert "\n" not in str(err.value)
     assert not any(tmp_path.iterdir())
+
+
+def _bits(acc_rows, n, rng):
+    """Packed per-example correctness, (S, T, n / 8) or (S, n / 8), at the given accuracies, the
+    examples right nested from run to run of a seed (two runs differ on few examples)."""
+    acc = np.asarray(acc_rows, np.float64)
+    order = [rng.permutation(n) for _ in range(acc.shape[0])]
+    c = np.zeros(acc.shape + (n,), bool)
+    for idx in np.ndindex(acc.shape):
+        c[idx + (order[idx[0]][:int(round(acc[idx] * n))],)] = True
+    return np.packbits(c, axis=-1)
+
+
+def test_accuracy_gaps_on_one_validation_set_get_its_paired_noise():
+    """Network and linearised model scored on the same 2,000 validation inputs: a 1.5-point lead on
+    the labels resolves with the paired noise and not with the unpaired bound."""
+    rng, n, S = np.random.default_rng(3), 2000, 8
+    js = [1, 4, 16]
+    net = np.tile([0.9, 0.8, 0.7], (S, 1)) + rng.normal(0, 0.001, (S, 3))
+    res = _acc_result(net, net - 0.01, 0.715, 0.70)
+    unpaired = verdicts_of(oe.judge_accuracy(res, js, n_val=n))
+    assert unpaired["labels.lenet.sgd"] == U
+    for key in ("sgd_network", "sgd_linear"):
+        res["models"]["lenet"][key]["val_correct"] = _bits(res["models"]["lenet"][key]["val_acc"], n,
+                                                           np.random.default_rng(4))
+    paired = V.Verdicts(oe.judge_accuracy(res, js, n_val=n))
+    assert paired["labels.lenet.sgd"].verdict == H and paired["labels.lenet.sgd"].gap.test_half < 0.005
+    assert paired["linear_advantage.lenet.sgd"].verdict == F  # the network ahead on every target here
+
+
+def test_link_test_claims_get_the_paired_noise_of_one_test_set():
+    S, n = 8, 4000
+    rng = np.random.default_rng(0)
+    acc1, accK = 0.75 + rng.normal(0, 0.001, S), 0.74 + rng.normal(0, 0.001, S)
+    lenet = {"init": {"ec": np.full(S, 0.5), "kta": np.full(S, 0.08)}, "end": {"ec": np.full(S, 0.7),
+             "kta": np.full(S, 0.2)}, "test_acc": acc1, "diverged": np.zeros(S, bool),
+             "link": {"K=70": {"ec": np.full(S, 0.7), "kta": np.full(S, 0.15), "test_acc": accK,
+                               "updates": np.full(S, 2), "diverged": np.zeros(S, bool)}}}
+    res = {"models": {"lenet": lenet}}
+    Ks = (1, 70)
+    assert oc.judge_link(res, "lenet", Ks, n_test=n)[3].verdict == U  # unpaired: about 2 points of noise
+    lenet["test_correct"] = _bits(acc1, n, np.random.default_rng(5))
+    lenet["link"]["K=70"]["test_correct"] = _bits(accK, n, np.random.default_rng(5))
+    v = oc.judge_link(res, "lenet", Ks, n_test=n)[3]
+    assert v.verdict == H and v.gap.test_half < 0.005
