@@ -178,6 +178,32 @@ def linear_probe_correct(features_train, labels_train, features_test, labels_tes
     return pred == y_te
 
 
+def correct_examples(trainer, state, x, y, batch_size: int = 500) -> np.ndarray:
+    """Whether the model a trainer's ``state`` is training (its linearisation at the anchor; the
+    network itself for ``K=1``) classifies each example of ``(x, y)`` right: booleans, one per
+    example, the per-example accuracy that two runs scored on one test set are compared with
+    (:func:`itlin.book.verdicts.paired_accuracy_se`).
+
+    >>> import itlin, optax
+    >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), 1)
+    >>> correct_examples(tr, tr.init(jnp.eye(2)), jnp.array([[1.0, 0.0], [1.0, 0.0]]), jnp.array([0, 1])).tolist()
+    [True, False]
+    """
+    out = [np.asarray(_correct_jit(trainer, state.params, state.anchor, state.model_state,
+                                   jnp.asarray(x[i:i + batch_size]), jnp.asarray(y[i:i + batch_size])))
+           for i in range(0, int(x.shape[0]), batch_size)]
+    return np.concatenate(out) if out else np.zeros(0, bool)
+
+
+@partial(jax.jit, static_argnums=0)
+def _correct_jit(trainer, params, anchor, model_state, x, y):
+    from .core.linearise import linearised_apply
+
+    f = trainer.model.bind(model_state)
+    out = f(params, x) if trainer.gd_path else linearised_apply(f, anchor, params, x)
+    return jnp.argmax(out, -1) == y
+
+
 def _batched_features(model, params, x, layer, state, batch_size):
     out = [np.asarray(model.features(params, x[i:i + batch_size], layer, state=state))
            for i in range(0, len(x), batch_size)]
@@ -290,6 +316,7 @@ def target_alignment(kernel, f) -> float:
 __all__ = [
     "eigenvector_alignment",
     "energy_concentration",
+    "correct_examples",
     "layer_probe_accuracy",
     "layer_probe_correct",
     "linear_probe_accuracy",

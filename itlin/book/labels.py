@@ -6,6 +6,7 @@ wording of their claims.
 
 from __future__ import annotations
 
+import difflib
 import math
 
 
@@ -120,4 +121,23 @@ def fmt_lam(lam) -> str:
     return f"{float(lam):.3g}"
 
 
-__all__ = ["K_label", "fmt_K", "fmt_finite", "fmt_lam", "fmt_lr", "fmt_value", "legend_label", "pct", "pts"]
+
+
+def did_you_mean(word, options) -> str:
+    """``"did you mean 'x'? "`` for the closest option (spelling, initials or prefix), else ``""``.
+
+    >>> did_you_mean("fig2_k_swep", ["fig2_k_sweep", "fig9_damping"]), did_you_mean("lr", ["learning_rate"])
+    ("did you mean 'fig2_k_sweep'? ", "did you mean 'learning_rate'? ")
+    """
+    word, options = str(word), [str(o) for o in options]
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if not close:
+        w = word.lower().replace("-", "_")
+        initials = [o for o in options if "".join(part[:1] for part in o.lower().split("_") if part) == w]
+        prefix = [o for o in options if len(w) >= 2 and o.lower().startswith(w)]
+        close = initials or prefix
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+__all__ = ["K_label", "did_you_mean", "fmt_K", "fmt_finite", "fmt_lam", "fmt_lr", "fmt_value", "legend_label", "pct",
+           "pts"]

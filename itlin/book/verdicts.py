@@ -199,6 +199,50 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     return Gap(mean, half, int(a.size), seed_half, test_half)
 
 
+def bootstrap_gap(observed, resampled, a: int, b: int, n: int, log: bool = False) -> Gap:
+    """The gap ``observed[a] - observed[b]`` (of log10 with ``log``) of a statistic over ``n``
+    seeds, with its interval from ``resampled`` (the statistic on bootstrap resamples of the
+    seeds, ``resampled[i]`` paired across ``i``): the bootstrap standard error times Student's t
+    quantile for ``n`` seeds (the bootstrap alone is too narrow for a few seeds).
+
+    >>> g = bootstrap_gap(np.array([2.0, 1.0]), np.array([[2.1, 1.9, 2.0], [1.0, 1.1, 0.9]]), 0, 1, 10)
+    >>> g.mean, round(g.half, 3)           # std 0.173 of the resampled gaps, times t(0.975, 9) = 2.262
+    (1.0, 0.392)
+    """
+    f = np.log10 if log else (lambda z: z)
+    with np.errstate(all="ignore"):
+        d, boot = float(f(observed[a]) - f(observed[b])), f(resampled[a]) - f(resampled[b])
+    boot = np.asarray(boot)[np.isfinite(boot)]
+    if not math.isfinite(d) or boot.size < 2 or n < 2:
+        return Gap(math.nan, math.nan, n, math.nan, 0.0)
+    half = t_quantile(0.5 + LEVEL / 2, max(n - 1, 1)) * float(np.std(boot, ddof=1))
+    return Gap(d, half, n, half, 0.0)
+
+
+def largest_rise(observed, resampled, n: int) -> Gap:
+    """Minus the largest rise in log10 of a statistic between neighbours along its first axis
+    (:func:`bootstrap_gap` of each), with the simultaneous interval of the Bonferroni-widened
+    intervals of every step (``[-U, -L]``, ``L``/``U`` the largest lower/upper ends): "it falls at
+    every step" holds when this exceeds 0."""
+    gaps = [bootstrap_gap(observed, resampled, i + 1, i, n, log=True) for i in range(len(observed) - 1)]
+    if not gaps or any(not math.isfinite(g.half) for g in gaps):
+        return Gap(math.nan, math.nan, n, math.nan, 0.0)
+    dof = max(n - 1, 1)
+    w = t_quantile(1 - (1 - LEVEL) / len(gaps) / 2, dof) / t_quantile(0.5 + LEVEL / 2, dof)
+    lo, hi = max(g.mean - w * g.half for g in gaps), max(g.mean + w * g.half for g in gaps)
+    return Gap(-(lo + hi) / 2, (hi - lo) / 2, n, (hi - lo) / 2, 0.0)
+
+
+def unpack_correct(bits, n: int) -> np.ndarray:
+    """Per-example results kept as packed bits (``np.packbits`` along the last axis) back as
+    floats, the last axis cut to ``n`` examples: what :func:`paired_accuracy_se` compares.
+
+    >>> unpack_correct(np.packbits([True, False, True]), 3).tolist()
+    [1.0, 0.0, 1.0]
+    """
+    return np.unpackbits(np.asarray(bits, np.uint8), axis=-1)[..., :int(n)].astype(np.float64)
+
+
 def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple:
     """Wilson score interval ``(lo, hi)`` of a proportion ``k / n`` (sensible at 0 and ``n``).
 
@@ -559,5 +603,6 @@ def bottom_line(rows: Sequence[Verdict]) -> str:
 
 
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
-           "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "p_value", "paired_accuracy_se",
-           "paired_gap", "proportion_gap", "seed_interval", "seeds_needed", "stated", "t_quantile", "wilson_interval"]
+           "bootstrap_gap", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
+           "p_value", "paired_accuracy_se", "paired_gap", "proportion_gap", "seed_interval", "seeds_needed", "stated",
+           "t_quantile", "unpack_correct", "wilson_interval"]

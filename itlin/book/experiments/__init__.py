@@ -68,7 +68,6 @@ Conventions:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import importlib
 import inspect
@@ -83,6 +82,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal, Mapping, NamedTuple, NewType, Optional, Sequence
 
 from ..._io import jsonable
+from ..labels import did_you_mean as _suggest
 from ...core.schedules import INF_WORDS, parse_period
 
 SCALES = ("tiny", "default", "paper")
@@ -101,18 +101,6 @@ class ParameterError(ValueError):
 
 class UnknownExperimentError(ValueError):
     """No experiment of that name is registered."""
-
-
-def _suggest(word, options) -> str:
-    """``"did you mean 'x'? "`` for the closest option (spelling, initials or prefix), else ``""``."""
-    word, options = str(word), [str(o) for o in options]
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    if not close:
-        w = word.lower().replace("-", "_")
-        initials = [o for o in options if "".join(part[:1] for part in o.lower().split("_") if part) == w]
-        prefix = [o for o in options if len(w) >= 2 and o.lower().startswith(w)]
-        close = initials or prefix
-    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None, label: Optional[str] = None,

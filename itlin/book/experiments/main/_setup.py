@@ -10,7 +10,6 @@ are in :mod:`~itlin.book.experiments.main._rows`, their figures in :mod:`itlin.b
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Literal, Mapping, NamedTuple, Optional
@@ -304,25 +303,14 @@ def final_metrics(trainer, state, final) -> dict:
     of the test set (:func:`itlin.book.verdicts.paired_accuracy_se`)."""
     import base64
 
+    from .... import metrics
     from ....core.loop import evaluate
 
     m = evaluate(trainer, state, *final)
-    correct = correct_examples(trainer, state, *final)
+    correct = metrics.correct_examples(trainer, state, *final)
     return {"final_test": float(m["accuracy_lin"]), "final_test_net": float(m["accuracy"]),
             "n_test_final": int(final[0].shape[0]),
             "final_correct": base64.b64encode(np.packbits(correct).tobytes()).decode("ascii")}
-
-
-def correct_examples(trainer, state, x, y, batch_size: int = 500) -> np.ndarray:
-    """Whether the model being trained (the linearised model; for K=1 the network) classifies
-    each example right: booleans, one per example."""
-    import jax.numpy as jnp
-
-    out = []
-    for i in range(0, int(x.shape[0]), batch_size):
-        out.append(np.asarray(_correct_jit()(trainer, state.params, state.anchor, state.model_state,
-                                       jnp.asarray(x[i:i + batch_size]), jnp.asarray(y[i:i + batch_size]))))
-    return np.concatenate(out) if out else np.zeros(0, bool)
 
 
 def correct_of(info: Mapping) -> Optional[np.ndarray]:
@@ -332,25 +320,9 @@ def correct_of(info: Mapping) -> Optional[np.ndarray]:
     bits = info.get("final_correct")
     if not bits:
         return None
-    n = int(info["n_test_final"])
-    return np.unpackbits(np.frombuffer(base64.b64decode(bits), np.uint8))[:n].astype(bool)
+    from ... import verdicts as V
 
-
-def _correct_fn(trainer, params, anchor, model_state, x, y):
-    import jax.numpy as jnp
-
-    from ....core.linearise import linearised_apply
-
-    f = trainer.model.bind(model_state)
-    out = f(params, x) if trainer.gd_path else linearised_apply(f, anchor, params, x)
-    return jnp.argmax(out, -1) == y
-
-
-@functools.lru_cache(maxsize=None)
-def _correct_jit():
-    import jax
-
-    return jax.jit(_correct_fn, static_argnums=0)
+    return V.unpack_correct(np.frombuffer(base64.b64decode(bits), np.uint8), int(info["n_test_final"])).astype(bool)
 
 
 # ------------------------------------------------------------------------------ Figs 4-5: one program for every K
@@ -394,7 +366,7 @@ def missing(what: str, path):
 
 
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
-           "augmenter", "check_periods", "correct_examples", "correct_of", "data_meta", "eval_sets", "final_metrics",
+           "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics",
            "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
            "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
            "updates_of"]

@@ -40,9 +40,7 @@ SCALES = {
     # five seeds within the CPU budget: K = 1, 100, 500 and inf over 1000 steps (999, 9 and 1
     # feature updates, and none); snapshots every 5% of the run, so the Fig. 7 fraction is read to
     # 2.5 points; the NTK probe set is small (50 signals x 10 outputs: 500 x 500)
-    # The probes are scored on 15,000 generated test signals (_setup.MNIST1D_LARGE), example by
-    # example, so that two probes' gap gets the paired noise of one test set (on 1,000 signals the
-    # unpaired noise alone was about 4 points, more than the effects).
+    # probes scored example by example on 15,000 generated test signals (_setup.MNIST1D_LARGE): paired noise
     "default": {"dataset": "mnist1d", "n_train": 4000, "n_test": 1000, "n_eval_train": 1000, "channels": 16,
                 "Ks": [1, 100, 500, math.inf], "steps": 1000, "snapshots": 20, "learning_rate": 3e-3,
                 "momentum": 0.9, "seeds": 2, "n_kernel": 50, "n_test_final": 15_000},
@@ -221,8 +219,7 @@ def rows(rec) -> list:
         row.update(snap_step=np.asarray(sn["step"]), filters=np.asarray(sn["filters"]),
                    **{f"probe_{l}": np.asarray(sn[f"probe_{l}"]) for l in LAYERS})
         if n and f"probe_{LAYERS[0]}_correct" in sn:  # (snapshots, n_test) booleans
-            row.update({f"correct_{l}": np.unpackbits(np.asarray(sn[f"probe_{l}_correct"]), axis=1)[:, :n].astype(bool)
-                        for l in LAYERS})
+            row.update({f"correct_{l}": V.unpack_correct(sn[f"probe_{l}_correct"], n) for l in LAYERS})
         row.update({k: float(v) for k, v in kern[row["tag"]].items()})
         out.append(row)
     return out
@@ -289,9 +286,8 @@ def filter_numbers(rows_) -> list:
 
 def _exceeds(id, claim, paper, rows_a, rows_b, fa, fb=None, *, describe, n_test=None, examples=None,
              margin: float = 0.0, **kw) -> V.Verdict:
-    """``fa(a) - fb(b) > margin`` over the seeds where both completed (``fb`` defaults to ``fa``).
-    ``examples``: ``(ea, eb)``, the per-example versions of ``fa`` and ``fb`` (one value per test
-    example), for the paired noise of one test set; else ``n_test``'s unpaired bound."""
+    """``fa(a) - fb(b) > margin`` over the seeds where both completed (``fb`` defaults to ``fa``);
+    ``examples``: per-example versions of both, for the paired noise of one test set."""
     a, b, dropped = pairs(rows_a, rows_b)
     va, vb = [fa(r) for r in a], [(fb or fa)(r) for r in b]
     se = V.paired_accuracy_se([examples[0](r) for r in a], [examples[1](r) for r in b]) if a and examples else None

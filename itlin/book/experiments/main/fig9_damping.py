@@ -31,10 +31,8 @@ SCALES = {
               "samples": 10},
 }
 TRACE_POINTS, BOOTSTRAP = 150, 2000
-#: initialisations per compiled piece of a sweep: a vectorised program rounds differently for another
-#: batch size, and Gauss-Newton at small damping amplifies the difference, so a seed's numbers are
-#: the same in a run of any number of seeds only if every piece has this size (measured no slower on
-#: the CPU than one piece of every seed)
+#: initialisations per compiled piece of a sweep, so that a seed's numbers do not depend on how many run
+#: beside it (another batch size rounds differently, and small damping amplifies it); no slower on the CPU
 SEED_CHUNK = 4
 DESCENT_RTOL = 0.01  # still descending: the loss fell by more than this over the last tenth of the budget
 BLOWUP = 100.0  # the headline experiments' blow-up multiple
@@ -212,31 +210,6 @@ def bootstrap(v, *, resamples: int = BOOTSTRAP, seed: int = 0, **kw) -> dict:
     return stats(v[:, idx], **kw)
 
 
-def _gap(obs, reps, a: int, b: int, n: int, log: bool = False) -> V.Gap:
-    """``stat[a] - stat[b]`` (of log10 with ``log``) over ``n`` seeds: the bootstrap standard error
-    times Student's t quantile for ``n`` seeds (the bootstrap alone is too narrow for a few)."""
-    f = np.log10 if log else (lambda z: z)
-    with np.errstate(all="ignore"):
-        d, boot = float(f(obs[a]) - f(obs[b])), f(reps[a]) - f(reps[b])
-    boot = boot[np.isfinite(boot)]
-    if not math.isfinite(d) or boot.size < 2 or n < 2:
-        return V.Gap(math.nan, math.nan, n, math.nan, 0.0)
-    half = V.t_quantile(0.5 + V.LEVEL / 2, max(n - 1, 1)) * float(np.std(boot, ddof=1))
-    return V.Gap(d, half, n, half, 0.0)
-
-
-def _steady(obs, reps, n: int) -> V.Gap:
-    """Minus the largest log rise between adjacent dampings, with the simultaneous interval of the
-    Bonferroni-widened per-step intervals (``[-U, -L]``, ``L``/``U`` the largest lower/upper ends)."""
-    gaps = [_gap(obs, reps, i + 1, i, n, log=True) for i in range(len(obs) - 1)]
-    if not gaps or any(not math.isfinite(g.half) for g in gaps):
-        return V.Gap(math.nan, math.nan, n, math.nan, 0.0)
-    dof = max(n - 1, 1)
-    w = V.t_quantile(1 - (1 - V.LEVEL) / len(gaps) / 2, dof) / V.t_quantile(0.5 + V.LEVEL / 2, dof)
-    lo, hi = max(g.mean - w * g.half for g in gaps), max(g.mean + w * g.half for g in gaps)
-    return V.Gap(-(lo + hi) / 2, (hi - lo) / 2, n, (hi - lo) / 2, 0.0)
-
-
 CLAIMS = {  # id: (statistic, the claim, the paper); each the smallest damping's minus the largest's
     "mean.falls": ("mean", "the mean test RMSE is lower at the largest damping than at the smallest",
                    "a reduction in the mean test RMSE as damping increases"),
@@ -267,7 +240,7 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
         t = key == "tail"
         measured = f"{ends}: " + (f"{100 * obs[key][0]:.0f}% and {100 * obs[key][-1]:.0f}% of the runs above "
                                   f"{high_rmse:g}" if t else f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (log10 ratio)")
-        out.append(V.judge(prefix + cid, claim, paper, _gap(obs[key], reps[key], 0, -1, n, log=not t), "exceeds",
+        out.append(V.judge(prefix + cid, claim, paper, V.bootstrap_gap(obs[key], reps[key], 0, -1, n, log=not t), "exceeds",
                            measured=measured, headline=cid in ("mean.falls", "spread.narrows"),
                            unit="points" if t else "decades", scale=100.0 if t else 1.0, digits=0 if t else 2))
     with np.errstate(all="ignore"):
@@ -275,12 +248,12 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
     w = int(np.nanargmax(rises)) if np.isfinite(rises).any() else 0
     out.append(V.judge(prefix + "mean.steady", "the mean test RMSE falls at every step up in damping",
                        "the mean falls as damping increases (read as a steady fall)",
-                       _steady(obs["mean"], reps["mean"], n), "exceeds", unit="decades", scale=1.0, digits=2,
+                       V.largest_rise(obs["mean"], reps["mean"], n), "exceeds", unit="decades", scale=1.0, digits=2,
                        measured=f"largest step {rises[w]:+.2f} decades, λ = {fmt_lam(lams[w])} to "
                                 f"{fmt_lam(lams[w + 1])} (gap: minus the largest rise, simultaneous over the steps)"))
     out.append(V.judge(prefix + "best.similar", f"the best runs ({best_quantile:.0%} quantile) are similar at the "
                        f"smallest and the largest damping (within a factor {similar_factor:g})",
-                       "the minimums are similar", _gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
+                       "the minimums are similar", V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
                        math.log10(similar_factor), unit="decades", scale=1.0, digits=2,
                        measured=f"{ends}: {obs['best'][0]:.3g} and {obs['best'][-1]:.3g} (log10 ratio; dropped "
                                 "runs count as infinite)"))

@@ -21,6 +21,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from ... import verdicts as V
 from ...labels import K_label
 from .. import Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
@@ -260,11 +261,8 @@ def models_of(res: Mapping) -> list:
     return [m for m in C.ORDER if m in res["models"]]
 
 
-def _correct(r: Mapping, n_test: int):
-    """``(S, n_test)`` floats: which test inputs each seed's run got right (``None`` for records made
-    before they were kept): the per-example accuracies of a paired test-set noise."""
-    bits = r.get("test_correct")
-    return None if bits is None else np.unpackbits(np.asarray(bits), axis=-1)[:, :n_test].astype(np.float64)
+def _correct(r: Mapping, n_test: int):  # (S, n_test): which test inputs each seed's run got right
+    return None if r.get("test_correct") is None else V.unpack_correct(r["test_correct"], n_test)
 
 
 def judge_table1(res: Mapping, n_test: int) -> list:
@@ -346,7 +344,7 @@ def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin
     for K, (u, ec, kta, acc, _) in table.items():
         if K == 1 or math.isinf(K):
             continue
-        n_up = int(np.median(u))
+        n_up, cK = int(np.median(u)), _link_correct(res, name, K, n_test)
         what, k = f"{K_label(K)} ({n_up} feature update{'' if n_up == 1 else 's'})", f"K{int(K)}"
         out += [
             C.gap_claim(f"link.ec.{k}", f"{C.LABELS[name]}: {what} ends as concentrated as K=1", "not studied", ec,
@@ -358,8 +356,7 @@ def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin
                         "not studied", ec, init["ec"], measured=f"{C.fmt_finite(ec)} vs {C.fmt_finite(init['ec'])}"),
             C.gap_claim(f"link.test.{k}", f"{C.LABELS[name]}: {what} tests as well as K=1",
                         "main paper: a few feature updates match K=1", acc, acc1, "close", margin, n_test=n_test,
-                        examples=None if c1 is None or _link_correct(res, name, K, n_test) is None else
-                        (_link_correct(res, name, K, n_test), c1),
+                        examples=None if c1 is None or cK is None else (cK, c1),
                         measured=f"{C.fmt_finite(acc)} vs {C.fmt_finite(acc1)}")]
     return out
 

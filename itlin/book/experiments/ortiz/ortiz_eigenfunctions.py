@@ -211,11 +211,9 @@ def _acc(res, name, key):
     return np.asarray(res["models"][name][key]["val_acc"], np.float64)
 
 
-def _correct(res, name, key, n_val: int):
-    """``(S, T, n_val)`` floats: which validation inputs each run classified right (``None`` for
-    records made before they were kept)."""
+def _correct(res, name, key, n_val: int):  # (S, T, n_val): which validation inputs each run got right
     bits = res["models"][name][key].get("val_correct")
-    return None if bits is None else np.unpackbits(np.asarray(bits), axis=-1)[..., :n_val].astype(np.float64)
+    return None if bits is None else V.unpack_correct(bits, n_val)
 
 
 def hardness(res: Mapping, name: str, threshold: float, steps: int, steps_per_epoch: int, opt: str = "sgd") -> dict:
