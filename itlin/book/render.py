@@ -117,7 +117,8 @@ def evidence(rec, use_record: bool = True):
         why = ("`use_record=False`" if not use_record else
                "no recorded run repeats these settings with more seeds")
         n = r.get("seeds")
-        return rec, (f"**Judged on this page's run** ({n} seed{'s' if n != 1 else ''}; {why}).")
+        seeds = "" if n is None else f"{n} seed{'s' if n != 1 else ''}; "
+        return rec, f"**Judged on this page's run** ({seeds}{why})."
     o, info = other.meta["resolved"], other.info
     cmp = runner.compare_seeds(rec, other)
     commit = (info.get("git_commit") or "?")[:7]
