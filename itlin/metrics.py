@@ -205,9 +205,14 @@ def _correct_jit(trainer, params, anchor, model_state, x, y):
 
 
 def _batched_features(model, params, x, layer, state, batch_size):
-    out = [np.asarray(model.features(params, x[i:i + batch_size], layer, state=state))
+    out = [np.asarray(_features_jit(model, params, jnp.asarray(x[i:i + batch_size]), layer, state))
            for i in range(0, len(x), batch_size)]
     return np.concatenate(out)
+
+
+@partial(jax.jit, static_argnums=(0, 3))
+def _features_jit(model, params, x, layer, state):  # one compiled program per model, layer and batch shape
+    return model.features(params, x, layer, state=state)
 
 
 def layer_probe_accuracy(model, params, layer: str, x_train, y_train, x_test, y_test, **kwargs) -> float:
