@@ -21,12 +21,17 @@ from pathlib import Path
 WORDS = {"holds": "holds", "does not hold": "does not hold", "cannot resolve": "cannot resolve"}
 
 
+def _headline(cell: str) -> bool:
+    return cell.strip().startswith("**")  # render.claims sets headline claims in bold
+
+
 def _plain(cell: str) -> str:
     return re.sub(r"[*_`]", "", cell).strip().lower()
 
 
 def verdict_cells(markdown: str):
-    """``(claim, verdict)`` for every row of every table in ``markdown`` with a verdict column."""
+    """``(claim, verdict, headline)`` for every row of every table in ``markdown`` with a verdict
+    column."""
     lines = markdown.splitlines()
     i = 0
     while i < len(lines):
@@ -44,7 +49,7 @@ def verdict_cells(markdown: str):
                     if col < len(r):
                         v = _plain(r[col])
                         if v in WORDS:
-                            yield (_plain(r[0]), WORDS[v])
+                            yield (_plain(r[0]), WORDS[v], _headline(r[0]))
             i = j
         else:
             i += 1
@@ -76,18 +81,25 @@ def main(argv=None) -> int:
         cells = list(notebook_cells(nb))
         if not cells:
             continue
-        c = Counter(v for _, v in cells)
+        c = Counter(v for _, v, _ in cells)
+        heads = [(claim, v) for claim, v, h in cells if h]
+        open_heads = sorted({claim for claim, v in heads if v == "cannot resolve"})
         total.update(c)
         n = len(cells)
         print(f"{nb.stem:<26}{n:>6}{c['holds']:>7}{c['does not hold']:>7}{c['cannot resolve']:>7}"
               f"{100 * (n - c['cannot resolve']) / n:>8.0f}%")
+        total["headline"] += len(heads)
+        total["headline open"] += sum(v == "cannot resolve" for _, v in heads)
+        for claim in open_heads:
+            print(f"    headline that does not resolve: {claim}")
         if args.claims:
-            for claim, v in cells:
+            for claim, v, _ in cells:
                 if v == "cannot resolve":
                     print(f"    - {claim}")
-    n = sum(total.values())
+    n = sum(total[w] for w in WORDS.values())
     print(f"{'total':<26}{n:>6}{total['holds']:>7}{total['does not hold']:>7}{total['cannot resolve']:>7}"
           f"{100 * (n - total['cannot resolve']) / max(n, 1):>8.0f}%")
+    print(f"headline cells: {total['headline']}, of which cannot resolve: {total['headline open']}")
     return 0
 
 
