@@ -194,6 +194,31 @@ def test_frontier_interpolates_in_log_updates_per_seed():
     assert b == [0.6] and outside == 1
 
 
+def test_frontier_per_example_results_interpolate_like_the_accuracy():
+    """The fixed curve's per-example results get the accuracy's interpolation weights, so their mean is
+    the interpolated accuracy (an identity), and a paired test noise replaces the unpaired bound."""
+    rng, n = np.random.default_rng(1), 4000
+    rows = []
+    for s in range(3):
+        for K, u in ((5, 19), (50, 1)):
+            c = rng.random(n) < (0.6 if K == 5 else 0.4)
+            rows.append(dict(_row("frontier", "fixed", K, s, float(c.mean()), u), correct=c))
+        c = rng.random(n) < 0.5
+        rows.append(dict(_row("frontier", "kernel", 0.3, s, float(c.mean()), 4), correct=c))
+    seeds, a, b, _, _, ea, eb = ad.matched(rows, "kernel", 0.3, examples=True)
+    assert ea.shape == eb.shape == (3, n)
+    np.testing.assert_allclose(ea.mean(axis=1), a, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(eb.mean(axis=1), b, rtol=0, atol=1e-12)
+    v = _judge(rows, n_test=n)["frontier.kernel0.3.updates"]
+    paired = V.paired_gap(a, b, test_se=V.paired_accuracy_se(ea, eb), level=v.level).test_half
+    assert v.gap.test_half == pytest.approx(paired)
+    rows[2] = dict(rows[2], correct=None)  # one run without per-example results: the unpaired bound
+    assert ad.matched(rows, "kernel", 0.3, examples=True)[5] is None
+    v = _judge(rows, n_test=n)["frontier.kernel0.3.updates"]
+    assert v.gap.test_half == pytest.approx(V.paired_gap(a, b, n_test=n, level=v.level).test_half)
+    assert v.gap.test_half > paired
+
+
 def test_timing_claims():
     early = _frontier(0.0, relin=(5, 10, 20, 80))
     late = _frontier(0.0, relin=(55, 70, 90, 10))

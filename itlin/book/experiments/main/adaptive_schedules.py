@@ -236,7 +236,8 @@ def rows(rec) -> list:
         row.update(group=info["group"], family=info["family"], seed=int(info["seed"]),
                    value=R.as_K(info["value"]) if info["family"] == "fixed" else float(info["value"]),
                    learning_rate=float(info["learning_rate"]), momentum=float(info["momentum"]),
-                   relin_steps=list(rec.history(name).relin_steps), test=float(info.get("final_test", row["test"])))
+                   relin_steps=list(rec.history(name).relin_steps), test=float(info.get("final_test", row["test"])),
+                   correct=S.correct_of(info))
         out.append(dict(row, cost=run_cost(row["family"], row["steps"], row["updates"], r, flops)))
     return out
 
@@ -247,13 +248,16 @@ def settings_of(rows_, group: str = "frontier") -> list:
                   key=lambda k: (FAMILIES.index(k[0]), k[1]))
 
 
-def matched(rows_, family: str, value, *, axis: str = "updates") -> tuple:
+def matched(rows_, family: str, value, *, axis: str = "updates", examples: bool = False) -> tuple:
     """Per seed, an adaptive run's accuracy and the fixed-K curve's at its ``log(1 + updates)`` (or compute):
-    ``(seeds, adaptive, fixed, outside, dropped)`` (beyond the range: left out; on compute, the costliest K)."""
+    ``(seeds, adaptive, fixed, outside, dropped)`` (beyond the range: left out; on compute, the costliest K).
+    With ``examples``, also the per-example results on both sides, ``(seeds, n_test)`` arrays (the fixed
+    curve's interpolated with the same weights as its accuracy), for the paired test noise; ``None``
+    when a run stored none."""
     fixed = [q for q in rows_ if q["group"] == "frontier" and q["family"] == "fixed" and q["status"] == "completed"
              and math.isfinite(q["test"])]
     x_of = (lambda q: math.log1p(q["updates"])) if axis == "updates" else (lambda q: q["cost"]["total"])
-    seeds, a, b, outside, dropped = [], [], [], 0, 0
+    seeds, a, b, outside, dropped, ea, eb = [], [], [], 0, 0, [], []
     for row in sorted(R.select(rows_, group="frontier", family=family, value=value), key=lambda q: q["seed"]):
         pts = [q for q in fixed if q["seed"] == row["seed"]]
         if row["status"] != "completed" or not math.isfinite(row["test"]) or len(pts) < 2:
@@ -268,7 +272,16 @@ def matched(rows_, family: str, value, *, axis: str = "updates") -> tuple:
         seeds.append(row["seed"])
         a.append(float(row["test"]))
         b.append(float(np.interp(x, ux, [ys[xs == u].mean() for u in ux])))
-    return seeds, a, b, outside, dropped
+        if examples:  # the interpolation is linear in the curve's values: the same weights per example
+            w = [np.interp(x, ux, np.eye(len(ux))[k]) for k in range(len(ux))]
+            c = [[q.get("correct") for q in pts if x_of(q) == u] for u in ux]
+            ok = row.get("correct") is not None and all(v is not None for cs in c for v in cs)
+            ea.append(np.asarray(row["correct"], np.float64) if ok else None)
+            eb.append(sum(wk * np.mean(np.asarray(cs, np.float64), axis=0) for wk, cs in zip(w, c)) if ok else None)
+    if not examples:
+        return seeds, a, b, outside, dropped
+    known = bool(seeds) and all(v is not None for v in ea)
+    return seeds, a, b, outside, dropped, (np.stack(ea) if known else None), (np.stack(eb) if known else None)
 
 
 def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Optional[float], stable_K) -> list:
@@ -281,10 +294,12 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
         done = [r for r in R.select(rows_, group="frontier", family=family, value=value) if r["status"] == "completed"]
         ups = f"{np.mean([r['updates'] for r in done]):.1f} feature updates on average" if done else ""
         for axis in ("updates", "compute"):
-            seeds, a, b, outside, dropped = matched(rows_, family, value, axis=axis)
+            seeds, a, b, outside, dropped, ea, eb = matched(rows_, family, value, axis=axis, examples=True)
+            se = V.paired_accuracy_se(ea, eb) if ea is not None and len(seeds) else None
             out.append(V.judge(f"frontier.{key}.{axis}", f"{name} ends where fixed K does at the same "
                                f"{'number of feature updates' if axis == 'updates' else 'compute'}",
-                               "not in the paper (future work)", V.paired_gap(a, b, n_test=n_test) if seeds else none,
+                               "not in the paper (future work)",
+                               V.paired_gap(a, b, n_test=n_test, test_se=se) if seeds else none,
                                "close", margin, dropped=dropped, detail=ups + (f"; {outside} seed(s) beyond the "
                                                                                "fixed-K range" if outside else ""),
                                measured=f"{name} {V.fmt_mean(a)}, fixed K {V.fmt_mean(b)}" if seeds else "no seed"))
