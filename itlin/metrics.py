@@ -131,7 +131,7 @@ def linear_probe_correct(features_train, labels_train, features_test, labels_tes
     """Whether a linear classifier trained on frozen features classifies each test example right
     (booleans, one per test row): what :func:`linear_probe_accuracy` averages, kept per example so
     that two probes scored on the same test examples can be compared with paired noise
-    (:func:`itlin.book.verdicts.paired_accuracy_se`).
+    (``itlin.book.verdicts.paired_accuracy_se``).
 
     Features are flattened and standardised with the training set's mean and standard
     deviation. ``method="ridge"`` (default): ridge regression of one-hot labels with an
@@ -182,7 +182,7 @@ def correct_examples(trainer, state, x, y, batch_size: int = 500) -> np.ndarray:
     """Whether the model a trainer's ``state`` is training (its linearisation at the anchor; the
     network itself for ``K=1``) classifies each example of ``(x, y)`` right: booleans, one per
     example, the per-example accuracy that two runs scored on one test set are compared with
-    (:func:`itlin.book.verdicts.paired_accuracy_se`).
+    (``itlin.book.verdicts.paired_accuracy_se``).
 
     >>> import itlin, optax
     >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.1), 1)
