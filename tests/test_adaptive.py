@@ -183,14 +183,14 @@ def test_frontier_cannot_resolve_with_one_seed_a_noisy_spread_or_a_diverged_run(
 def test_frontier_interpolates_in_log_updates_per_seed():
     rows = [_row("frontier", "fixed", 5, 0, 0.6, 19), _row("frontier", "fixed", 50, 0, 0.4, 1),
             _row("frontier", "kernel", 0.3, 0, 0.5, 4)]
-    seeds, a, b, outside, dropped = ad.matched(rows, "kernel", 0.3)
+    seeds, a, b, outside, dropped = ad.matched(rows, "kernel", 0.3)[:5]
     w = (math.log(5) - math.log(2)) / (math.log(20) - math.log(2))
     assert seeds == [0] and a == [0.5] and outside == dropped == 0
     assert b[0] == pytest.approx(0.4 + w * 0.2)
     rows.append(_row("frontier", "kernel", 0.6, 0, 0.5, 30))  # beyond the fixed-K range: left out
     assert ad.matched(rows, "kernel", 0.6)[3] == 1 and ad.matched(rows, "kernel", 0.6)[0] == []
     rows.append(_row("frontier", "loss", 0.1, 0, 0.7, 4, total=500.0))  # costlier than every K: the costliest
-    seeds, a, b, outside, dropped = ad.matched(rows, "loss", 0.1, axis="compute")
+    seeds, a, b, outside, dropped = ad.matched(rows, "loss", 0.1, axis="compute")[:5]
     assert b == [0.6] and outside == 1
 
 
@@ -205,7 +205,7 @@ def test_frontier_per_example_results_interpolate_like_the_accuracy():
             rows.append(dict(_row("frontier", "fixed", K, s, float(c.mean()), u), correct=c))
         c = rng.random(n) < 0.5
         rows.append(dict(_row("frontier", "kernel", 0.3, s, float(c.mean()), 4), correct=c))
-    seeds, a, b, _, _, ea, eb = ad.matched(rows, "kernel", 0.3, examples=True)
+    seeds, a, b, _, _, ea, eb = ad.matched(rows, "kernel", 0.3)
     assert ea.shape == eb.shape == (3, n)
     np.testing.assert_allclose(ea.mean(axis=1), a, rtol=0, atol=1e-12)
     np.testing.assert_allclose(eb.mean(axis=1), b, rtol=0, atol=1e-12)
@@ -213,7 +213,7 @@ def test_frontier_per_example_results_interpolate_like_the_accuracy():
     paired = V.paired_gap(a, b, test_se=V.paired_accuracy_se(ea, eb), level=v.level).test_half
     assert v.gap.test_half == pytest.approx(paired)
     rows[2] = dict(rows[2], correct=None)  # one run without per-example results: the unpaired bound
-    assert ad.matched(rows, "kernel", 0.3, examples=True)[5] is None
+    assert ad.matched(rows, "kernel", 0.3)[5] is None
     v = _judge(rows, n_test=n)["frontier.kernel0.3.updates"]
     assert v.gap.test_half == pytest.approx(V.paired_gap(a, b, n_test=n, level=v.level).test_half)
     assert v.gap.test_half > paired

@@ -248,40 +248,34 @@ def settings_of(rows_, group: str = "frontier") -> list:
                   key=lambda k: (FAMILIES.index(k[0]), k[1]))
 
 
-def matched(rows_, family: str, value, *, axis: str = "updates", examples: bool = False) -> tuple:
-    """Per seed, an adaptive run's accuracy and the fixed-K curve's at its ``log(1 + updates)`` (or compute):
-    ``(seeds, adaptive, fixed, outside, dropped)`` (beyond the range: left out; on compute, the costliest K).
-    With ``examples``, also the per-example results on both sides, ``(seeds, n_test)`` arrays (the fixed
-    curve's interpolated with the same weights as its accuracy), for the paired test noise; ``None``
-    when a run stored none."""
+def matched(rows_, family: str, value, *, axis: str = "updates") -> tuple:
+    """Per seed, an adaptive run's accuracy and the fixed-K curve's at its ``log(1 + updates)`` (or compute),
+    then their per-example results (the curve's interpolated with its accuracy's weights; ``None`` if a run
+    kept none), for the paired test noise: ``(seeds, adaptive, fixed, outside, dropped, adaptive_examples,
+    fixed_examples)`` (beyond the range: left out; on compute, the costliest K)."""
     fixed = [q for q in rows_ if q["group"] == "frontier" and q["family"] == "fixed" and q["status"] == "completed"
              and math.isfinite(q["test"])]
     x_of = (lambda q: math.log1p(q["updates"])) if axis == "updates" else (lambda q: q["cost"]["total"])
-    seeds, a, b, outside, dropped, ea, eb = [], [], [], 0, 0, [], []
+    seeds, a, b, ea, eb, outside, dropped = [], [], [], [], [], 0, 0
     for row in sorted(R.select(rows_, group="frontier", family=family, value=value), key=lambda q: q["seed"]):
         pts = [q for q in fixed if q["seed"] == row["seed"]]
         if row["status"] != "completed" or not math.isfinite(row["test"]) or len(pts) < 2:
             dropped += 1
             continue
-        xs, ys, x = np.asarray([x_of(q) for q in pts]), np.asarray([q["test"] for q in pts]), x_of(row)
-        ux = np.unique(xs)
+        x, ux = x_of(row), np.unique([x_of(q) for q in pts])
         beyond = x < ux[0] - 1e-12 or x > ux[-1] + 1e-12
         outside += beyond
         if beyond and (x < ux[0] - 1e-12 or axis == "updates"):
             continue
+        w, at = [np.interp(x, ux, e) for e in np.eye(ux.size)], [[q for q in pts if x_of(q) == u] for u in ux]
+        mix = lambda key: sum(wk * np.mean([np.asarray(q[key], np.float64) for q in g], axis=0) for wk, g in zip(w, at))
         seeds.append(row["seed"])
         a.append(float(row["test"]))
-        b.append(float(np.interp(x, ux, [ys[xs == u].mean() for u in ux])))
-        if examples:  # the interpolation is linear in the curve's values: the same weights per example
-            w = [np.interp(x, ux, np.eye(len(ux))[k]) for k in range(len(ux))]
-            c = [[q.get("correct") for q in pts if x_of(q) == u] for u in ux]
-            ok = row.get("correct") is not None and all(v is not None for cs in c for v in cs)
-            ea.append(np.asarray(row["correct"], np.float64) if ok else None)
-            eb.append(sum(wk * np.mean(np.asarray(cs, np.float64), axis=0) for wk, cs in zip(w, c)) if ok else None)
-    if not examples:
-        return seeds, a, b, outside, dropped
-    known = bool(seeds) and all(v is not None for v in ea)
-    return seeds, a, b, outside, dropped, (np.stack(ea) if known else None), (np.stack(eb) if known else None)
+        b.append(float(mix("test")))
+        ea.append(row.get("correct"))
+        eb.append(None if any(q.get("correct") is None for q in pts) else mix("correct"))
+    known = bool(seeds) and all(e is not None for e in (*ea, *eb))
+    return seeds, a, b, outside, dropped, *((np.asarray(ea, np.float64), np.stack(eb)) if known else (None, None))
 
 
 def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Optional[float], stable_K) -> list:
@@ -294,13 +288,12 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
         done = [r for r in R.select(rows_, group="frontier", family=family, value=value) if r["status"] == "completed"]
         ups = f"{np.mean([r['updates'] for r in done]):.1f} feature updates on average" if done else ""
         for axis in ("updates", "compute"):
-            seeds, a, b, outside, dropped, ea, eb = matched(rows_, family, value, axis=axis, examples=True)
-            se = V.paired_accuracy_se(ea, eb) if ea is not None and len(seeds) else None
+            seeds, a, b, outside, dropped, ea, eb = matched(rows_, family, value, axis=axis)
+            se = None if ea is None else V.paired_accuracy_se(ea, eb)  # the paired noise of one test set
             out.append(V.judge(f"frontier.{key}.{axis}", f"{name} ends where fixed K does at the same "
                                f"{'number of feature updates' if axis == 'updates' else 'compute'}",
-                               "not in the paper (future work)",
-                               V.paired_gap(a, b, n_test=n_test, test_se=se) if seeds else none,
-                               "close", margin, dropped=dropped, detail=ups + (f"; {outside} seed(s) beyond the "
+                               "not in the paper (future work)", V.paired_gap(a, b, n_test=n_test, test_se=se)
+                               if seeds else none, "close", margin, dropped=dropped, detail=ups + (f"; {outside} seed(s) beyond the "
                                                                                "fixed-K range" if outside else ""),
                                measured=f"{name} {V.fmt_mean(a)}, fixed K {V.fmt_mean(b)}" if seeds else "no seed"))
         fr = [float(np.mean(np.asarray(r["relin_steps"]) <= steps / 2)) for r in done if r["relin_steps"]]
