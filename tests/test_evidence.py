@@ -100,6 +100,17 @@ def test_evidence_judges_the_record_and_says_so(kept, monkeypatch):
     assert mine is live and "use_record=False" in note and render.judge(mine)["shifted"].gap.n == 2
 
 
+def test_evidence_says_how_far_the_re_run_seeds_are_from_the_record(kept, monkeypatch):
+    results, recorded = kept
+    monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: runner.open_record(recorded / "twelve"))
+    live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
+    arrays = dict(live.arrays)
+    for bump, words in ((1e-9, "agree with the record's to a relative"), (0.25, "they differ from the record's")):
+        arrays["draws"] = live.arrays["draws"] + bump
+        judged, note = render.evidence(dataclasses.replace(live, arrays=arrays))
+        assert judged.path.name == "twelve" and words in note and "identical" not in note
+
+
 def test_compiled_programs_are_shared_through_jax_s_own_cache(tmp_path, monkeypatch):
     import jax
 

@@ -135,8 +135,9 @@ def evidence(rec, use_record: bool = True):
                  f"{cmp.max_rel:.0e} (floating-point order of operations)")
     elif cmp.arrays:
         agree = (f"**they differ from the record's** (by up to {cmp.max_abs:.3g}, relative {cmp.max_rel:.2g}, over "
-                 f"{cmp.arrays:,} arrays): the record was made by other code or other hardware, and its verdicts "
-                 "are those of the code that made it")
+                 f"{cmp.arrays:,} arrays): the record was made by other code, or on other hardware, threads or "
+                 "batch sizes (each changes the floating-point order of operations), and its verdicts are "
+                 "those of the run that made it")
     else:
         agree = "no array of the two could be compared seed for seed"
     return other, (
