@@ -21,8 +21,9 @@ def main(argv=None):
     ap.add_argument("params", help="the parameters as a JSON object")
     ap.add_argument("--results", required=True, help="results folder")
     args = ap.parse_args(argv)
-    from itlin.book import runner
+    from itlin.book import limit_blas_threads, runner
 
+    limit_blas_threads()  # as every chapter's setup() does: a record's numbers are then the chapters' to the bit
     rec = runner.run(args.experiment, json.loads(args.params), results_dir=args.results, progress=False)
     print(json.dumps({"path": str(rec.path), "status": rec.status, "wall_seconds": rec.info.get("wall_seconds"),
                       "runs": {k: {"status": v["status"], "final": v.get("final")} for k, v in rec.runs.items()}},
