@@ -176,7 +176,8 @@ def paired_accuracy_se(correct_a, correct_b) -> float:
 
 def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] = None,
                test_se: Optional[float] = None, level: float = LEVEL) -> Gap:
-    """The gap ``a - b`` seed by seed (``a[i]`` and ``b[i]`` from seed ``i``), with its interval.
+    """The gap ``a - b`` seed by seed (``a[i]`` and ``b[i]`` from seed ``i``), with its interval
+    (all NaN, ``n = 0``, without a seed: a verdict on it cannot resolve).
 
     For accuracies, the finite test set adds noise: ``test_se`` (its standard error, e.g. from
     :func:`paired_accuracy_se` when the runs' per-example results are known) or, failing that,
@@ -189,6 +190,8 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired_gap needs one value per seed on both sides, got {a.shape} and {b.shape}.")
+    if a.size == 0:
+        return Gap(math.nan, math.nan, 0, math.nan, math.nan)
     mean, seed_half = seed_interval(a - b, level)
     test_half = 0.0
     if test_se is not None:

@@ -250,13 +250,12 @@ def settings_of(rows_, group: str = "frontier") -> list:
 
 def matched(rows_, family: str, value, *, axis: str = "updates") -> tuple:
     """Per seed, an adaptive run's accuracy and the fixed-K curve's at its ``log(1 + updates)`` (or compute),
-    then their per-example results (the curve's interpolated with its accuracy's weights; ``None`` if a run
-    kept none), for the paired test noise: ``(seeds, adaptive, fixed, outside, dropped, adaptive_examples,
-    fixed_examples)`` (beyond the range: left out; on compute, the costliest K)."""
+    and (for the paired test noise) their per-example results, the curve's with its accuracy's weights (``None``
+    if a run kept none): ``(seeds, adaptive, fixed, outside, dropped, adaptive_examples, fixed_examples)``."""
     fixed = [q for q in rows_ if q["group"] == "frontier" and q["family"] == "fixed" and q["status"] == "completed"
              and math.isfinite(q["test"])]
     x_of = (lambda q: math.log1p(q["updates"])) if axis == "updates" else (lambda q: q["cost"]["total"])
-    seeds, a, b, ea, eb, outside, dropped = [], [], [], [], [], 0, 0
+    found, outside, dropped = [], 0, 0  # beyond the curve: left out (on compute, above it: the costliest K)
     for row in sorted(R.select(rows_, group="frontier", family=family, value=value), key=lambda q: q["seed"]):
         pts = [q for q in fixed if q["seed"] == row["seed"]]
         if row["status"] != "completed" or not math.isfinite(row["test"]) or len(pts) < 2:
@@ -269,11 +268,9 @@ def matched(rows_, family: str, value, *, axis: str = "updates") -> tuple:
             continue
         w, at = [np.interp(x, ux, e) for e in np.eye(ux.size)], [[q for q in pts if x_of(q) == u] for u in ux]
         mix = lambda key: sum(wk * np.mean([np.asarray(q[key], np.float64) for q in g], axis=0) for wk, g in zip(w, at))
-        seeds.append(row["seed"])
-        a.append(float(row["test"]))
-        b.append(float(mix("test")))
-        ea.append(row.get("correct"))
-        eb.append(None if any(q.get("correct") is None for q in pts) else mix("correct"))
+        found.append((row["seed"], float(row["test"]), float(mix("test")), row.get("correct"),
+                      None if any(q.get("correct") is None for q in pts) else mix("correct")))
+    seeds, a, b, ea, eb = (list(v) for v in zip(*found)) if found else ([] for _ in range(5))
     known = bool(seeds) and all(e is not None for e in (*ea, *eb))
     return seeds, a, b, outside, dropped, *((np.asarray(ea, np.float64), np.stack(eb)) if known else (None, None))
 
@@ -282,7 +279,7 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
     """``frontier.<family><value>.updates|compute``: within ``margin`` of the fixed-K curve
     (``close``; a diverged run counts against it); ``timing.<family><value>``: most updates in the
     first half; ``stability.<family>``: divergence rate below the fixed period's by :data:`PREVENTS`."""
-    out, none = [], V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
+    out = []
     for family, value in [s for s in settings_of(rows_) if s[0] != "fixed"]:
         key, name = f"{family}{value:g}", value_label(family, value)
         done = [r for r in R.select(rows_, group="frontier", family=family, value=value) if r["status"] == "completed"]
@@ -292,13 +289,13 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
             se = None if ea is None else V.paired_accuracy_se(ea, eb)  # the paired noise of one test set
             out.append(V.judge(f"frontier.{key}.{axis}", f"{name} ends where fixed K does at the same "
                                f"{'number of feature updates' if axis == 'updates' else 'compute'}",
-                               "not in the paper (future work)", V.paired_gap(a, b, n_test=n_test, test_se=se)
-                               if seeds else none, "close", margin, dropped=dropped, detail=ups + (f"; {outside} seed(s) beyond the "
-                                                                               "fixed-K range" if outside else ""),
+                               "not in the paper (future work)", V.paired_gap(a, b, n_test=n_test, test_se=se),
+                               "close", margin, dropped=dropped,
+                               detail=ups + (f"; {outside} seed(s) beyond the fixed-K range" if outside else ""),
                                measured=f"{name} {V.fmt_mean(a)}, fixed K {V.fmt_mean(b)}" if seeds else "no seed"))
         fr = [float(np.mean(np.asarray(r["relin_steps"]) <= steps / 2)) for r in done if r["relin_steps"]]
         out.append(V.judge(f"timing.{key}", f"{name}: most updates in the first half of the run", "not in the paper",
-                           V.paired_gap(fr, [0.5] * len(fr)) if fr else none, "exceeds",
+                           V.paired_gap(fr, [0.5] * len(fr)), "exceeds",
                            measured=f"{V.fmt_mean(fr)} of them in the first half" if fr else "no run relinearised",
                            detail=f"{len(done) - len(fr)} run(s) without updates" if len(done) > len(fr) else ""))
     fixed = [r for r in rows_ if r["group"] == "stable" and r["family"] == "fixed"]

@@ -291,7 +291,7 @@ def _exceeds(id, claim, paper, rows_a, rows_b, fa, fb=None, *, describe, n_test=
     a, b, dropped = pairs(rows_a, rows_b)
     va, vb = [fa(r) for r in a], [(fb or fa)(r) for r in b]
     se = V.paired_accuracy_se([examples[0](r) for r in a], [examples[1](r) for r in b]) if a and examples else None
-    gap = V.paired_gap(va, vb, n_test=n_test, test_se=se) if a else V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
+    gap = V.paired_gap(va, vb, n_test=n_test, test_se=se)
     return V.judge(id, claim, paper, gap, "exceeds", margin, measured=describe(va, vb) if a else "no completed pair",
                    dropped=dropped, **kw)
 
@@ -343,7 +343,6 @@ def judge_rows(rows_, *, n_test: int, margin: float = 0.02) -> list:
                      describe=lambda va, vb: f"at the end: K=1 {m(va)}, {K_label(Kb)} {m(vb)}")]
     nums = filter_numbers(rows_)
     dropped = len({int(r["seed"]) for r in rows_}) - len(nums)
-    nan = V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
     res = nums[0]["resolution"] if nums else math.nan
     snapped = lambda gp: gp._replace(half=math.hypot(gp.half, res / 2), test_half=res / 2) \
         if math.isfinite(gp.half) else gp
@@ -356,16 +355,16 @@ def judge_rows(rows_, *, n_test: int, margin: float = 0.02) -> list:
     about = f"about {PAPER_FRACTION:.0%} of the way through training"
     out += [
         V.judge("filters.faster", f"K=1's first-layer filters move further than {K_label(Kb)}'s", "the evolution of "
-                "the filters for K=1 is much faster", V.paired_gap(lr, [0.0] * len(lr)) if nums else nan, "exceeds",
+                "the filters for K=1 is much faster", V.paired_gap(lr, [0.0] * len(lr)), "exceeds",
                 measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: {ratio}; log ratio"
                 if nums else "no completed pair", unit="(log ratio)", scale=1.0, digits=2, dropped=dropped, headline=True),
         V.judge("filters.early", f"{K_label(Kb)}'s final filters are K=1's early in training (before half of it)",
-                about, snapped(V.paired_gap([0.5] * len(frac), frac)) if nums else nan, "exceeds", measured=closest,
+                about, snapped(V.paired_gap([0.5] * len(frac), frac)), "exceeds", measured=closest,
                 unit="% of the run", digits=0, dropped=dropped, headline=True),
         V.judge("filters.ten_percent", f"{K_label(Kb)}'s final filters are K=1's at about {PAPER_FRACTION:.0%} of its "
-                f"run (within {band})", about, snapped(V.paired_gap(frac, [PAPER_FRACTION] * len(frac))) if nums
-                else nan, "close", PAPER_FRACTION_MARGIN, measured=closest + f"; minus {PAPER_FRACTION:.0%}" if nums
-                else closest, unit="points of the run", digits=0, dropped=dropped)]
+                f"run (within {band})", about, snapped(V.paired_gap(frac, [PAPER_FRACTION] * len(frac))), "close",
+                PAPER_FRACTION_MARGIN, measured=closest + f"; minus {PAPER_FRACTION:.0%}" if nums else closest,
+                unit="points of the run", digits=0, dropped=dropped)]
     Ks = sorted({r["K"] for r in finite} | {1.0}, key=lambda K: -K)  # fewest updates first
     for key, (short, what, unit) in MEASURES.items():
         for lo, hi in zip(Ks, Ks[1:]):

@@ -272,11 +272,11 @@ def slopes(rows_) -> dict:
 
 def slope_gap(rows_, a: str, b: str, *, n_test: int):
     """``(gap, seeds)``: the paired gap ``slope(a) - slope(b)`` over the seeds with both, the
-    test-set term of :func:`slope_test_half` added in quadrature (``gap`` is ``None`` without a seed)."""
+    test-set term of :func:`slope_test_half` added in quadrature (all NaN without a seed)."""
     sl, sizes = slopes(rows_), sorted({int(r["n"]) for r in rows_})
     seeds = sorted(set(sl.get(a, {})) & set(sl.get(b, {})))
     if not seeds:
-        return None, seeds
+        return V.paired_gap([], []), seeds
     g = V.paired_gap([sl[a][s] for s in seeds], [sl[b][s] for s in seeds])
     mean_acc = lambda lab: [np.mean([r["test"] for r in rows_ if r["setting"] == lab and int(r["n"]) == n
                                      and int(r["seed"]) in seeds]) for n in sizes]
@@ -317,9 +317,8 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
         measured = f"{a}: {V.fmt_mean([sl[a][s] for s in seeds], unit=' points')}, {b}: " \
                    f"{V.fmt_mean([sl[b][s] for s in seeds], unit=' points')} per tenfold data" if seeds else \
                    "no seed completed every run of both settings"
-        out.append(V.judge(id, claim, paper, gap or V.Gap(math.nan, math.nan, 0, math.nan, math.nan), rule,
-                           margin if rule == "close" else 0.0, measured=measured, headline=id in ("finite_close",
-                           "inf_worse"), unit="points per tenfold data", dropped=dropped))
+        out.append(V.judge(id, claim, paper, gap, rule, margin if rule == "close" else 0.0, measured=measured,
+                           headline=id in ("finite_close", "inf_worse"), unit="points per tenfold data", dropped=dropped))
     return out
 
 

@@ -5,7 +5,6 @@ matrices are :func:`itlin.metrics.ntk_gram`'s).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal, Mapping, Optional
@@ -147,8 +146,7 @@ def gap_claim(id: str, claim: str, paper: str, a, b, rule: str = "exceeds", marg
     se = None
     if examples is not None and keep.sum() >= 1:
         se = V.paired_accuracy_se(np.asarray(examples[0])[keep], np.asarray(examples[1])[keep])
-    gap = V.paired_gap(a[keep], b[keep], n_test=n_test, test_se=se) if keep.any() else \
-        V.Gap(math.nan, math.nan, 0, math.nan, math.nan)
+    gap = V.paired_gap(a[keep], b[keep], n_test=n_test, test_se=se)
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, dropped=int((~keep).sum()), **kw)
 
 
