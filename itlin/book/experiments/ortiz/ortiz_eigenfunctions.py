@@ -8,10 +8,9 @@ The network (``K = 1``) and its linearisation (``K = inf``) are trained on each 
 cross-entropy, by their SGD (Appendix A) and by Adam. Measured: validation and training accuracy,
 the training loss of every epoch (for their Figs. 4-5), the distances of the final weights from
 the initial ones. An MLP group (model, optimiser, network or linearised) is one compiled program
-vmapped over targets and called once per seed, so that a seed's numbers do not depend on how many
-run (vmapped over all 28 seeds as well, seeds 0-1 differed from a two-seed run by a relative 1e-4);
-convolutional models train run by run (XLA's CPU convolutions are slow vmapped over weights). Both
-draw the same mini-batches.
+vmapped over targets and called per seed (vmapped over 28 seeds too, seeds 0-1 differed from a
+two-seed run by a relative 1e-4); convolutional models train run by run (XLA's CPU convolutions are
+slow vmapped over weights). Both draw the same mini-batches.
 """
 
 from __future__ import annotations
