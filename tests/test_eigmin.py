@@ -52,6 +52,10 @@ SPECTRA = {
     # three eigenvalues within a relative 1e-10 of each other, then a gap
     "clustered": np.r_[1.0, 1.0 + 1e-10, 1.0 + 2e-10, np.linspace(2.0, 10.0, N - 3)],
     "tied": np.r_[np.full(5, 0.5), np.linspace(1.0, 10.0, N - 5)],
+    # every eigenvalue within a relative 1e-11 or 1e-13: gaps the squarings cannot separate (below
+    # 2^-40), so the default squaring count must reach the dtype's eps
+    "nearly_flat_1e-11": 1.0 + 1e-11 * np.linspace(0.0, 1.0, N),
+    "nearly_flat_1e-13": 1.0 + 1e-13 * np.linspace(0.0, 1.0, N),
     "ill_conditioned_1e10": np.logspace(-10, 0, N),
     "ill_conditioned_1e12": np.logspace(-12, 0, N),
     "large_scale": 1e8 * np.linspace(1.0, 10.0, N),
@@ -93,12 +97,38 @@ def test_zero_matrix_and_float32():
     assert abs(float(got) - ref) <= _tolerance(a32.astype(np.float64), np.finfo(np.float32).eps)
 
 
+@pytest.mark.parametrize("squarings", [10, 20, 30, 40])
+@pytest.mark.parametrize("width", [1e-4, 1e-8, 1e-11])
+def test_fewer_squarings_stay_within_the_documented_bound(squarings, width):
+    # the docstring's bound: an eigenvalue s_1 (1 + d) moves the Rayleigh quotient by at most
+    # d exp(-d 2^k) s_1 <= 2^-k s_1 / e, so |error| <= (n - 1) 2^-k s_1 / e + the rounding tolerance
+    n = 60
+    s = 1.0 + width * np.random.default_rng(3).uniform(0.0, 1.0, n)
+    a = _psd(s, seed=4)
+    ref = np.linalg.eigvalsh(a)[0]
+    got = float(smallest_eigenvalue(jnp.asarray(a), squarings))
+    bound = (n - 1) * 2.0 ** -squarings * ref / np.e + _tolerance(a)
+    assert abs(got - ref) <= bound, (got, ref, bound)
+
+
+def test_default_squarings_follow_the_dtype():
+    # 2^-k <= eps: float64 53 squarings, float32 24; a nearly flat spectrum then meets the
+    # rounding tolerance in both precisions
+    a = _psd(1.0 + 1e-13 * np.linspace(0.0, 1.0, 7), seed=5)
+    for dtype, eps in ((np.float64, EPS64), (np.float32, np.finfo(np.float32).eps)):
+        x = a.astype(dtype)
+        assert float(smallest_eigenvalue(jnp.asarray(x))) == float(smallest_eigenvalue(jnp.asarray(x),
+                                                                                      np.finfo(dtype).nmant + 1))
+        ref = np.linalg.eigvalsh(x.astype(np.float64))[0]
+        assert abs(float(smallest_eigenvalue(jnp.asarray(x))) - ref) <= _tolerance(x.astype(np.float64), eps)
+
+
 def test_vmap_and_squarings():
     batch = np.stack([_psd(SPECTRA["separated"], s)[:50, :50] for s in range(3)])
     got = jax.vmap(smallest_eigenvalue)(jnp.asarray(batch))
     for a, g in zip(batch, np.asarray(got)):
         assert abs(g - np.linalg.eigvalsh(a)[0]) <= _tolerance(a)
-    with pytest.raises(ValueError, match="squarings must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="squarings must be None or an integer >= 1, got 0"):
         smallest_eigenvalue(jnp.eye(2), squarings=0)
     with pytest.raises(ValueError, match="a must be a square matrix"):
         smallest_eigenvalue(jnp.ones((2, 3)))
