@@ -139,8 +139,7 @@ def summary(rec) -> list:
     return A.lr_rows(A.lr_arrays(rec))
 
 
-EXPERIMENT = register(Experiment(
-    NAME, StepsParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, StepsParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "NAME", "SCALES", "StepsParams", "budget_step", "claims", "judge_arrays", "run",
            "small_steps_check", "summary"]

@@ -10,6 +10,7 @@ are in :mod:`~itlin.book.experiments.main._rows`, their figures in :mod:`itlin.b
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal, Mapping, NamedTuple, Optional
@@ -218,10 +219,11 @@ def schedule(K):
     return Every(1) if float(K) == 1 else periodic()
 
 
-def init_state(trainer, params, model_state, K, steps: int):
+def init_state(trainer, params, model_state, K, steps: Optional[int]):
     """``trainer.init`` with the period ``K`` and the horizon ``steps`` written into a periodic
-    schedule's state (a ``K = 1`` trainer has no such state)."""
-    values = {"period": K, "horizon": int(steps)} if trainer.schedule.set is not None else {}
+    schedule's state (a ``K = 1`` trainer has no such state); ``steps=None``: no horizon (a
+    relinearisation after the last step too, as :class:`itlin.Every`)."""
+    values = {} if trainer.schedule.set is None else {"period": K, **({} if steps is None else {"horizon": int(steps)})}
     return trainer.init(params, model_state, **values)
 
 
@@ -331,10 +333,22 @@ def sgd_in_state(momentum: float):
     ``momentum`` (0: plain SGD)."""
     import optax
 
-    return optax.inject_hyperparams(optax.sgd)(learning_rate=0.0, momentum=float(momentum))
+    return optax.inject_hyperparams(optax.sgd)(learning_rate=0.0, momentum=float(momentum) if momentum else None)
 
 
-def start(trainer, params, model_state, K, steps: int, learning_rate: float):
+@functools.lru_cache(maxsize=64)
+def trainer(model, gd: bool, momentum: float = 0.0, **options):
+    """The trainer whose compiled step serves every ``K`` and learning rate of a sweep on ``model``
+    (:func:`start` writes them into its state), made once per model: ``gd``, the network's own
+    gradient steps (``K = 1``), else the linearised model on :func:`itlin.periodic`; the SGD of
+    :func:`sgd_in_state`; ``options`` to :func:`itlin.iterative_linearisation`."""
+    from ....core.schedules import periodic
+    from ....core.train import iterative_linearisation
+
+    return iterative_linearisation(model, sgd_in_state(momentum), 1 if gd else periodic(), **options)
+
+
+def start(trainer, params, model_state, K, steps: Optional[int], learning_rate: float):
     """``trainer.init`` with the period ``K`` and the run's ``steps`` (its horizon: no
     relinearisation after the last step) written into the schedule's state (a trainer on
     :func:`itlin.periodic`, so every K shares one compiled step; the gradient path of ``K = 1``
@@ -368,5 +382,5 @@ def missing(what: str, path):
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics",
            "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
-           "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
+           "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start", "trainer",
            "updates_of"]

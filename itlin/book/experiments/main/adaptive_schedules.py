@@ -336,8 +336,7 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(
-    NAME, AdaptiveParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, AdaptiveParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["AdaptiveParams", "AdaptiveState", "EXPERIMENT", "FAMILIES", "MODES", "NAME", "PREVENTS", "SCALES",
            "claims", "cost_flops", "judge_rows", "matched", "optimizer", "rows",

@@ -205,8 +205,7 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(
-    NAME, UpdatesParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, UpdatesParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims", "curve", "first_close",
            "judge_rows", "period", "rows", "summary"]

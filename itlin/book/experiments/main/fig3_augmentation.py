@@ -142,7 +142,6 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(
-    NAME, Fig3Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig3Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig3Params", "NAME", "SCALES", "augmentation", "claims", "judge_rows", "summary"]

@@ -151,8 +151,6 @@ def run(p, ctx):
 
     from .... import models
     from ....core.loop import batch_indices
-    from ....core.schedules import periodic
-    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     ds, final = S.load_with_final(r)
@@ -165,16 +163,10 @@ def run(p, ctx):
     runs = {}
 
     def fit_all(config, model, Ks, lr, calibrate=None):
-        """Every K and seed of ``config``: one trainer per path (K=1: the network's gradient; K>1:
-        the linearised model, the period in the state); ``calibrate(params, state, x)`` measures
-        the statistics at the initialisation on the seed's first batch."""
-        trainers = {}
+        """Every K and seed of ``config`` (:func:`~._setup.trainer`); ``calibrate(params, state, x)``
+        measures the statistics at the initialisation on the seed's first batch."""
         for K in Ks:
-            path = "gd" if float(K) == 1 else "lin"
-            if path not in trainers:
-                trainers[path] = iterative_linearisation(model, S.sgd_in_state(r["momentum"]),
-                                                         1 if path == "gd" else periodic(), augment=aug)
-            trainer = trainers[path]
+            trainer = S.trainer(model, float(K) == 1, r["momentum"], augment=aug)
             for s in S.seed_list(r):
                 params, state = model.init(jax.random.PRNGKey(s), x[:2])
                 if calibrate is not None:
@@ -323,8 +315,7 @@ def mode_ranking(verdicts) -> tuple:
     return (most[0] if most else None), (least[0] if least else None)
 
 
-EXPERIMENT = register(Experiment(
-    NAME, Fig4Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig4Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["ALL", "BN_MODES", "CONFIG_LABELS", "EVAL_BATCH", "EXPERIMENT", "Fig4Params", "NAME", "NO_BN", "PAPER",
            "SCALES", "baseline_rows", "claims", "configs_of", "diverged", "divergences", "judge_rows", "mode_ranking",

@@ -136,8 +136,6 @@ def run(p, ctx):
     import jax.numpy as jnp
 
     from ....core.loop import evaluate
-    from ....core.schedules import periodic
-    from ....core.train import iterative_linearisation
 
     r = S.resolve(p, SCALES)
     full = S.load_data(r["dataset"], ALL, r["n_test"], r["seed"],
@@ -153,13 +151,8 @@ def run(p, ctx):
     runs = {}
     for n in sizes:
         steps = steps_for(n, r)
-        trainers = {}  # one per path and size (the training arrays' shape is part of the program)
         for label, K, lr in settings(r):
-            path = "gd" if K == 1 else "lin"
-            if path not in trainers:
-                trainers[path] = iterative_linearisation(model, S.sgd_in_state(r["momentum"]),
-                                                         1 if path == "gd" else periodic())
-            trainer = trainers[path]
+            trainer = S.trainer(model, K == 1, r["momentum"])
             for s in S.seed_list(r):
                 ds = pool.subset(n, seed=s) if n < pool.n_train else pool
                 x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
@@ -322,8 +315,7 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(
-    NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES", "claims",
            "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slope_test_half", "slopes", "split",

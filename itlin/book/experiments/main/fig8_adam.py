@@ -191,8 +191,7 @@ def judge_rows(rows_, by_seed: dict, *, n_test: int, margin: float, solved_accur
     return out
 
 
-EXPERIMENT = register(Experiment(
-    NAME, Fig8Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig8Params, run, version="3", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig8Params", "NAME", "SCALES", "claims", "judge_rows", "phase_rows", "phases", "phases_of",
            "rows", "solved_tag", "summary"]

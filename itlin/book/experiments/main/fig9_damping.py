@@ -297,8 +297,7 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(
-    NAME, Fig9Params, run, version="4", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig9Params, run, version="4", summary=summary, claims=claims))
 
 __all__ = ["BEST_QUANTILE", "BLOWUP", "CLAIMS", "CLAIM_IDS", "EXPERIMENT", "Fig9Params", "HIGH_RMSE", "NAME", "SCALES",
            "SIMILAR", "STATS", "blown_up", "bootstrap", "claims", "columns", "diverged", "flags",

@@ -5,6 +5,7 @@ checks on the record (:func:`judge_checks`). The figures and demos are in :mod:`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from ....metrics import two_line_fit
 from ... import verdicts as V
 from ...labels import K_label, fmt_value
 from .. import Experiment, Params, Period, param, register
+from . import _setup as S
 
 NAME = "quintic_demo"
 
@@ -74,13 +76,21 @@ class DemoRun(SimpleNamespace):
         return float(v[-1]) if v.size else math.nan
 
 
+@functools.lru_cache(maxsize=8)
+def _mlp(width: int, depth: int):
+    """The MLP, one object per shape: its trainers' compiled steps then serve every setting."""
+    from .... import models
+
+    return models.mlp(num_outputs=1, width=width, depth=depth)
+
+
 def _problem(width, depth, seed):
     import jax
 
-    from .... import data, models
+    from .... import data
 
     ds = data.load("quintic")
-    net = models.mlp(num_outputs=1, width=int(width), depth=int(depth))
+    net = _mlp(int(width), int(depth))
     params, _ = net.init(jax.random.PRNGKey(int(seed)), ds.x_train)
     lo, hi = ds.meta["interval"]
     return ds, net, params, np.linspace(lo, hi, GRID_POINTS, dtype=np.float32)[:, None]
@@ -91,19 +101,18 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
                   blowup: Optional[float] = BLOWUP) -> DemoRun:
     """Train one setting (full batch, SGD at ``lr``, period ``K``; diverged above ``blowup`` times the
     first loss); ``fit_fn``: :func:`itlin.fit` or the runner's ``ctx.fit``."""
-    import optax
-
     from ....core._tree import tree_all_finite
     from ....core.linearise import linearised_apply, ntk as empirical_ntk
     from ....core.loop import fit
-    from ....core.train import iterative_linearisation
+    from ....core.schedules import parse_period
     from ....data import quintic_function
 
     ds, net, params, x_grid = _problem(width, depth, seed)
-    trainer = iterative_linearisation(net, optax.sgd(float(lr)), K, loss="squared")
+    K = parse_period(K)
+    trainer = S.trainer(net, K == 1, loss="squared")  # compiled once for every K and lr of a grid
     kw = {"eval_sets": {"train": (ds.x_train, ds.y_train), "test": (ds.x_test, ds.y_test)},
           "eval_every": max(1, int(steps) // max(1, int(evals))), "blowup": blowup}
-    args = (trainer, trainer.init(params), ds.x_train, ds.y_train, int(steps))
+    args = (trainer, S.start(trainer, params, None, K, None, lr), ds.x_train, ds.y_train, int(steps))
     res = fit(*args, **kw) if fit_fn is None else fit_fn(tag or setting_tag(K, lr), *args, **kw)
     st, apply = res.state, net.bind(res.state.model_state)
 
@@ -123,11 +132,8 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
 def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int = 5, rel_cut: float = 1e-5) -> dict:
     """``K_conv = N / (eta lambda_min)``: the slowest mode's residual after ``K_conv`` steps of ``K = inf``
     (``measured``) against ``(1 - eta lambda_min / N)^K_conv`` (``predicted``)."""
-    import optax
-
     from ....core.linearise import linearised_apply, ntk as empirical_ntk
     from ....core.loop import fit
-    from ....core.train import iterative_linearisation
 
     ds, net, params, _ = _problem(width, depth, seed)
     apply = net.bind()
@@ -138,8 +144,8 @@ def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int
     lam, v = float(e[idx]), vecs[:, idx]
     k_conv = n / (float(lr) * lam)
     steps = int(round(k_conv))
-    trainer = iterative_linearisation(net, optax.sgd(float(lr)), "inf", loss="squared")
-    st = fit(trainer, trainer.init(params), x, ds.y_train, steps).state
+    trainer = S.trainer(net, False, loss="squared")
+    st = fit(trainer, S.start(trainer, params, None, math.inf, None, lr), x, ds.y_train, steps).state
     r0 = np.asarray(apply(params, x), np.float64).reshape(-1) - y
     rk = np.asarray(linearised_apply(apply, st.anchor, st.params, x), np.float64).reshape(-1) - y
     return {"N": n, "lr": float(lr), "lambda_min": lam, "K_conv": k_conv, "K_conv_sum": 1.0 / (float(lr) * lam),
@@ -279,8 +285,7 @@ def summary(rec) -> list:
             for (K, lr), r in sorted(runs_of(rec).items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
 
-EXPERIMENT = register(Experiment(
-    NAME, QuinticParams, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, QuinticParams, run, version="4", summary=summary, claims=claims))
 
 __all__ = ["BLOWUP", "DemoRun", "EXPERIMENT", "GRID_POINTS", "NAME", "QuinticParams", "SCALES", "checks", "claims",
            "grid", "judge_checks", "k_conv_check", "phase_gaps", "run", "runs_of", "setting_tag", "summary",

@@ -394,8 +394,7 @@ def link_rows(rec) -> list:
             for K, u, ec, kta, acc, div in link_table(res, r["link_model"], r["Ks"])]
 
 
-EXPERIMENT = register(Experiment(
-    NAME, ConcentrationParams, run, version="4", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, ConcentrationParams, run, version="4", summary=summary, claims=claims))
 
 __all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
            "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",

@@ -351,8 +351,7 @@ def summary(rec) -> list:
             if f"{opt}_{variant}" in res["models"][name] for acc in [_acc(res, name, f"{opt}_{variant}")]]
 
 
-EXPERIMENT = register(Experiment(
-    NAME, EigenParams, run, version="4", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, EigenParams, run, version="4", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims", "fitted_range",
            "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs", "upper_targets"]
