@@ -203,10 +203,11 @@ def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional
 
 
 def correction_note(verdicts: Sequence[V.Verdict]) -> str:
-    """The sentence a chapter says once: how many tests its Holm correction covers."""
+    """The sentence said once under a family of verdicts (a chapter's, or a record of other
+    settings judged as its own family): how many tests its Holm correction covers."""
     m = sum(v.tested for v in verdicts)
-    return (f"Verdicts are corrected for multiplicity: Holm's step-down procedure over the {m} tested claims "
-            f"of this chapter keeps the chance of any false verdict among them at {100 * (1 - V.LEVEL):.0f}%, "
+    return (f"Verdicts are corrected for multiplicity: Holm's step-down procedure over the {m} claims tested "
+            f"together here keeps the chance of any false verdict among them at {100 * (1 - V.LEVEL):.0f}%, "
             "so each claim is judged at its own, stricter level, and the \"resolves gaps of\" column gives "
             "the half-width of the interval at that level.")
 
