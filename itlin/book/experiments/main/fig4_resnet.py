@@ -47,12 +47,12 @@ SCALES = {
     "tiny": {"dataset": "mnist1d", "n_train": 256, "n_test": 200, "n_eval_train": 200, "width": 2, "Ks": [1, 10],
              "steps": 30, "eval_every": 10, "lr_no_bn": 1e-3, "lr_bn": 1e-2, "momentum": 0.9, "batch_size": 64,
              "seeds": 2, "n_test_final": None},
-    # a narrow ResNet-18 (first stage 4 channels) on all of MNIST-1D's training signals, five seeds;
+    # a narrow ResNet-18 (first stage 4 channels) on all of MNIST-1D's training signals, one seed live;
     # the final accuracies of the runs the "close" claims judge on 15,000 generated test signals
     # (curves, and the other modes' runs, on 1,000)
     "default": {"dataset": "mnist1d", "n_train": ALL, "n_test": 1000, "n_eval_train": 500, "width": 4,
                 "Ks": [1, 50], "steps": 200, "eval_every": 40, "lr_no_bn": 1e-2, "lr_bn": 5e-2, "momentum": 0.9,
-                "batch_size": 128, "seeds": 2, "n_test_final": 15_000},
+                "batch_size": 128, "seeds": 1, "n_test_final": 15_000},
     # the paper: ResNet-18 (width 64) on CIFAR-10, lr 7e-7 / K=1e6 without BN and 1e-5 / K=1e5 with
     # BN (Appendix C), plain SGD, batch 256; no step count stated: ten phases of the largest K
     "paper": {"dataset": "cifar10", "n_train": ALL, "n_test": ALL, "n_eval_train": 10_000, "width": 64,

@@ -40,10 +40,10 @@ SCALES = {
     "tiny": {"dataset": "mnist1d", "sizes": [64, 128, 256, 640], "n_val": 100, "n_test": 200, "channels": 4,
              "K": 10, "lr": 1e-2, "lr_inf": 1e-1, "momentum": 0.9, "batch_size": 32, "epochs": 2, "min_steps": 12,
              "n_evals": 3, "seeds": 2},
-    # four sizes spanning 10x, five seeds; the final accuracies on 15,000 generated test signals
+    # four sizes spanning 10x, one seed live; the final accuracies on 15,000 generated test signals
     "default": {"dataset": "mnist1d", "sizes": [400, 800, 1600, 4000], "n_val": 1000, "n_test": 15_000,
                 "channels": 8, "K": 200, "lr": 1e-2, "lr_inf": 1e-1, "momentum": 0.9, "batch_size": 128,
-                "epochs": 30, "min_steps": 300, "n_evals": 10, "seeds": 2},
+                "epochs": 30, "min_steps": 300, "n_evals": 10, "seeds": 1},
     # the paper: the CIFAR-10 LeNet with 50 channels, lr 1e-5 (finite K) and 1e-3 (K=inf and the
     # control), batch 256 (Fig. 5 caption, Appendix C). Sizes and K are not stated: ours.
     "paper": {"dataset": "cifar10", "sizes": [4000, 8000, 16000, 40000], "n_val": 5000, "n_test": ALL,
