@@ -127,3 +127,17 @@ def test_compiled_programs_are_shared_through_jax_s_own_cache(tmp_path, monkeypa
         assert jax.config.jax_compilation_cache_dir == "unchanged"
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_what_it_would_take_tables_the_unresolved_tests_and_says_when_none_is_left():
+    from itlin.book import render
+    from itlin.book import verdicts as V
+
+    resolved = V.judge("a", "A beats B", "p", V.paired_gap([0.90, 0.91, 0.92], [0.50, 0.52, 0.51]), "exceeds")
+    unresolved = V.judge("c", "C beats D", "p", V.paired_gap([0.83, 0.80, 0.84, 0.79, 0.82], [0.80] * 5), "exceeds")
+    assert resolved.resolved and not unresolved.resolved
+    table = render.what_it_would_take([resolved, unresolved], seconds_per_seed=3600.0)
+    assert "C beats D" in table and "A beats B" not in table
+    assert "| 5 | 9 | 9 |" in table.replace("  ", " ")  # seeds now, seeds needed (seeds_needed's doctest), hours
+    assert render.what_it_would_take([resolved]).startswith("Every claim tested here resolves")
+    assert render.what_it_would_take([V.stated("s", "a statement", "p", "measured", V.HOLDS)]).startswith("No claim")

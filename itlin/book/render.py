@@ -187,7 +187,8 @@ def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional
     """For each unresolved test: the seeds it has, the seeds that would resolve it if the gap and
     the spread stayed as measured (:func:`itlin.book.verdicts.seeds_needed`), and, given
     ``seconds_per_seed`` (one seed of every setting the claim needs, on ``device``), the hours
-    those seeds would cost. Empty string when every test resolves."""
+    those seeds would cost; a sentence saying so when every test resolves (a chapter displays
+    the result as it is)."""
     rows = []
     for v in verdicts:
         if not v.tested or v.resolved:
@@ -199,7 +200,10 @@ def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional
         if seconds_per_seed is not None:
             row[f"hours on {device}"] = "—" if n is None else f"{n * seconds_per_seed / 3600:.2g}"
         rows.append(row)
-    return table(rows) if rows else ""
+    if not rows:
+        return "Every claim tested here resolves: no more seeds are needed to decide them." if any(
+            v.tested for v in verdicts) else "No claim here is a test over seeds."
+    return table(rows)
 
 
 def correction_note(verdicts: Sequence[V.Verdict]) -> str:
