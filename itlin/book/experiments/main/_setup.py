@@ -223,7 +223,9 @@ def init_state(trainer, params, model_state, K, steps: Optional[int]):
     """``trainer.init`` with the period ``K`` and the horizon ``steps`` written into a periodic
     schedule's state (a ``K = 1`` trainer has no such state); ``steps=None``: no horizon (a
     relinearisation after the last step too, as :class:`itlin.Every`)."""
-    values = {} if trainer.schedule.set is None else {"period": K, **({} if steps is None else {"horizon": int(steps)})}
+    values = {} if trainer.schedule.set is None else {"period": K}
+    if values and steps is not None:
+        values["horizon"] = int(steps)
     return trainer.init(params, model_state, **values)
 
 
@@ -350,9 +352,10 @@ def trainer(model, gd: bool, momentum: float = 0.0, **options):
 
 def start(trainer, params, model_state, K, steps: Optional[int], learning_rate: float):
     """``trainer.init`` with the period ``K`` and the run's ``steps`` (its horizon: no
-    relinearisation after the last step) written into the schedule's state (a trainer on
-    :func:`itlin.periodic`, so every K shares one compiled step; the gradient path of ``K = 1``
-    has no such state) and ``learning_rate`` into the optimiser's (:func:`sgd_in_state`)."""
+    relinearisation after the last step; ``None``: no horizon, see :func:`init_state`) written
+    into the schedule's state (a trainer on :func:`itlin.periodic`, so every K shares one compiled
+    step; the gradient path of ``K = 1`` has no such state) and ``learning_rate`` into the
+    optimiser's (:func:`sgd_in_state`)."""
     import jax.numpy as jnp
 
     st = init_state(trainer, params, model_state, K, steps)
@@ -382,5 +385,5 @@ def missing(what: str, path):
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics",
            "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
-           "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start", "trainer",
-           "updates_of"]
+           "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state",
+           "start", "trainer", "updates_of"]

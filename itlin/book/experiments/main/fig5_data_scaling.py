@@ -311,7 +311,8 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
                    f"{V.fmt_mean([sl[b][s] for s in seeds], unit=' points')} per tenfold data" if seeds else \
                    "no seed completed every run of both settings"
         out.append(V.judge(id, claim, paper, gap, rule, margin if rule == "close" else 0.0, measured=measured,
-                           headline=id in ("finite_close", "inf_worse"), unit="points per tenfold data", dropped=dropped))
+                           headline=id in ("finite_close", "inf_worse"), unit="points per tenfold data",
+                           dropped=dropped))
     return out
 
 
