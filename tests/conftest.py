@@ -11,20 +11,50 @@ from itlin.book import limit_blas_threads  # noqa: E402
 limit_blas_threads()  # as the book and the benchmarks do (itlin itself changes nothing on import)
 
 
+#: the most test processes ``-n auto`` starts: the book's tests (one file, kept on one process)
+#: take about ten minutes at any count, and every process holds its own compiled programs
+MAX_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject.toml's default): one process per core, at most :data:`MAX_WORKERS`."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
+def shared_folder(tmp_path_factory, name: str):
+    """A folder of this test session's, the same for every pytest-xdist worker (their temporary
+    folders share a parent): the workers of one session compute each experiment once (the
+    runner's lock makes a second worker wait for the first, then load its result) and compile
+    each program once. Without xdist, a fresh folder under the session's temporary folder."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / name
+        folder.mkdir(exist_ok=True)
+        return folder
+    return tmp_path_factory.mktemp(name)
+
+
+@pytest.fixture(scope="session")
+def session_folder(tmp_path_factory):
+    """``session_folder(name)``: :func:`shared_folder` for tests."""
+    return lambda name: shared_folder(tmp_path_factory, name)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def session_results(tmp_path_factory):
     """One results folder for the whole session (``ITLIN_RESULTS``): an experiment that a test
     module runs at ``scale="tiny"`` is loaded, not recomputed, when its chapter executes with the
     same parameters (and the other way round). Nothing cached outside the session is reused;
     tests that need a fresh folder pass their own ``results_dir``."""
-    root = tmp_path_factory.mktemp("results")
+    root = shared_folder(tmp_path_factory, "results")
     mp = pytest.MonkeyPatch()
     mp.setenv("ITLIN_RESULTS", str(root))
     # compiled programs shared by this process and the chapters' kernels (JAX's persistent
     # cache), in a folder of this session's: a program compiles once per session
     from itlin.book import share_compiled_programs
 
-    compiled = tmp_path_factory.mktemp("xla")
+    compiled = shared_folder(tmp_path_factory, "xla")
     mp.setenv("ITLIN_COMPILE_CACHE", str(compiled))
     share_compiled_programs(compiled)
     yield root

@@ -60,8 +60,8 @@ def _opens_files(chapter) -> bool:
 
 
 @pytest.fixture(scope="session")
-def book_dirs(tmp_path_factory, session_results):
-    executed = tmp_path_factory.mktemp("executed")
+def book_dirs(session_folder, session_results):
+    executed = session_folder("executed")  # one for every xdist worker
     mp = pytest.MonkeyPatch()
     mp.setenv("ITLIN_QUIET", "1")
     yield executed
