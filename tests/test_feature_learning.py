@@ -315,3 +315,24 @@ def test_figs_6_7_compare_the_large_K_whose_feature_updates_are_nearest_the_pape
     assert fl.large_K(rows) == 100.0
     with pytest.raises(ValueError, match="no finite K above 1"):
         fl.compared_K([1, math.inf], 1000)
+
+
+def test_the_contrast_with_the_fewest_updates_judges_that_K_and_can_hold_or_fail():
+    """``fewest_updates_claims`` judges the Figs. 6-7 claims against K=500 (one update) when the
+    figures compare K=100: its own verdicts (here K=500's probes made to lag by 6 points while
+    K=100's lag by 0: the contrast holds where the main claim fails), ids prefixed, no headline;
+    nothing when the only large K is the one compared."""
+    rows = _rows(probe_gap=0.0, move={1: 1.0, 100: 0.6, 500: 0.2, math.inf: 0.0}, seeds=8, noise=0.001)
+    for r in rows:
+        if r["K"] == 500:
+            for layer in fl.LAYERS:
+                r[f"probe_{layer}"] = r[f"probe_{layer}"] - 0.06 * np.linspace(0, 1, 11)
+    main = _by_id(rows)
+    fewest = {v.id: v for v in fl.fewest_updates_claims(rows, n_test=100_000)}
+    assert sorted(fewest) == sorted("fewest." + i for i in (*[p for p in PROBE_IDS if not p.endswith("improves")],
+                                                             "filters.faster", "filters.early", "filters.ten_percent"))
+    assert main["probe.conv2.lower"].verdict == V.FAILS and "K=100" in main["probe.conv2.lower"].claim
+    assert fewest["fewest.probe.conv2.lower"].verdict == V.HOLDS and "K=500" in fewest["fewest.probe.conv2.lower"].claim
+    assert not any(v.headline for v in fewest.values())
+    lagging = _rows(probe_gap=-0.08, move={1: 1.0, 500: 0.2, math.inf: 0.0})  # K=500 the only large K
+    assert fl.fewest_updates_claims(lagging, n_test=100_000) == []
