@@ -317,7 +317,8 @@ def fig7(rec, seed=None, n_filters: int = 3):
 def fig7_distances(rec):
     """Fig. 7 as numbers: left, the first-layer filters' distance from initialisation against steps
     for every K; right, the distance of K=1's filters at each snapshot to the large K's final
-    filters (one line per seed), the closest point marked and the paper's 10% dotted."""
+    filters (a thin line per seed with its closest point, their mean in black), the paper's 10%
+    dotted."""
     rows = _fl.rows(rec)
     groups, Kb = _by_K(rows), _fl.large_K(rows)
     col = colours(groups)
@@ -330,11 +331,16 @@ def fig7_distances(rec):
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("||W(t) − W(0)||, first layer")
     a, b, _ = _fl.pairs(R.select(rows, K=1), R.select(rows, K=Kb))
-    for i, (ra, rb) in enumerate(zip(a, b)):
+    curves = []
+    for i, (ra, rb) in enumerate(zip(a, b)):  # one thin line per seed, its closest point marked
         x = ra["snap_step"] / ra["snap_step"][-1]
         d = np.linalg.norm((ra["filters"] - rb["filters"][-1:]).reshape(len(x), -1), axis=1)
-        line = axes[1].plot(x, d, lw=1.4, color="black", ls=("-", "--", ":", "-.")[i % 4], label=f"seed {ra['seed']}")
-        axes[1].plot(x[np.argmin(d)], d.min(), "o", color=line[0].get_color())
+        curves.append((x, d))
+        axes[1].plot(x, d, lw=0.8, color="0.6", alpha=0.7, label="each seed" if i == 0 else None)
+        axes[1].plot(x[np.argmin(d)], d.min(), "o", ms=3, color="0.35", label="its closest point" if i == 0 else None)
+    if len(curves) > 1 and all(np.array_equal(x, curves[0][0]) for x, _ in curves):
+        axes[1].plot(curves[0][0], np.mean([d for _, d in curves], axis=0), lw=2.0, color="black",
+                     label="mean over seeds")
     axes[1].axvline(_fl.PAPER_FRACTION, color="tab:red", ls=":", lw=1.4, label="paper: about 10%")
     axes[1].set_xlabel("fraction of K=1's run")
     axes[1].set_ylabel(f"distance to {K_label(Kb)}'s final")
