@@ -304,17 +304,17 @@ def test_figs_6_7_compare_the_large_K_whose_feature_updates_are_nearest_the_pape
     (9 updates over 1000 steps) and K = 500 (1 update) the figures compare K = 100, from the
     settings (before running: which runs keep per-example results) and from the rows alike."""
     assert fl.PAPER_UPDATES == 9
-    assert fl.compared_K([1, 100, 500, math.inf], 1000) == 100.0
-    assert fl.compared_K([1, 500, math.inf], 1000) == 500.0  # the only large K
-    assert fl.compared_K([1, 80, 125], 1000) == 125.0  # 12 and 7 updates: 7 is nearer 9
-    assert fl.compared_K([1, 95, 120], 1000) == 120.0  # 10 and 8 updates: a tie, the larger K
+    assert fl.compared_K({100.0: 9, 500.0: 1}) == 100.0
+    assert fl.compared_K({500.0: 1}) == 500.0  # the only large K
+    assert fl.compared_K({80.0: 12, 125.0: 7}) == 125.0  # 7 is nearer 9
+    assert fl.compared_K({95.0: 10, 120.0: 8}) == 120.0  # a tie: the larger K
     rows = _rows(move={1: 1.0, 100: 0.6, 500: 0.2, math.inf: 0.0})
     assert fl.large_K(rows) == 100.0
     # a diverged seed of K=100 made fewer updates; the K compared does not change
     rows[1]["updates"] = 0
     assert fl.large_K(rows) == 100.0
     with pytest.raises(ValueError, match="no finite K above 1"):
-        fl.compared_K([1, math.inf], 1000)
+        fl.compared_K({})
 
 
 def test_the_contrast_with_the_fewest_updates_judges_that_K_and_can_hold_or_fail():

@@ -141,7 +141,8 @@ def run(p, ctx):
     xp_te, yp_te = setup.final if setup.final is not None else setup.evals["test"]
     xk, yk = _kernel_set(ds, r["n_kernel"], r["seed"])
     C = ds.num_outputs
-    compared = (1.0, compared_K(r["Ks"], r["steps"]))  # the runs Figs. 6-7 compare
+    # the runs Figs. 6-7 compare
+    compared = (1.0, compared_K({float(K): S.updates_of(K, r["steps"]) for K in r["Ks"] if 1 < K < math.inf}))
 
     def snapshot(state, per_example: bool):
         out = {"filters": metrics.first_layer_kernel(state.params)}
@@ -229,34 +230,26 @@ def rows(rec) -> list:
     return out
 
 
-def _nearest_paper(updates: Mapping) -> float:
-    """Of ``{K: feature updates}`` (finite K above 1), the K whose updates are nearest
-    :data:`PAPER_UPDATES` (on a tie, the larger K)."""
+def compared_K(updates: Mapping) -> float:
+    """The large K that Figs. 6 and 7 compare with K=1: of ``{K: feature updates}`` (finite K
+    above 1), the K whose updates are nearest :data:`PAPER_UPDATES` (on a tie, the larger K).
+
+    >>> compared_K({100.0: 9, 500.0: 1}), compared_K({95.0: 10, 120.0: 8})
+    (100.0, 120.0)
+    """
     if not updates:
         raise ValueError("no finite K above 1 for Figs. 6-7 to compare with K=1")
     return min(updates, key=lambda K: (abs(updates[K] - PAPER_UPDATES), -K))
 
 
-def compared_K(Ks, steps: int) -> float:
-    """The large K that Figs. 6 and 7 compare with K=1: of the finite ``Ks`` above 1, the one
-    whose run of ``steps`` steps makes the number of feature updates nearest the paper's
-    (:data:`PAPER_UPDATES`; on a tie, the larger K).
-
-    >>> compared_K([1, 100, 500, float("inf")], 1000), compared_K([1, 10, float("inf")], 40)
-    (100.0, 10.0)
-    """
-    return _nearest_paper({float(K): S.updates_of(K, steps) for K in Ks if math.isfinite(K) and K > 1})
-
-
 def large_K(rows_) -> float:
-    """:func:`compared_K` read from rows: the K (finite, above 1) whose runs made the number of
-    feature updates nearest the paper's (the most any seed made, so a diverged run does not
-    change which K is compared)."""
+    """:func:`compared_K` of the rows' finite K above 1, each with the most feature updates any
+    of its seeds made (so a diverged run does not change which K is compared)."""
     most: dict = {}
     for r in rows_:
         if math.isfinite(r["K"]) and r["K"] > 1:
             most[float(r["K"])] = max(most.get(float(r["K"]), 0), int(r["updates"]))
-    return _nearest_paper(most)
+    return compared_K(most)
 
 
 def pairs(rows_a, rows_b) -> tuple:
@@ -408,19 +401,16 @@ def judge_rows(rows_, *, n_test: int, margin: float = 0.02) -> list:
 
 
 def fewest_updates_claims(rows_, *, n_test: int, margin: float = 0.02) -> list:
-    """The Figs. 6-7 claims (``probe.<L>.slower``, ``probe.<L>.lower`` and ``filters.*``) judged
-    against the finite K above 1 with the fewest feature updates instead of :func:`large_K`, as a
-    contrast: ids prefixed ``fewest.``, none headline, Holm-corrected among themselves; ``[]``
-    when that K is the one compared. The probes' test noise is the unpaired bound on ``n_test``
-    examples unless that K's rows keep per-example results (``correct_<layer>``)."""
-    finite = {float(r["K"]) for r in rows_ if math.isfinite(r["K"]) and r["K"] > 1}
+    """The Figs. 6-7 claims (``probe.<L>.slower``, ``.lower``, ``filters.*``) against the finite K
+    with the fewest feature updates instead of :func:`large_K`, as a contrast (``[]`` if that is
+    the K compared): ids prefixed ``fewest.``, none headline, Holm-corrected among themselves."""
+    finite = {float(r["K"]) for r in rows_ if 1 < r["K"] < math.inf}
     if not finite or max(finite) == large_K(rows_):
         return []
     sub = [r for r in rows_ if float(r["K"]) in (1.0, max(finite))]  # then large_K(sub) is that K
-    picked = [dataclasses.replace(v, id="fewest." + v.id, headline=False)
-              for v in judge_rows(sub, n_test=n_test, margin=margin)
-              if v.id.startswith("filters.") or v.id.endswith((".slower", ".lower"))]
-    return list(V.holm(picked))
+    return list(V.holm([dataclasses.replace(v, id="fewest." + v.id, headline=False)
+                        for v in judge_rows(sub, n_test=n_test, margin=margin)
+                        if v.id.startswith("filters.") or v.id.endswith((".slower", ".lower"))]))
 
 
 EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="5", summary=summary, claims=claims))
