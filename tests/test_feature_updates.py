@@ -26,13 +26,25 @@ def test_periods_give_the_asked_for_updates_or_the_nearest_below(steps):
 
 
 def _rows(gaps: dict, *, sweep="full", steps=400, base=(0.80, 0.81, 0.79, 0.80, 0.805)):
-    rows = [{"sweep": sweep, "K": 1.0, "seed": s, "test": b, "updates": steps, "status": "completed"}
-            for s, b in enumerate(base)]
+    rows = [{"sweep": sweep, "K": 1.0, "seed": s, "test": b, "updates": steps, "status": "completed",
+             "target_steps": steps} for s, b in enumerate(base)]
     for u, gap in gaps.items():
         K = float(FU.period(u, steps))
         rows += [{"sweep": sweep, "K": K, "seed": s, "test": b + g, "updates": S.updates_of(K, steps),
-                  "status": "completed"} for s, (b, g) in enumerate(zip(base, gap))]
+                  "status": "completed", "target_steps": steps} for s, (b, g) in enumerate(zip(base, gap))]
     return rows
+
+
+def test_a_diverged_run_neither_renames_its_setting_nor_counts_for_close():
+    """A run that diverged made fewer feature updates than its setting: the claim keeps the
+    setting's count (16 here, not the 6 of the first seed, which diverged at step 160), and a
+    dropped seed keeps "close" from holding."""
+    rows = _rows({16: [0.0, 0.001, -0.001, 0.0, 0.0]})
+    first = next(r for r in rows if r["K"] > 1)
+    first.update(status="diverged at step 160", updates=6)
+    assert [u for u, _, _ in FU.curve(rows)] == [16]
+    vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))
+    assert vs.ids == ("full.u16",) and vs["full.u16"].dropped == 1 and vs["full.u16"].verdict == V.UNRESOLVED
 
 
 def test_claims_hold_fail_and_stay_unresolved_on_constructed_rows():

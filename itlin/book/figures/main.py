@@ -45,7 +45,7 @@ def fig2(rec):
             colour = "0.25" if control else col.get(K_fb)
             extra = f", lr x{mult:g}" if control else ""
             seed_band(ax, hist(g), "test/accuracy_lin", color=colour, linestyle=":" if control else "-",
-                      label=legend_label(K, g[0]["updates"], extra), lw=1.6)
+                      label=legend_label(K, R.updates(g), extra), lw=1.6)
             relin_marks(ax, hist(g)[0], color=colour)
         g0 = R.select(rows, sweep=sweep)
         if g0:
@@ -64,8 +64,8 @@ def fig2(rec):
             K_mb = K_fb if K_fb == 1 else K_fb * f
             mb = R.select(rows, sweep="mini", K=K_mb, control=False)
             label = f"{K_label(K_fb)} full" + (
-                f" / {K_label(K_mb)} mini: {g[0]['updates']:,} / {mb[0]['updates']:,} feature updates" if mb else
-                f": {g[0]['updates']:,} feature updates")
+                f" / {K_label(K_mb)} mini: {R.updates(g):,} / {R.updates(mb):,} feature updates" if mb else
+                f": {R.updates(g):,} feature updates")
         scaled = [type(h).from_arrays({**h.arrays(), "eval/step": h.eval_array("step") / scale}, h.meta())
                   for h in hist(g)]
         seed_band(ax, scaled, "test/accuracy_lin", color=col.get(K_fb), lw=1.4 if sw == "full" else 2.6,
@@ -99,9 +99,9 @@ def fig3(rec):
             hs = [rec.history(r["tag"]) for r in g]
             if K == 1.0:
                 seed_band(ax, hs, f"{split}/accuracy", color="black",
-                          label=legend_label(1, g[0]["updates"], f" network, {len(hs)} seeds"))
+                          label=legend_label(1, R.updates(g), f" network, {len(hs)} seeds"))
                 continue
-            seed_band(ax, hs, f"{split}/accuracy_lin", color=col[K], label=legend_label(K, g[0]["updates"],
+            seed_band(ax, hs, f"{split}/accuracy_lin", color=col[K], label=legend_label(K, R.updates(g),
                                                                                           " trained model"))
             if math.isfinite(K):
                 seed_band(ax, hs, f"{split}/accuracy", color=col[K], lw=1.1, linestyle="--", alpha=0.0,
@@ -140,7 +140,7 @@ def fig8(rec):
                 ax.plot([r["diverged_at"]], [0.02], marker="x", ms=7, mew=1.8, color=color, linestyle="none",
                         transform=ax.get_xaxis_transform(), clip_on=False)
 
-    updates = lambda t: (runs(t)[1] or runs(t)[0])[0]["updates"]
+    updates = lambda t: R.updates(runs(t)[1] or runs(t)[0])
     K = rec.meta["resolved"]["K"]
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.9), sharey=True)
     for ax, split in zip(axes, ("test", "train")):
@@ -263,7 +263,7 @@ def fig6(rec):
             if g:
                 x = g[0]["snap_step"]
                 ys = np.stack([r[f"probe_{layer}"][:len(x)] for r in g])
-                ax.plot(x, ys.mean(0), color=col[K], lw=1.8, label=legend_label(K, g[0]["updates"]))
+                ax.plot(x, ys.mean(0), color=col[K], lw=1.8, label=legend_label(K, R.updates(g)))
                 if len(g) > 1:
                     ax.fill_between(x, ys.min(0), ys.max(0), color=col[K], alpha=0.18, lw=0)
         ax.set_title(f"probe on {layer} features")
@@ -327,7 +327,7 @@ def fig7_distances(rec):
         if g:
             x = g[0]["snap_step"]
             ys = np.stack([np.linalg.norm((r["filters"] - r["filters"][:1]).reshape(len(x), -1), axis=1) for r in g])
-            axes[0].plot(x, ys.mean(0), color=col[K], lw=1.8, label=legend_label(K, g[0]["updates"]))
+            axes[0].plot(x, ys.mean(0), color=col[K], lw=1.8, label=legend_label(K, R.updates(g)))
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("||W(t) − W(0)||, first layer")
     a, b, _ = _fl.pairs(R.select(rows, K=1), R.select(rows, K=Kb))
@@ -365,7 +365,7 @@ def kernel_movement(rec):
         u = np.array([r["updates"] for r in g], float)
         for ax, (key, _) in zip(axes, panels):
             ax.plot(u, [r[f"{key}_anchor"] for r in g], "o", color=col[K], ms=5,
-                    label=legend_label(K, g[0]["updates"]) if key == "movement" and g else None)
+                    label=legend_label(K, R.updates(g)) if key == "movement" and g else None)
             if key != "alignment":
                 ax.plot(u, [r[f"{key}_net"] for r in g], "o", mfc="none", color=col[K], ms=7)
     tab = _fl.kernel_table(rows)

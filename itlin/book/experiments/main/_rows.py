@@ -25,6 +25,12 @@ def as_K(value) -> float:
 
 
 # ------------------------------------------------------------------------------ summaries
+def updates(group) -> int:
+    """The feature updates of a setting: the most any of its runs (``group``: rows) made, which
+    is what a completed run makes (a run that diverged stopped with fewer)."""
+    return max(int(r["updates"]) for r in group)
+
+
 def final(history, key: str) -> float:
     """The last evaluated value of ``key`` (NaN if none)."""
     v = history.eval_array(key)
@@ -43,6 +49,7 @@ def run_summary(rec, tag: str) -> dict:
     return {
         "tag": tag,
         "steps": int(r["steps"]),
+        "target_steps": int(r.get("target_steps", r["steps"])),
         "updates": int(r["feature_updates"]),
         "status": r["status"] if r.get("diverged_at") is None else f"diverged at step {r['diverged_at']}",
         "diverged_at": r.get("diverged_at"),
@@ -162,4 +169,4 @@ def mean_cell(rows: Sequence[Mapping], key: str) -> str:
 
 
 __all__ = ["as_K", "final", "gap_verdict", "late_gain", "mean_cell", "pool_seeds", "rows_of", "run_summary",
-           "seeds_cell", "select"]
+           "seeds_cell", "select", "updates"]

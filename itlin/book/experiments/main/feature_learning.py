@@ -269,7 +269,7 @@ def kernel_table(rows_) -> list:
         g = [r for r in R.select(rows_, K=K) if r["status"] == "completed"]
         if g:
             mean = lambda key: float(np.mean([r[key] for r in g]))
-            u = g[0]["updates"]
+            u = R.updates(g)
             out.append({"K": K, "updates": u, **{k: mean(k) for k in (
                 "movement_anchor", "movement_net", "rotation_anchor", "rotation_net", "alignment_init",
                 "alignment_anchor", "test")}, "per_update": mean("movement_anchor") / u if u else math.nan,
@@ -286,7 +286,7 @@ def summary(rec) -> list:
         done = [r for r in g if r["status"] == "completed"]
         cell = lambda f: V.fmt_mean([f(r) for r in done]) if done else "n/a"
         num = lambda key: f"{np.mean([r[key] for r in done]):.3g}" if done else "n/a"
-        out.append({"run": K_label(K), "feature updates": g[0]["updates"], "test acc. (model trained)":
+        out.append({"run": K_label(K), "feature updates": R.updates(g), "test acc. (model trained)":
                     cell(lambda r: r["test"]), "probe conv1": cell(lambda r: r["probe_conv1"][-1]),
                     "probe conv2": cell(lambda r: r["probe_conv2"][-1]), "kernel: relative change":
                     num("movement_anchor"), "kernel: rotation": num("rotation_anchor"),
@@ -392,8 +392,8 @@ def judge_rows(rows_, *, n_test: int, margin: float = 0.02) -> list:
         for lo, hi in zip(Ks, Ks[1:]):
             a, b = R.select(rows_, K=hi), R.select(rows_, K=lo)
             out.append(_exceeds(
-                f"kernel.{short}.K{fmt_K(hi)}_K{fmt_K(lo)}", f"{what}: {K_label(hi)} ({a[0]['updates']:,} updates) "
-                f"above {K_label(lo)} ({b[0]['updates']:,})", "Definition 1: feature updates count feature learning",
+                f"kernel.{short}.K{fmt_K(hi)}_K{fmt_K(lo)}", f"{what}: {K_label(hi)} ({R.updates(a):,} updates) "
+                f"above {K_label(lo)} ({R.updates(b):,})", "Definition 1: feature updates count feature learning",
                 a, b, lambda r: math.log(r[key]) if r[key] > 0 else -math.inf, unit="(log ratio)", scale=1.0,
                 digits=2, describe=lambda va, vb: f"{np.exp(np.mean(va)):.3g} against {np.exp(np.mean(vb)):.3g} "
                                                   f"{unit} (geometric means over seeds); log ratio"))

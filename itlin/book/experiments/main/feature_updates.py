@@ -133,12 +133,14 @@ def rows(rec) -> list:
 
 
 def curve(rows_, sweep: str = "full") -> list:
-    """``[(updates, K, [rows of that K]), ...]`` of a sweep's large-K runs, fewest updates first."""
+    """``[(updates, K, [rows of that K]), ...]`` of a sweep's large-K runs, fewest updates first;
+    ``updates`` is what a run of that K makes when it completes (:func:`._setup.updates_of`; a run
+    that diverged made fewer, and names nothing)."""
     Ks = sorted({r["K"] for r in rows_ if r["sweep"] == sweep and 1 < r["K"] < math.inf}, reverse=True)
     out = []
     for K in Ks:
         g = R.select(rows_, sweep=sweep, K=K)
-        out.append((int(g[0]["updates"]), K, g))
+        out.append((S.updates_of(K, g[0]["target_steps"]), K, g))
     return sorted(out, key=lambda t: t[0])
 
 
@@ -198,7 +200,7 @@ def summary(rec) -> list:
     for sweep in ("full", "mini"):
         for K in sorted({r["K"] for r in rows_ if r["sweep"] == sweep}):
             g = R.select(rows_, sweep=sweep, K=K)
-            out.append({"sweep": sweep, "run": K_label(K), "feature updates": g[0]["updates"],
+            out.append({"sweep": sweep, "run": K_label(K), "feature updates": R.updates(g),
                         "test acc. (trained model)": R.mean_cell(g, "test"),
                         "train acc. (trained model)": R.mean_cell(g, "train"),
                         "seeds": f"{sum(x['status'] == 'completed' for x in g)} of {len(g)} completed"})

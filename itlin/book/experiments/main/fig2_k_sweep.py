@@ -167,7 +167,7 @@ def summary(rec) -> list:
         g = R.select(rows_, sweep=sweep, K=K, control=control)
         done = sum(r["status"] == "completed" for r in g)
         out.append({"sweep": sweep, "run": K_label(K) + (f", lr x{mult:g}" if control else ""),
-                    "learning rate": f"{g[0]['learning_rate']:g}", "feature updates": g[0]["updates"],
+                    "learning rate": f"{g[0]['learning_rate']:g}", "feature updates": R.updates(g),
                     "test acc. (trained model)": R.mean_cell(g, "test"),
                     "test acc. (network)": R.mean_cell(g, "test_net"),
                     "train acc. (trained model)": R.mean_cell(g, "train"),
@@ -206,7 +206,7 @@ def judge_rows(rows_, *, n_test: int, margin: float, rescale: int, inf_lr_multip
             out.append(R.gap_verdict(
                 f"{sweep}.large_close", f"{name}: the largest finite K ends close to K=1",
                 "large K ends close to K=1 after a few feature updates", big, base, n_test=n_test, rule="close",
-                margin=margin, label_a=f"{K_label(finite[-1])} ({big[0]['updates']} feature updates)",
+                margin=margin, label_a=f"{K_label(finite[-1])} ({R.updates(big)} feature updates)",
                 label_b="K=1", headline=True))
         inf = pick(sweep=sweep, K=math.inf, control=False)
         if inf:

@@ -100,7 +100,7 @@ def summary(rec) -> list:
     rows_, out = R.rows_of(rec), []
     for K in sorted({x["K"] for x in rows_}):
         g = R.select(rows_, K=K)
-        out.append({"run": K_label(K), "feature updates": g[0]["updates"],
+        out.append({"run": K_label(K), "feature updates": R.updates(g),
                     **{f"{s} acc. ({m})": R.mean_cell(g, s + k) for s in ("test", "train")
                        for m, k in (("trained model", ""), ("network", "_net"))}, "seeds": R.seeds_cell(g)})
     return out
@@ -132,7 +132,7 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
             "large.close", "with augmentation, a very large K ends close to K=1",
             f"K=1 {pct(S.PAPER['fig3_k1'])}, K=5e6 {pct(S.PAPER['fig3_k5e6'])}: "
             f"{pts(S.PAPER['fig3_k5e6'] - S.PAPER['fig3_k1'])}", big, base, n_test=n_test, rule="close",
-            margin=margin, label_a=f"{K_label(big_K)} ({big[0]['updates']} feature updates)", label_b="K=1",
+            margin=margin, label_a=f"{K_label(big_K)} ({R.updates(big)} feature updates)", label_b="K=1",
             headline=True))
     inf = R.select(rows_, K=math.inf)
     if base and inf:

@@ -244,7 +244,7 @@ def summarise(rows_) -> list:
         for K in sorted({r["K"] for r in rows_ if r["config"] == c}):
             g = R.select(rows_, config=c, K=K)
             at = [r["diverged_at"] for r in g if diverged(r) and r["diverged_at"]]
-            out.append({"configuration": CONFIG_LABELS[c], "run": K_label(K), "feature updates": g[0]["updates"],
+            out.append({"configuration": CONFIG_LABELS[c], "run": K_label(K), "feature updates": R.updates(g),
                         "test acc. (model being trained)": R.mean_cell(g, "test"),
                         "test acc. (network)": R.mean_cell(g, "test_net"), "train acc.": R.mean_cell(g, "train"),
                         "diverged": f"{len(at)} of {len(g)}" + (f" (median step {int(np.median(at)):,})" if at
@@ -280,7 +280,7 @@ def judge_rows(rows_, *, n_test: int, margin: float, bn_mode: str) -> list:
         if big and base:
             out.append(R.gap_verdict(f"{key}.large_close", f"{what}, a large K ends close to K=1", paper, big, base,
                                      n_test=n_test, rule="close", margin=margin, label_a=f"{K_label(finite[-1])} "
-                                     f"({big[0]['updates']} feature updates)", label_b="K=1", headline=True))
+                                     f"({R.updates(big)} feature updates)", label_b="K=1", headline=True))
     counts = divergences(rows_)
     modes = [m for m in BN_MODES if m in counts]
 

@@ -213,7 +213,7 @@ def summary(rec) -> list:
         for n in sorted({int(r["n"]) for r in rows_}):
             g = [r for r in rows_ if r["setting"] == label and int(r["n"]) == n]
             out.append({"setting": label, "training examples": n, "steps": g[0]["steps"],
-                        "feature updates": g[0]["updates"], f"test acc. ({metric})": R.mean_cell(g, "test"),
+                        "feature updates": R.updates(g), f"test acc. ({metric})": R.mean_cell(g, "test"),
                         "validation acc.": R.mean_cell(g, "val"), "final train acc.": R.mean_cell(g, "train"),
                         "seeds completed": f"{sum(r['status'] == 'completed' for r in g)} of {len(g)}"})
     return out

@@ -108,7 +108,7 @@ def summary(rec) -> list:
     for setting in sorted({x["setting"] for x in rows_}, key=lambda t: ("solved" in t, t)):
         g = R.select(rows_, setting=setting)
         out.append({"run": setting, "optimiser": g[0]["optimizer"], "learning rate": f"{g[0]['learning_rate']:g}",
-                    "feature updates": g[0]["updates"], "test acc.": R.mean_cell(g, "test"),
+                    "feature updates": R.updates(g), "test acc.": R.mean_cell(g, "test"),
                     "train acc. (network)": R.mean_cell(g, "train_net"),
                     "train acc. (model being trained)": R.mean_cell(g, "train"),
                     "seeds": R.seeds_cell(g)})
