@@ -100,3 +100,20 @@ def test_rows_with_per_example_results_get_the_paired_noise():
     w = R.gap_verdict("x", "", "", no_bits, rows_b, n_test=3000, rule="close", margin=0.02, label_a="a", label_b="b")
     assert w.gap.test_half == pytest.approx(V.accuracy_noise((a.mean() + b.mean()) / 2, 3000), rel=1e-6)
     assert v.gap.test_half < 0.5 * w.gap.test_half
+
+
+def test_an_equivalence_with_dropped_seeds_does_not_stop_holms_procedure_for_the_others():
+    """A "close" claim with a diverged seed cannot hold; ranked by its "holds" p-value it stood
+    first in Holm's order and, not resolving, stopped every claim after it (a gap of 8 points
+    far outside the margin read "cannot resolve"). Its p-value is now that of "does not hold",
+    its only reachable decision: it goes last, and the others resolve as they would."""
+    tight = np.array([0.001, -0.002, 0.0, 0.002, -0.001, 0.001, 0.0, -0.001])
+    stuck = V.judge("near", "", "", V.paired_gap(0.8 + tight, [0.8] * 8), "close", 0.02, dropped=1)
+    far = V.judge("far", "", "", V.paired_gap(0.72 + 3 * tight, [0.8] * 8), "close", 0.02)
+    assert stuck.verdict == V.UNRESOLVED and far.verdict == V.FAILS
+    assert stuck.p > 0.5 > far.p  # "does not hold" is far from reachable for the first
+    judged = V.holm([stuck, far])
+    assert judged["far"].verdict == V.FAILS and judged["near"].verdict == V.UNRESOLVED
+    # a dropped seed still lets "does not hold" be reached
+    out = V.judge("out", "", "", V.paired_gap(0.72 + 3 * tight, [0.8] * 8), "close", 0.02, dropped=1)
+    assert out.verdict == V.FAILS and V.holm([out, far])["out"].verdict == V.FAILS

@@ -325,11 +325,12 @@ def close(gap: Gap, margin: float, level: float = LEVEL) -> str:
 RULES = {"exceeds": exceeds, "close": close}
 
 
-def p_value(gap: Gap, rule: str, margin: float) -> float:
+def p_value(gap: Gap, rule: str, margin: float, *, can_hold: bool = True) -> float:
     """The p-value of the decision ``rule`` can reach on ``gap`` (whichever of "holds" or "does
     not hold" the data point to), on the scale of :func:`exceeds` and :func:`close`: the claim
     resolves at level ``L`` exactly when ``p_value < 1 - L``. This is what a multiple-testing
-    correction (:func:`holm`) ranks.
+    correction (:func:`holm`) ranks. ``can_hold=False``: an equivalence that cannot hold (seeds
+    were dropped), whose only reachable decision is "does not hold".
 
     >>> g = paired_gap([0.85, 0.86, 0.84], [0.80, 0.80, 0.80])
     >>> p_value(g, "exceeds", 0.0) < 0.05, p_value(g, "close", 0.01) < 0.05
@@ -343,7 +344,7 @@ def p_value(gap: Gap, rule: str, margin: float) -> float:
         return gap.p_beyond(abs(gap.mean - margin))
     inside = gap.p_beyond(margin - abs(gap.mean))  # "holds": the interval within [-margin, margin]
     outside = gap.p_beyond(abs(gap.mean) - margin)  # "does not hold": the interval beyond an edge
-    return min(inside, outside)
+    return min(inside, outside) if can_hold else outside
 
 
 def fmt_gap(gap: Gap, scale: float = 100.0, unit: str = " points", digits: int = 1,
@@ -427,8 +428,11 @@ class Verdict:
 
     @property
     def p(self) -> Optional[float]:
-        """:func:`p_value` of the test (``None`` for a verdict that is not a test)."""
-        return None if self.gap is None else p_value(self.gap, self.rule, self.margin or 0.0)
+        """:func:`p_value` of the test (``None`` for a verdict that is not a test): of "does not
+        hold" alone for an equivalence with dropped seeds, which cannot hold (so that, ranked by
+        :func:`holm`, it does not stand before the claims that can resolve and stop them)."""
+        return None if self.gap is None else p_value(self.gap, self.rule, self.margin or 0.0,
+                                                     can_hold=not (self.dropped and self.rule == "close"))
 
     @property
     def half(self) -> Optional[float]:
