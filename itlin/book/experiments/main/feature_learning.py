@@ -243,13 +243,10 @@ def compared_K(updates: Mapping) -> float:
 
 
 def large_K(rows_) -> float:
-    """:func:`compared_K` of the rows' finite K above 1, each with the most feature updates any
-    of its seeds made (so a diverged run does not change which K is compared)."""
-    most: dict = {}
-    for r in rows_:
-        if math.isfinite(r["K"]) and r["K"] > 1:
-            most[float(r["K"])] = max(most.get(float(r["K"]), 0), int(r["updates"]))
-    return compared_K(most)
+    """:func:`compared_K` of the rows' finite K above 1, each with its :func:`._rows.updates` (so a
+    diverged run does not change which K is compared)."""
+    Ks = {float(r["K"]) for r in rows_ if 1 < r["K"] < math.inf}
+    return compared_K({K: R.updates(R.select(rows_, K=K)) for K in Ks})
 
 
 def pairs(rows_a, rows_b) -> tuple:
