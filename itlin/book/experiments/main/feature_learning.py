@@ -55,8 +55,8 @@ SCALES = {
 #: the hidden layers probed (main paper Fig. 6: the first and the second layer of features)
 LAYERS = ("conv1", "conv2")
 #: feature updates of the paper's Figs. 6-7 runs (its Fig. 3 runs, over ten times K steps: about
-#: 9), which is also where the feature_updates study finds a large K close to K=1 (8 updates);
-#: the large K these figures compare with K=1 is the one nearest this (:func:`compared_K`)
+#: 9, within the journal's "8-12"); the large K these figures compare with K=1 is the one
+#: nearest this (:func:`compared_K`)
 PAPER_UPDATES = 9
 #: the main paper's Fig. 7 number: K=5e6's final filters look like K=1's at about 10% of training
 PAPER_FRACTION = 0.10
