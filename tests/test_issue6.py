@@ -29,10 +29,9 @@ MODULES = {"fig2_k_sweep": fig2, "fig3_augmentation": fig3, "fig8_adam": fig8}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The three experiments at scale="tiny", run once for this module."""
-    root = tmp_path_factory.mktemp("results")
-    return {name: runner.run(name, {"scale": "tiny"}, results_dir=root, progress=False, verbose=False)
+def tiny(session_results):
+    """The three experiments at scale="tiny", run once for the session (their chapters load them)."""
+    return {name: runner.run(name, {"scale": "tiny"}, results_dir=session_results, progress=False, verbose=False)
             for name in MODULES}
 
 
@@ -493,7 +492,7 @@ def test_default_scale_test_set_can_resolve_the_close_margin(name):
     from itlin.book import verdicts as V
 
     mod = MODULES[name]
-    r = S.resolve(mod.EXPERIMENT.resolve({}), mod.SCALES)
+    r = mod.EXPERIMENT.params.from_dict({}).resolved()
     n = S.n_test_judged(r)
     assert n >= 10_000
     margin = 0.02

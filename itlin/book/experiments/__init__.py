@@ -7,7 +7,7 @@ An experiment is a figure or table of a paper, reproduced. It declares
   ``scale="paper"`` one and its ``source``; :class:`Derived` rows add settings computed from
   others);
 * ``run(params, ctx) -> results``: data only (arrays, numbers, strings), through the runner
-  (:mod:`itlin.book.runner`: cached, checkpointed, resumable);
+  (:mod:`itlin.book.runner`: cached, checkpointed, resumable), from the resolved parameters;
 * ``summary(record) -> [row, ...]``: the rows of its summary table (dicts, column to value);
 * ``claims(record) -> [Verdict, ...]``: the paper's claims judged on the record
   (:mod:`itlin.book.verdicts`), each with a stable ``id``, the paper's statement, the rule
@@ -30,7 +30,7 @@ experiment module builds Markdown or imports matplotlib. A minimal one::
                                             label="dampings", source="Fig. 9 caption")
         steps: Optional[int] = param(None, "Gauss-Newton steps; None: from scale", min=1)
 
-    def run(p, ctx):                     # p: the validated parameters as a dict
+    def run(r, ctx):                     # r: the validated, resolved parameters (a dict)
         ...
         return {"loss": losses}
 
@@ -46,13 +46,13 @@ Conventions:
   ``float`` (finite unless ``allow_inf``), ``bool``, ``str``, ``Literal[...]`` (one of the
   choices), :data:`Period` (an integer >= 1 or ``"inf"``, through :func:`itlin.parse_period`),
   ``tuple[T, ...]`` (a non-empty list), and ``Optional[T]`` (``None`` means "from scale").
-  Bounds (``min``, ``gt``, ``max``, ``lt``) and a ``doc`` string go in :func:`param`. Cross-field
+  Bounds (``min``, ``gt``, ``max``, ``lt``), ``distinct`` and a ``doc`` string go in :func:`param`. Cross-field
   checks go in :meth:`Params.check`. Every experiment has ``scale`` and ``seed``.
 * ``scale`` is ``"tiny"`` (seconds: tests and CI), ``"default"`` (what the book shows, minutes on
   a laptop) or ``"paper"`` (the papers' sizes; hours). A parameter left ``None`` takes its value
-  from the class's ``SCALES[scale]`` (:meth:`Params.resolved`); the runner stores the resolved
-  parameters in the record (``record.meta["resolved"]``), updated by what ``run`` returns under
-  ``meta["resolved"]`` (e.g. the sizes of the data as loaded).
+  from the class's ``SCALES[scale]`` (:meth:`Params.resolved`); ``run`` receives the resolved
+  parameters, which the runner stores in the record (``record.meta["resolved"]``) updated by
+  what ``run`` returns under ``meta["resolved"]`` (e.g. the sizes of the data as loaded).
 * Experiments are grouped by paper: :mod:`~.main`, :mod:`~.arbel`, :mod:`~.ortiz`. Every module
   of those packages whose name does not start with ``_`` is imported when a name is not found;
   the experiment's name is its module's name.
@@ -104,7 +104,7 @@ class UnknownExperimentError(ValueError):
 
 
 def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None, label: Optional[str] = None,
-          paper=None, source: str = "", allow_inf: bool = False):
+          paper=None, source: str = "", allow_inf: bool = False, distinct: bool = False):
     """A dataclass field with a default, a ``doc`` string and numeric bounds (``min`` <= v,
     ``gt`` < v, v <= ``max``, v < ``lt``; elementwise for tuples).
 
@@ -112,9 +112,10 @@ def param(default, doc: str = "", *, min=None, gt=None, max=None, lt=None, label
     parameter with a label gets a row), ``paper`` (the paper's value, when the paper states
     one and it differs from what ``scale="paper"`` resolves to; by default the paper column
     shows the ``scale="paper"`` value) and ``source`` (where that value comes from: a section,
-    a caption, "our choice"). ``allow_inf``: a float parameter that accepts ``inf``."""
+    a caption, "our choice"). ``allow_inf``: a float parameter that accepts ``inf``; ``distinct``:
+    a tuple whose resolved values must not repeat."""
     meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt, "label": label, "paper": paper,
-            "source": source, "allow_inf": bool(allow_inf)}
+            "source": source, "allow_inf": bool(allow_inf), "distinct": bool(distinct)}
     if isinstance(default, (list, dict, set)):
         raise TypeError("a parameter default must be immutable: use a tuple, not a list.")
     return dataclasses.field(default=default, metadata=meta)
@@ -275,6 +276,11 @@ class Params:
             raw = given[f.name] if f.name in given else f.default
             values[f.name] = _coerce(f.name, hints[f.name], raw, f.metadata)
         obj = cls(**values)
+        resolved = obj.resolved()
+        for f in dataclasses.fields(cls):
+            v = resolved.get(f.name)
+            if f.metadata.get("distinct") and v is not None and len(set(v)) != len(v):
+                raise ParameterError(f"{f.name} has repeated values: {list(v)}")
         try:
             obj.check()
         except ParameterError:
@@ -349,7 +355,8 @@ class Experiment:
     * ``params``: its :class:`Params` class (every parameter typed, bounded and documented;
       labelled ones make the settings table);
     * ``run(params: dict, ctx) -> results``: the computation (data only: arrays, numbers,
-      strings; figures and prose are drawn elsewhere);
+      strings; figures and prose are drawn elsewhere), given the parameters validated and
+      resolved (:meth:`Params.resolved`: no ``None`` left for the scale to fill);
     * ``summary(record) -> list of dicts``: the rows of its summary table (one dict a row,
       column name to value), rendered by :func:`itlin.book.render.table`;
     * ``claims(record) -> Verdicts``: the paper's claims judged on the record, each

@@ -79,9 +79,6 @@ class ArbelParams(Params):
             v = r.get(name)
             if v is not None and (len(v) < 2 or any(b <= a for a, b in zip(v, v[1:]))):
                 raise ValueError(f"{name} must be at least two increasing values, got {v}")
-        for name in ("gn_lrs", "gd_lrs"):
-            if r.get(name) is not None and len(set(r[name])) != len(r[name]):
-                raise ValueError(f"{name} has repeated values: {r[name]}")
         for what in ("small_lr", "large_lr"):  # the claims' two steps must be in GN's grid
             if what in r and not any(math.isclose(r[what], v, rel_tol=1e-9) for v in r["gn_lrs"]):
                 raise ValueError(f"{what} = {r[what]:g} is not among gn_lrs {r['gn_lrs']}")
@@ -94,17 +91,12 @@ class SweepParams(ArbelParams):
     """:class:`ArbelParams` with a grid of step sizes and a step budget per method."""
 
     gn_lrs: Optional[tuple[float, ...]] = _p(None, "GN step sizes, the paper's units", "GN step sizes (their units)",
-                                             "Fig. 1", gt=0)
+                                             "Fig. 1", gt=0, distinct=True)
     gd_lrs: Optional[tuple[float, ...]] = _p(None, "GD step sizes, the paper's units", "GD step sizes (their units)",
-                                             "Fig. 1", gt=0)
+                                             "Fig. 1", gt=0, distinct=True)
     gn_steps: Optional[int] = _p(None, "most GN steps per run", "GN step budget", "Section 5.2", min=1)
     gd_steps: Optional[int] = _p(None, "most GD steps per run", "GD step budget", "Section 5.2", min=1)
     gd_dtype: Literal["float32", "float64"] = _p("float32", "GD's precision (GN is always float64)")
-
-
-def from_dict(cls, p: dict) -> dict:
-    """The resolved parameters of ``p`` (a run's dict) for the class ``cls``."""
-    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in p.items()}).resolved()
 
 
 def variant(r: dict, default: str = "relu") -> tuple:
@@ -420,6 +412,6 @@ def lr_arrays(rec) -> dict:
 
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
-           "finals", "fmt_lr", "from_dict", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
+           "finals", "fmt_lr", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
            "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "slope_margin",
            "step_cells", "sweep", "teacher_data", "variant", "with_bias"]

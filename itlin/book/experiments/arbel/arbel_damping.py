@@ -44,8 +44,7 @@ class DampingParams(A.ArbelParams):
     steps: Optional[int] = param(None, "most GN steps per run", min=1, label="GN step budget", source="Section 5.2")
 
 
-def run(p: dict, ctx) -> dict:
-    r = A.from_dict(DampingParams, p)
+def run(r: dict, ctx) -> dict:
     S, M, N = r["seeds"], r["width"], r["n_train"]
     data, z, common = A.prepare(r)
     E, ours = len(r["eps0s"]), np.asarray([A.eps0_ours(e, width=M, n_train=N) for e in r["eps0s"]])

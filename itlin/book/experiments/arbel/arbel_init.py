@@ -44,8 +44,7 @@ class InitParams(A.SweepParams):
                                                label="τ0 grid", source="Fig. 1 left")
 
 
-def run(p: dict, ctx) -> dict:
-    r = A.from_dict(InitParams, p)
+def run(r: dict, ctx) -> dict:
     data, z, common = A.prepare(r)
     out = {"tau0": np.asarray(r["tau0s"], np.float64)}
     for m in ("gn", "gd"):

@@ -75,8 +75,7 @@ def load_data(r: dict) -> dict:
             "teacher_accuracy": float(full.meta["teacher"]["accuracy_on_its_training_set"])}
 
 
-def run(p: dict, ctx) -> dict:
-    r = A.from_dict(MnistParams, p)
+def run(r: dict, ctx) -> dict:
     S, M, N = r["seeds"], r["width"], r["n_train"]
     data = load_data(r)
     dim = data["x"].shape[-1] - 1

@@ -47,8 +47,7 @@ class SamplesParams(A.SweepParams):
                                      label="τ0", source="Fig. 5")
 
 
-def run(p: dict, ctx) -> dict:
-    r = A.from_dict(SamplesParams, p)
+def run(r: dict, ctx) -> dict:
     S, M, tau0s = r["seeds"], r["width"], np.asarray(r["tau0s"], np.float64)
     ti, si = (a.ravel() for a in np.meshgrid(np.arange(len(tau0s)), np.arange(S), indexing="ij"))
     per = {"gn": [], "gd": []}

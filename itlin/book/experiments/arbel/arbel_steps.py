@@ -51,8 +51,7 @@ class StepsParams(A.SweepParams):
                 raise ValueError(f"{what} = {r[what]:g} is not among gd_lrs {r['gd_lrs']}")
 
 
-def run(p: dict, ctx) -> dict:
-    r = A.from_dict(StepsParams, p)
+def run(r: dict, ctx) -> dict:
     return A.lr_sweep(ctx, r, *A.prepare(r))
 
 

@@ -59,8 +59,7 @@ class WidthParams(A.SweepParams):
                              f"{r['widths'][0]}): near M = n_train RF's minimum-norm fit peaks")
 
 
-def run(p: dict, ctx) -> dict:
-    r = A.from_dict(WidthParams, p)
+def run(r: dict, ctx) -> dict:
     S, N = r["seeds"], r["n_train"]
     data, z, common = A.prepare(r)
     per = {"gn": [], "gd": []}

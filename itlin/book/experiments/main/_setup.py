@@ -67,24 +67,12 @@ class SparseParams(Params):
 
 
 def check_periods(r: Mapping, baseline: str) -> None:
-    """``r["Ks"]`` includes K=1 (the ``baseline`` every claim compares with) and no repeats, and
-    ``r["eval_every"]`` fits in ``r["steps"]``."""
+    """``r["Ks"]`` includes K=1 (the ``baseline`` every claim compares with) and ``r["eval_every"]``
+    fits in ``r["steps"]``."""
     if 1 not in [int(k) for k in r["Ks"] if math.isfinite(k)]:
         raise ValueError(f"Ks must include K=1 ({baseline})")
-    if len(set(r["Ks"])) != len(r["Ks"]):
-        raise ValueError(f"Ks has repeated values: {r['Ks']}")
     if r["eval_every"] > r["steps"]:
         raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
-
-
-def resolve(p: Mapping, table: Mapping[str, Mapping]) -> dict:
-    """``p`` with every ``None`` replaced by the value of ``table[p["scale"]]`` (what the
-    experiment runs with; stored in its record's meta as ``meta["resolved"]``)."""
-    out = dict(p)
-    for key, value in table[p["scale"]].items():
-        if out.get(key) is None:
-            out[key] = value
-    return out
 
 
 # ------------------------------------------------------------------------------ data and models
@@ -197,10 +185,10 @@ def n_test_judged(r: Mapping) -> int:
 
 
 def init_params(model, x, seed: int):
+    """``(params, model_state)`` of ``model`` initialised from ``seed`` (on the first inputs of ``x``)."""
     import jax
 
-    params, model_state = model.init(jax.random.PRNGKey(seed), x[:2])
-    return params, model_state
+    return model.init(jax.random.PRNGKey(seed), x[:2])
 
 
 def schedule(K):
@@ -385,5 +373,5 @@ def missing(what: str, path):
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics",
            "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
-           "n_test_judged", "init_state", "prepare", "resolve", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state",
+           "n_test_judged", "init_state", "prepare", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state",
            "start", "trainer", "updates_of"]

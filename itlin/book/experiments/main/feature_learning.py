@@ -85,7 +85,8 @@ class FeatureParams(S.SparseParams):
                                         label="probe training examples", source="our choice: not stated")
     eval_every: Optional[int] = param(None, "unused: evaluations are at the snapshots")
     Ks: Optional[tuple[Period, ...]] = param(None, "periods (K=1 and a finite K > 1; 'inf' allowed)", label="K",
-                                             source="Figs. 6-7: K=1 and K=5e6; the sweep for the kernel is ours")
+                                             source="Figs. 6-7: K=1 and K=5e6; the sweep for the kernel is ours",
+                                             distinct=True)
     learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="learning rate", source="Fig. 3")
     steps: Optional[int] = param(None, "training steps", min=1, label="steps",
                                  source="our choice: not stated (10 x the largest finite K)")
@@ -129,10 +130,9 @@ def kernel_stats(model, params, model_state, x, labels, num_outputs: int) -> dic
     return {"kernel": k, "alignment": metrics.kernel_target_alignment(traced, onehot)}
 
 
-def run(p, ctx):
+def run(r, ctx):
     from ....core.train import iterative_linearisation
 
-    r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
     ds, model = setup.ds, setup.model
     every = r["steps"] // r["snapshots"]
@@ -287,7 +287,7 @@ def summary(rec) -> list:
                     cell(lambda r: r["test"]), "probe conv1": cell(lambda r: r["probe_conv1"][-1]),
                     "probe conv2": cell(lambda r: r["probe_conv2"][-1]), "kernel: relative change":
                     num("movement_anchor"), "kernel: rotation": num("rotation_anchor"),
-                    "kernel-target alignment": num("alignment_anchor"), "seeds": f"{len(done)} of {len(g)} completed"})
+                    "kernel-target alignment": num("alignment_anchor"), "seeds": R.seeds_cell(g)})
     return out
 
 

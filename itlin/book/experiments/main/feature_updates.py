@@ -69,11 +69,11 @@ class UpdatesParams(S.SparseParams):
 
     updates: Optional[tuple[int, ...]] = param(
         None, "feature updates of the large-K runs (full batch); None: from scale", min=1,
-        label="feature updates u", source="Section 4.1: 8-12 (journal), 2-3 (workshop)")
+        label="feature updates u", source="Section 4.1: 8-12 (journal), 2-3 (workshop)", distinct=True)
     mini_updates: Optional[tuple[int, ...]] = param(
         None, "the updates (among `updates`) also run mini-batch (lr / rescale, K and steps x rescale); "
               "None: from scale (none at the default scale)", min=1, label="mini-batch: feature updates u",
-        source="Fig. 2 caption's rescaling")
+        source="Fig. 2 caption's rescaling", distinct=True)
     steps: Optional[int] = param(None, "full-batch steps of every run; None: from scale", min=2,
                                  label="steps (full batch)", source="our choice: the budget K=1 fits in")
     learning_rate: Optional[float] = param(None, "full-batch learning rate; None: from scale", gt=0,
@@ -84,9 +84,6 @@ class UpdatesParams(S.SparseParams):
 
     def check(self):
         r = self.resolved()
-        for name in ("updates", "mini_updates"):
-            if len(set(r[name])) != len(r[name]):
-                raise ValueError(f"{name} has repeated values: {list(r[name])}")
         if r["eval_every"] > r["steps"]:
             raise ValueError(f"eval_every={r['eval_every']} is more than steps={r['steps']}")
         missing = [u for u in r["mini_updates"] if u not in r["updates"]]
@@ -97,10 +94,9 @@ class UpdatesParams(S.SparseParams):
             raise ValueError(f"updates {too_many} need more than steps={r['steps']} steps (K=1 makes steps updates)")
 
 
-def run(p, ctx):
+def run(r, ctx):
     from ....core.train import iterative_linearisation
 
-    r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"] if r["mini_updates"] else None)
     runs = {}
     plan = [("full", 1, r["learning_rate"], r["steps"], r["eval_every"], None)]
@@ -203,7 +199,7 @@ def summary(rec) -> list:
             out.append({"sweep": sweep, "run": K_label(K), "feature updates": R.updates(g),
                         "test acc. (trained model)": R.mean_cell(g, "test"),
                         "train acc. (trained model)": R.mean_cell(g, "train"),
-                        "seeds": f"{sum(x['status'] == 'completed' for x in g)} of {len(g)} completed"})
+                        "seeds": R.seeds_cell(g)})
     return out
 
 

@@ -86,7 +86,7 @@ class Fig2Params(S.SparseParams):
 
     Ks: Optional[tuple[Period, ...]] = param(
         None, "full-batch periods K (K=1 and 'inf' included); mini-batch uses K x rescale; None: from scale",
-        label="full-batch K", source="our choice: not stated (largest learning rate x K as in Fig. 3)")
+        label="full-batch K", source="our choice: not stated (largest learning rate x K as in Fig. 3)", distinct=True)
     mini_Ks: Optional[tuple[Period, ...]] = param(None, "the full-batch periods (among Ks) whose mini-batch run "
                                                         "(K x rescale) is made; None: from scale")
     steps: Optional[int] = param(None, "full-batch steps (mini-batch: x rescale); None: from scale", min=1,
@@ -112,10 +112,9 @@ class Fig2Params(S.SparseParams):
             raise ValueError(f"mini_Ks must be among Ks (full-batch periods); {missing} are not in Ks={r['Ks']}")
 
 
-def run(p, ctx):
+def run(r, ctx):
     from ....core.train import iterative_linearisation
 
-    r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
     f = int(r["rescale"])
     runs, trainers = {}, {}
@@ -165,13 +164,12 @@ def summary(rec) -> list:
     out = []
     for sweep, K, control in settings_of(rows_):
         g = R.select(rows_, sweep=sweep, K=K, control=control)
-        done = sum(r["status"] == "completed" for r in g)
         out.append({"sweep": sweep, "run": K_label(K) + (f", lr x{mult:g}" if control else ""),
                     "learning rate": f"{g[0]['learning_rate']:g}", "feature updates": R.updates(g),
                     "test acc. (trained model)": R.mean_cell(g, "test"),
                     "test acc. (network)": R.mean_cell(g, "test_net"),
                     "train acc. (trained model)": R.mean_cell(g, "train"),
-                    "seeds": f"{done} of {len(g)} completed"})
+                    "seeds": R.seeds_cell(g)})
     return out
 
 

@@ -58,12 +58,12 @@ class Fig3Params(S.SparseParams):
     DERIVED = S.SparseParams.DERIVED + (
         Derived("augmentation", augmentation, "Fig. 3 caption (\"flips and random crops\"); padding 4 is our "
                 "choice, the standard CIFAR-10 recipe", after="dataset"),
-        Derived("feature updates (largest finite K)", lambda r: max(0, math.ceil(r["steps"] / (_large_K(r["Ks"]) or
-                math.inf)) - 1), "Section 4.1: 8-12 suffice (workshop version: 2-3)", after="steps"),
+        Derived("feature updates (largest finite K)", lambda r: S.updates_of(_large_K(r["Ks"]) or math.inf, r["steps"]),
+                "Section 4.1: 8-12 suffice (workshop version: 2-3)", after="steps"),
     )
 
     Ks: Optional[tuple[Period, ...]] = param(None, "periods K (K=1 included; 'inf' allowed)", label="K",
-                                             source="Section 4.1 (K=5e6)")
+                                             source="Section 4.1 (K=5e6)", distinct=True)
     steps: Optional[int] = param(None, "training steps", min=1, label="steps",
                                  source="our choice: not stated (ten phases)")
     learning_rate: Optional[float] = param(None, "SGD learning rate", gt=0, label="learning rate",
@@ -80,10 +80,9 @@ class Fig3Params(S.SparseParams):
         S.check_periods(self.resolved(), "the SGD baseline")
 
 
-def run(p, ctx):
+def run(r, ctx):
     from ....core.train import iterative_linearisation
 
-    r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
     aug = S.augmenter(r["dataset"], pad=r["pad"], flip=r["flip"], max_shift=r["max_shift"])
     runs = {}

@@ -86,7 +86,7 @@ class Fig4Params(Params):
     n_eval_train: Optional[int] = param(None, "training examples evaluated for train accuracy", min=1)
     width: Optional[int] = param(None, "ResNet-18 first-stage width (standard: 64)", min=1)
     Ks: Optional[tuple[Period, ...]] = param(None, "periods (K=1 included; 'inf' allowed)", label="K",
-                                             source="Appendix C: 1e6 without BN, 1e5 with BN")
+                                             source="Appendix C: 1e6 without BN, 1e5 with BN", distinct=True)
     steps: Optional[int] = param(None, "training steps per run", min=1, label="steps",
                                  source="our choice: not stated (10 x the largest K)")
     eval_every: Optional[int] = param(None, "steps between evaluations", min=1)
@@ -100,7 +100,8 @@ class Fig4Params(Params):
                             label="BN while linearised (headline)", source="workshop App. C: \"stats were frozen\"; "
                             "journal: \"linearising the BatchNorm layer\"")
     bn_modes: tuple[BNMode, ...] = param(BN_MODES, "the modes compared for divergence (bn_mode among them)",
-                                         label="BN modes compared", source="ours (the paper ran one, not stated which)")
+                                         label="BN modes compared", source="ours (the paper ran one, not stated which)",
+                                         distinct=True)
     augment: bool = param(True, "augment every batch (paper: with batch norm yes, without batch norm no)")
     max_shift: int = param(4, "MNIST-1D: largest random circular shift", min=0)
     pad: int = param(4, "images: zero padding before the random crop", min=0)
@@ -114,8 +115,6 @@ class Fig4Params(Params):
     def check(self):
         r = self.resolved()
         S.check_periods(r, "the SGD baseline")
-        if len(set(self.bn_modes)) != len(self.bn_modes):
-            raise ValueError(f"bn_modes has repeated values: {list(self.bn_modes)}")
         if self.bn_mode not in self.bn_modes:
             raise ValueError(f"bn_mode={self.bn_mode!r} must be one of bn_modes={list(self.bn_modes)}")
         if r["batch_size"] > r["n_train"]:
@@ -145,14 +144,12 @@ def tag(config: str, K) -> str:
     return f"{config} K={fmt_K(K)}"
 
 
-def run(p, ctx):
-    import jax
+def run(r, ctx):
     import jax.numpy as jnp
 
     from .... import models
     from ....core.loop import batch_indices
 
-    r = S.resolve(p, SCALES)
     ds, final = S.load_with_final(r)
     if r["batch_size"] > ds.n_train:
         raise ValueError(f"batch_size={r['batch_size']} is more than the {ds.n_train} training examples.")
@@ -168,7 +165,7 @@ def run(p, ctx):
         for K in Ks:
             trainer = S.trainer(model, float(K) == 1, r["momentum"], augment=aug)
             for s in S.seed_list(r):
-                params, state = model.init(jax.random.PRNGKey(s), x[:2])
+                params, state = S.init_params(model, x, s)
                 if calibrate is not None:
                     state = calibrate(params, state, x[jnp.asarray(batch_indices(s, 0, 1, ds.n_train, bs)[0])])
                 name = S.seed_tag(tag(config, K), s)

@@ -131,13 +131,11 @@ def split(full, n_val: int, seed: int):
         (full.x_train[idx], full.y_train[idx])
 
 
-def run(p, ctx):
-    import jax
+def run(r, ctx):
     import jax.numpy as jnp
 
     from ....core.loop import evaluate
 
-    r = S.resolve(p, SCALES)
     full = S.load_data(r["dataset"], ALL, r["n_test"], r["seed"],
                        generation=GENERATION if r["dataset"] == "mnist1d" else None)
     pool, val = split(full, int(r["n_val"]), int(r["seed"]))
@@ -156,7 +154,7 @@ def run(p, ctx):
             for s in S.seed_list(r):
                 ds = pool.subset(n, seed=s) if n < pool.n_train else pool
                 x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
-                params, state = model.init(jax.random.PRNGKey(s), x[:2])
+                params, state = S.init_params(model, x, s)
                 name, state0, best = f"{label} n={n} seed={s}", S.start(trainer, params, state, K, steps, lr), {}
 
                 def keep(st, hist, best=best):  # the state at the best validation accuracy so far

@@ -76,12 +76,11 @@ class Fig8Params(S.SparseParams):
             raise ValueError(f"steps={r['steps']} is less than K={r['K']}: not one phase would be solved")
 
 
-def run(p, ctx):
+def run(r, ctx):
     import optax
 
     from ....core.train import iterative_linearisation
 
-    r = S.resolve(p, SCALES)
     setup = S.prepare(r, batch_size=r["batch_size"])
     sgd, adam = S.sgd(r["learning_rate"], r["momentum"]), optax.adam(r["adam_learning_rate"])
     info, runs = {"optimizer": "adam", "learning_rate": r["adam_learning_rate"]}, {}

@@ -124,13 +124,12 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, learning_rate: flo
     return sweep
 
 
-def run(p: dict, ctx) -> dict:
+def run(r: dict, ctx) -> dict:
     import jax
     import jax.numpy as jnp
 
     from .... import data, models
 
-    r = Fig9Params.from_dict(p).resolved()
     seeds, lams, gn_steps = int(r["seeds"]), [float(v) for v in r["dampings"]], int(r["gn_steps"])
     samples, ds = min(int(r["samples"]), seeds), data.load("quintic")
     model = models.mlp(num_outputs=1, width=50, depth=5, activation="relu", init=r["init"])

@@ -37,7 +37,7 @@ class QuinticParams(Params):
     SCALES = SCALES
 
     Ks: Optional[tuple[Period, ...]] = param(None, "relinearisation periods (None: the scale's)", label="periods K",
-                                             source="our choice (the paper has no such figure)")
+                                             source="our choice (the paper has no such figure)", distinct=True)
     learning_rates: Optional[tuple[float, ...]] = param(None, "SGD learning rates (None: the scale's)", gt=0,
                                                         label="learning rates", source="our choice")
     steps: Optional[int] = param(None, "steps per setting (None: the scale's)", min=1, label="steps per setting",
@@ -154,7 +154,7 @@ def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int
 
 
 def run(p, ctx):
-    p, out = QuinticParams.from_dict(p).resolved(), {"settings": {}}
+    out = {"settings": {}}
     for lr in p["learning_rates"]:
         for K in p["Ks"]:
             r = train_setting(K, lr, p["steps"], seed=p["seed"], width=p["width"], depth=p["depth"],

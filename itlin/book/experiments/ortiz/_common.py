@@ -33,7 +33,7 @@ class OrtizParams(Params):
         None, "mnist1d (1-D models), fashion_mnist or cifar10 (2-D models); None: from scale", label="data set",
         source="CIFAR-10 (Section 3.2; CIFAR-2: classes 0-4 vs 5-9, App. E.2)")
     models: Optional[tuple[ModelName, ...]] = param(None, "any of mlp, lenet, resnet18; None: from scale",
-                                                    label="models (one output)", source="Appendix A")
+                                                    label="models (one output)", source="Appendix A", distinct=True)
     seeds: Optional[int] = param(None, "initialisations, each with its own NTK; None: from scale", min=1,
                                  label="initialisations", source="our choice: the paper shows one")
     epochs: Optional[int] = param(None, "training epochs; None: from scale", min=1, label="epochs",
@@ -46,10 +46,7 @@ class OrtizParams(Params):
                                         label="ResNet-18 first-stage width", source="the standard ResNet-18")
     ntk_memory_mb: float = param(512.0, "memory for the Jacobian blocks of one NTK block (MB)", gt=0)
 
-    def check_common(self, r: Mapping, keys=("models",)):  # repeated values, batches larger than the training set
-        for key in keys:
-            if len(set(r[key])) != len(r[key]):
-                raise ValueError(f"{key} has repeated values: {r[key]}")
+    def check_common(self, r: Mapping):  # batches larger than the training set
         if r["n_train"] < ALL and r["batch_size"] > r["n_train"]:
             raise ValueError(f"batch_size={r['batch_size']} is more than n_train={r['n_train']} training inputs")
 

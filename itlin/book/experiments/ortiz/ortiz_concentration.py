@@ -66,10 +66,11 @@ class ConcentrationParams(C.OrtizParams):
     k: int = param(50, "top eigenvectors of the energy concentration", min=1, label="energy concentration on the top k",
                    source="Table 1 caption")
     align_models: Optional[tuple[C.ModelName, ...]] = param(
-        None, "models trained on eigenfunctions (spikes); None: from scale", label="spikes: models", source="Figs. 6-7")
+        None, "models trained on eigenfunctions (spikes); None: from scale", label="spikes: models", source="Figs. 6-7",
+        distinct=True)
     align_indices: Optional[tuple[int, ...]] = param(None, "eigenfunctions j trained on (spikes); None: from scale",
                                                      min=1, label="spikes: eigenfunctions j",
-                                                     source="our choice: Figs. 6-7 show several")
+                                                     source="our choice: Figs. 6-7 show several", distinct=True)
     window: float = param(2.0, "the spike is compared with indices i in [j / window, j * window]", gt=1,
                           label="spikes: neighbours i in [j / w, j w], w", source="our rule")
     spike_z: float = param(3.0, "the trained eigenfunction stands out when its log gain is this many robust standard "
@@ -78,13 +79,13 @@ class ConcentrationParams(C.OrtizParams):
     link_model: Optional[C.ModelName] = param(None, "model trained at the periods Ks; None: from scale",
                                               label="link: model", source="not in the paper")
     Ks: Optional[tuple[Period, ...]] = param(None, "periods of link_model (K=1 included); None: from scale",
-                                             label="link: periods K", source="not in the paper")
+                                             label="link: periods K", source="not in the paper", distinct=True)
     close_margin: float = param(0.02, "link: K reaches K=1 when the interval of the gap lies within this", gt=0,
                                 label="link: close means within", source="the book's equivalence margin")
 
     def check(self):
         r = self.resolved()
-        self.check_common(r, ("models", "align_models", "align_indices", "Ks"))
+        self.check_common(r)
         if 1 not in [K for K in r["Ks"] if math.isfinite(K)]:
             raise ValueError("Ks must include K=1 (gradient descent, the run every other period is compared with)")
         for key, names in (("link_model", [r["link_model"]]), ("align_models", r["align_models"])):
@@ -129,7 +130,7 @@ def kernel_summary(kernel, y, k: int, spec: Optional[tuple] = None) -> dict:
 
 
 # ------------------------------------------------------------------------------ the experiment
-def run(p, ctx):
+def run(r, ctx):
     import jax.numpy as jnp
 
     from ....core._tree import num_params
@@ -138,7 +139,6 @@ def run(p, ctx):
     from ....core.train import iterative_linearisation
     from ....data import balanced_indices
 
-    r = ConcentrationParams.from_dict(p, experiment=NAME).resolved()
     ds = C.load_binary(r["dataset"], r["n_train"], r["n_test"], r["seed"])
     n_tr = ds.n_train
     nk = int(min(r["n_kernel"], n_tr))

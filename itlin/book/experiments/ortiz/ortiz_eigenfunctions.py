@@ -62,7 +62,8 @@ class EigenParams(C.OrtizParams):
     n_val: Optional[int] = param(None, "validation inputs of the pool (from the test split); None: from scale", min=1,
                                  label="pool: validation inputs", source="Appendix B: the whole test split")
     optimizers: Optional[tuple[Literal["sgd", "adam"], ...]] = param(
-        None, "sgd and/or adam; None: from scale", label="optimisers", source="SGD: main text; Adam: Fig. 2")
+        None, "sgd and/or adam; None: from scale", label="optimisers", source="SGD: main text; Adam: Fig. 2",
+        distinct=True)
     adam_learning_rate: float = param(1e-3, "Adam learning rate, decayed linearly to 0", gt=0,
                                       label="Adam learning rate (decayed linearly to 0)", source="not stated: ours")
     loss_threshold: Optional[float] = param(None, "epoch-mean training loss that counts as fitted; None: from scale",
@@ -70,7 +71,7 @@ class EigenParams(C.OrtizParams):
 
     def check(self):
         r = self.resolved()
-        self.check_common(r, ("models", "optimizers"))
+        self.check_common(r)
         js = list(r["eigen_indices"])
         if sorted(set(js)) != js:
             raise ValueError(f"eigen_indices must be increasing and distinct, got {js}")
@@ -120,13 +121,12 @@ def train_runs(trainer, inits, x, targets, steps: int, batch_size: int, batch_se
     return states, losses
 
 
-def run(p, ctx):
+def run(r, ctx):
     import jax.numpy as jnp
 
     from ....core._tree import num_params
     from ....core.train import iterative_linearisation
 
-    r = EigenParams.from_dict(p, experiment=NAME).resolved()
     ds = C.load_binary(r["dataset"], r["n_train"], r["n_val"], r["seed"])
     n_tr, n_va = ds.n_train, ds.n_test
     js = list(r["eigen_indices"])
