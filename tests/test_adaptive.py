@@ -258,9 +258,8 @@ def test_stability_claims_hold_fail_and_cannot_resolve():
 
 # ------------------------------------------------------------------------------ the experiment at tiny scale
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return runner.run(ad.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"), progress=False,
-                      verbose=False)
+def tiny(session_results):
+    return runner.run(ad.NAME, {"scale": "tiny"}, results_dir=session_results, progress=False, verbose=False)
 
 
 @pytest.mark.slow

@@ -30,8 +30,9 @@ HOLDS, FAILS, UNRESOLVED = verdicts.HOLDS, verdicts.FAILS, verdicts.UNRESOLVED
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return tmp_path_factory.mktemp("arbel-results")
+def results(session_results):
+    """The session's results folder: the chapters at tiny scale load what these tests ran, and the other way round."""
+    return session_results
 
 
 def _run(name, params, results):

@@ -132,14 +132,14 @@ def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [f4.NAME, f5.NAME])
-def test_periodic_in_the_core_gives_the_home_made_schedules_numbers_bit_for_bit(name, tmp_path):
+def test_periodic_in_the_core_gives_the_home_made_schedules_numbers_bit_for_bit(name, session_results):
     """Figs 4-5 moved from a book-made schedule with K in its state to itlin.periodic (issue 25):
     the tiny runs' arrays are those the book-made schedule gave, bit for bit, on the CPU."""
     import json
     from pathlib import Path
 
     ref = json.loads((Path(__file__).parent / "data" / "fig45_tiny_digests.json").read_text())[name]
-    rec = runner.run(name, {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+    rec = runner.run(name, {"scale": "tiny"}, results_dir=session_results, progress=False, verbose=False)
     assert _digests(rec) == ref
 
 
@@ -395,15 +395,13 @@ def test_fig5_validation_set_is_held_out_of_every_subset_and_class_balanced():
 
 # ------------------------------------------------------------------------------ the experiments at tiny scale
 @pytest.fixture(scope="module")
-def tiny4(tmp_path_factory):
-    return runner.run(f4.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"), progress=False,
-                      verbose=False)
+def tiny4(session_results):
+    return runner.run(f4.NAME, {"scale": "tiny"}, results_dir=session_results, progress=False, verbose=False)
 
 
 @pytest.fixture(scope="module")
-def tiny5(tmp_path_factory):
-    return runner.run(f5.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"), progress=False,
-                      verbose=False)
+def tiny5(session_results):
+    return runner.run(f5.NAME, {"scale": "tiny"}, results_dir=session_results, progress=False, verbose=False)
 
 
 @pytest.mark.slow

@@ -15,9 +15,8 @@ from itlin import gauss_newton_fit
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return runner.run(f9.NAME, {"scale": "tiny"}, results_dir=tmp_path_factory.mktemp("results"),
-                      progress=False, verbose=False)
+def tiny(session_results):
+    return runner.run(f9.NAME, {"scale": "tiny"}, results_dir=session_results, progress=False, verbose=False)
 
 
 def test_tiny_scale_runs_and_returns_what_the_chapter_needs(tiny):

@@ -27,8 +27,9 @@ H, F, U = V.HOLDS, V.FAILS, V.UNRESOLVED
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return tmp_path_factory.mktemp("ortiz-results")
+def results(session_results):
+    """The session's results folder: the chapters at tiny scale load what these tests ran, and the other way round."""
+    return session_results
 
 
 @pytest.fixture(scope="module")
