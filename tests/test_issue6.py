@@ -423,6 +423,7 @@ def test_paper_scale_trainers_take_their_first_steps():
     ("fig2_k_sweep", {"Ks": [10, "inf"]}, "must include K=1"),
     ("fig2_k_sweep", {"Ks": [1, 0]}, "Ks[1] must be >= 1"),
     ("fig2_k_sweep", {"Ks": [1, 10, 10]}, "repeated"),
+    ("fig2_k_sweep", {"mini_Ks": [1, 1]}, "mini_Ks has repeated values"),
     ("fig2_k_sweep", {"learning_rate": -1e-3}, "learning_rate"),
     ("fig2_k_sweep", {"momentum": 1.0}, "momentum"),
     ("fig2_k_sweep", {"steps": 5, "eval_every": 10}, "eval_every=10 is more than steps=5"),

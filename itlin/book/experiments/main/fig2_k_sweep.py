@@ -88,7 +88,7 @@ class Fig2Params(S.SparseParams):
         None, "full-batch periods K (K=1 and 'inf' included); mini-batch uses K x rescale; None: from scale",
         label="full-batch K", source="our choice: not stated (largest learning rate x K as in Fig. 3)", distinct=True)
     mini_Ks: Optional[tuple[Period, ...]] = param(None, "the full-batch periods (among Ks) whose mini-batch run "
-                                                        "(K x rescale) is made; None: from scale")
+                                                        "(K x rescale) is made; None: from scale", distinct=True)
     steps: Optional[int] = param(None, "full-batch steps (mini-batch: x rescale); None: from scale", min=1,
                                  label="full-batch steps", source="our choice: not stated (10 x the largest K)")
     learning_rate: Optional[float] = param(None, "full-batch learning rate (mini-batch: / rescale); None: from "
