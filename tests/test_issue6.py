@@ -179,10 +179,13 @@ def test_fig3_premise_fails_when_one_seed_of_the_large_K_does_not_fit_its_traini
 def test_fig3_inf_short_is_judged_when_K_inf_ran():
     v = fig3.judge_rows(_fig3_rows([0.80] * 5, inf=[0.70, 0.71, 0.69, 0.70, 0.70]), n_test=100_000, margin=0.02)
     assert v[-1].id == "inf.short" and v[-1].verdict == "holds"
-    v = fig3.judge_rows(_fig3_rows([0.80] * 5, inf=[0.80, 0.81, 0.79, 0.80, 0.80]), n_test=100_000, margin=0.02)
-    assert v[-1].verdict == "cannot resolve"
+    v = fig3.judge_rows(_fig3_rows([0.80] * 5, inf=[0.74, 0.82, 0.76, 0.80, 0.78]), n_test=100_000, margin=0.02)
+    assert v[-1].verdict == "cannot resolve"  # 2 +- 4 points: the interval straddles the margin
     v = fig3.judge_rows(_fig3_rows([0.80] * 5, inf=[0.90, 0.91, 0.89, 0.90, 0.90]), n_test=100_000, margin=0.02)
     assert v[-1].verdict == "does not hold"
+    # "clearly worse": a resolved 1-point shortfall is less than the margin (2 points), so it does not hold
+    v = fig3.judge_rows(_fig3_rows([0.80] * 5, inf=[0.79, 0.791, 0.789, 0.79, 0.79]), n_test=100_000, margin=0.02)
+    assert v[-1].verdict == "does not hold" and v[-1].margin == 0.02
 
 
 def test_a_diverged_run_never_enters_a_verdict():
@@ -226,6 +229,12 @@ def test_fig2_claims_on_synthetic_rows_hold_fail_and_stay_unresolved():
     noisy = _fig2_rows([0.04, -0.04, 0.03, -0.03, 0.0], [0.0] * 5)
     v = {x.id: x.verdict for x in fig2.judge_rows(noisy, n_test=100_000, margin=0.02, rescale=10)}
     assert v["full.large_close"] == "cannot resolve" and v["mini.large_close"] == "holds"
+    # K=inf "clearly worse" needs more than the margin: 1 point short (resolved) does not hold
+    near = _rows({"full K=1": [0.80, 0.81, 0.79, 0.80, 0.805], "full K=inf": [0.79, 0.80, 0.78, 0.79, 0.795]},
+                 **{"full K=1": {"sweep": "full", "K": 1.0, "control": False},
+                    "full K=inf": {"sweep": "full", "K": math.inf, "control": False}})
+    v = {x.id: x.verdict for x in fig2.judge_rows(near, n_test=100_000, margin=0.02, rescale=10)}
+    assert v["full.inf_short"] == "does not hold"
 
 
 def test_fig2_a_diverged_large_K_run_keeps_close_from_holding():
