@@ -115,13 +115,20 @@ def test_every_chapter_is_a_paired_myst_notebook_with_one_parameters_cell():
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_executes_under_papermill_at_tiny_scale(chapter, book_dirs, monkeypatch, tmp_path):
+    """Every chapter executes at ``scale="tiny"`` from the repository root, as a user runs it.
+    Chapters that read files kept with the book (recorded runs, benchmark results) run the way a
+    user does without itlin's wrapper: jupytext to .ipynb, then papermill's command line; they
+    must find those files. The others run through :func:`itlin.book.run.execute_chapter`."""
     src = ROOT / (chapter + ".md")
     params = {k: v for k, v in TINY.items() if k in chapter_parameters(src)}
     out = book_dirs / (chapter + ".ipynb")
     sizes = tmp_path / "figure-text.jsonl"
     monkeypatch.setenv("ITLIN_FIGURE_CHECK", str(sizes))  # itlin.book.setup() notes each figure's text
     t = time.perf_counter()
-    execute_chapter(src, out, params, timeout=900, cwd=ROOT)  # from the repository root, as a user runs it
+    if _opens_files(chapter):
+        _execute_with_plain_papermill(chapter, out, params, tmp_path)
+    else:
+        execute_chapter(src, out, params, timeout=900, cwd=ROOT)
     TIMES[chapter] = time.perf_counter() - t
     # legibility: no figure text under MIN_TEXT_PX at the book's column width
     figures = [json.loads(line) for line in sizes.read_text().splitlines()] if sizes.exists() else []
@@ -193,19 +200,25 @@ def test_papermill_parses_every_parameters_cell_without_warnings(caplog):
         assert names == list(chapter_parameters(src)), chapter
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("chapter", [c.split("/")[-1] for c in CHAPTERS if _opens_files(c)])
-def test_plain_papermill_runs_a_chapter_from_the_repository_root(chapter, book_dirs, tmp_path):
-    """What a user does without itlin's wrapper: jupytext to .ipynb, then papermill, from the
-    repository root. Chapters that open recorded runs or benchmark files must find them."""
-    nb_in, nb_out = tmp_path / f"{chapter}.ipynb", tmp_path / f"{chapter}-out.ipynb"
-    subprocess.run([sys.executable, "-m", "jupytext", "--to", "notebook", "-o", str(nb_in),
-                    f"book/{chapter}.md"], cwd=ROOT, check=True, capture_output=True)
-    params = ["-p", "scale", "tiny"] if "scale" in chapter_parameters(ROOT / "book" / f"{chapter}.md") else []
-    proc = subprocess.run([sys.executable, "-m", "papermill", str(nb_in), str(nb_out), *params],
+def _execute_with_plain_papermill(chapter, out, params, tmp_path):
+    """What a user does without itlin's wrapper: jupytext to .ipynb, then papermill's command
+    line, from the repository root (no unknown or unparsable parameters either)."""
+    nb_in = tmp_path / (Path(chapter).name + ".ipynb")
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "notebook", "-o", str(nb_in), f"{chapter}.md"],
+                   cwd=ROOT, check=True, capture_output=True)
+    args = [a for k, v in params.items() for a in ("-p", k, str(v))]
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(nb_in), str(out), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Passed unknown parameter" not in proc.stderr and "Unable to parse" not in proc.stderr
+
+
+def test_file_opening_chapters_run_under_plain_papermill():
+    """The chapters whose tiny-scale execution goes through papermill's command line (above):
+    every kind of file kept with the book is opened by at least one of them."""
+    plain = [c for c in CHAPTERS if _opens_files(c)]
+    text = "".join((ROOT / (c + ".md")).read_text() for c in plain)
+    assert plain and all(s in text for s in ("open_record", "open_records", "recorded_dir", "benchmarks/results"))
 
 
 def test_rerun_cli_turns_a_rejected_value_into_one_line_and_no_notebook(tmp_path):
