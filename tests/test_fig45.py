@@ -152,7 +152,9 @@ def _digests(rec) -> dict:
         h = hashlib.sha256()
         for k in sorted(k for k in rec.arrays if k.startswith(f"_fits/{tag}/") and "seconds" not in k):
             h.update(k.encode() + np.ascontiguousarray(rec.arrays[k]).tobytes())
-        h.update(repr(sorted((k, v) for k, v in info.items() if k.startswith(("final_", "chosen_")))).encode())
+        # Fig. 5's per-signal results (``chosen_correct``) came after the reference digests were made
+        h.update(repr(sorted((k, v) for k, v in info.items() if k.startswith(("final_", "chosen_"))
+                             and k != "chosen_correct")).encode())
         out[tag] = h.hexdigest()[:16]
     return out
 
@@ -365,6 +367,39 @@ def test_fig5_test_set_noise_widens_the_interval():
     small, _ = f5.slope_gap(rows, "K=200, lr 0.03", "K=1, lr 0.03", n_test=200)
     assert small.test_half > big.test_half and small.half > big.half
     assert small.half == pytest.approx(math.hypot(small.seed_half, small.test_half))
+
+
+def test_fig5_slope_test_se_is_the_spread_of_per_signal_slopes():
+    """Oracle: the slope is linear in the accuracies, so the paired standard error is that of the
+    per-signal slope differences (each fitted by f5.slope on 0/1 results) averaged over seeds."""
+    rng = np.random.default_rng(5)
+    a, b = (rng.random((3, 4, 300)) < 0.7).astype(float), (rng.random((3, 4, 300)) < 0.6).astype(float)
+    per_signal = np.array([[f5.slope(SIZES, a[s, :, i]) - f5.slope(SIZES, b[s, :, i]) for i in range(300)]
+                           for s in range(3)]).mean(0)
+    assert f5.slope_test_se(SIZES, a, b) == pytest.approx(per_signal.std(ddof=1) / math.sqrt(300), rel=1e-9)
+    with pytest.raises(ValueError, match="sizes"):
+        f5.slope_test_se(SIZES[:3], a, b)
+
+
+def test_fig5_paired_test_signals_shrink_the_test_term():
+    """Runs that kept which test signals they classify right are compared signal by signal: two
+    settings that agree on most signals get a far smaller test term than the unpaired bound; a
+    run without them falls back to the bound."""
+    n_test, rng = 2000, np.random.default_rng(7)
+    rows = _fig5_rows([0.3, 0.3, 0.3, 0.1])
+    draws = {(int(r["seed"]), int(r["n"])): rng.random(n_test) for r in rows}  # one per seed and size
+    for r in rows:  # K=1 and the large K at one rate share a seed's draw: they agree on most signals
+        shift = 0.01 if r["setting"].startswith("K=200") else 0.0
+        r["correct"] = (draws[(int(r["seed"]), int(r["n"]))] < r["test"] + shift).astype(float)
+        r["test"] = float(r["correct"].mean())
+    paired, _ = f5.slope_gap(rows, "K=200, lr 0.03", "K=1, lr 0.03", n_test=n_test)
+    rows[0]["correct"] = None if rows[0]["setting"] == "K=1, lr 0.03" else rows[0]["correct"]
+    unpaired, _ = f5.slope_gap(rows, "K=200, lr 0.03", "K=1, lr 0.03", n_test=n_test)
+    p = lambda lab: [np.mean([r["test"] for r in rows if r["setting"] == lab and r["n"] == n]) for n in SIZES]
+    assert unpaired.test_half == pytest.approx(f5.slope_test_half(SIZES, p("K=200, lr 0.03"), p("K=1, lr 0.03"),
+                                                                  n_test))
+    assert 0 < paired.test_half < unpaired.test_half / 3
+    assert paired.mean == pytest.approx(unpaired.mean) and paired.seed_half == pytest.approx(unpaired.seed_half)
 
 
 def test_fig5_diverged_runs_drop_their_seed_and_are_counted():

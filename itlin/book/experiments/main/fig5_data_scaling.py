@@ -132,8 +132,11 @@ def split(full, n_val: int, seed: int):
 
 
 def run(r, ctx):
+    import base64
+
     import jax.numpy as jnp
 
+    from .... import metrics
     from ....core.loop import evaluate
 
     full = S.load_data(r["dataset"], ALL, r["n_test"], r["seed"],
@@ -175,11 +178,14 @@ def run(r, ctx):
                 def measure(chosen=chosen, at=at, name=name):
                     if chosen is None:
                         S.missing(f"the state at step {at} (best on validation) of run {name!r}", ctx.path)
-                    return {"test": evaluate(trainer, chosen, *test)["accuracy_lin"], "step": at}
+                    return {"test": evaluate(trainer, chosen, *test)["accuracy_lin"], "step": at,
+                            "correct": np.packbits(metrics.correct_examples(trainer, chosen, *test))}
 
                 m = ctx.stage(f"{name} test", measure)
                 runs[name] = {"K": K, "setting": label, "learning_rate": lr, "n": n, "seed": s,
-                              "chosen_test": float(m["test"]), "chosen_step": int(m["step"])}
+                              "chosen_test": float(m["test"]), "chosen_step": int(m["step"]),
+                              "chosen_correct": base64.b64encode(np.asarray(m["correct"], np.uint8).tobytes())
+                              .decode("ascii")}
     sizes_ = {"sizes": sizes, "n_val": len(val[0]), "n_test": full.n_test, "n_eval_train": n_eval}
     return {"meta": {"resolved": sizes_, "runs": runs, **S.data_meta(full, model)}}
 
@@ -188,13 +194,20 @@ def run(r, ctx):
 def rows(rec) -> list:
     """One row per run (setting, size, seed): :func:`~._rows.rows_of` with ``test`` the test
     accuracy at the evaluation the record's ``metric`` chose (``chosen_step``), ``val`` the
-    validation accuracy there, ``n`` and ``learning_rate``."""
-    out = R.rows_of(rec)
+    validation accuracy there, ``n`` and ``learning_rate``, and ``correct``: which test signals
+    the run classifies right there (floats, one per signal; ``None`` for records made before
+    runs kept them)."""
+    import base64
+
+    out, n_test = R.rows_of(rec), int(rec.meta["resolved"]["n_test"])
     for row in out:
         h = rec.history(row["tag"])
         i = int(np.searchsorted(h.eval_array("step"), int(row["chosen_step"])))
         row["val"] = float(h.eval_array("val/accuracy_lin")[i]) if i < h.eval_array("step").size else math.nan
         row["test"] = float(row["chosen_test"])
+        bits = row.pop("chosen_correct", None)
+        row["correct"] = V.unpack_correct(np.frombuffer(base64.b64decode(bits), np.uint8), n_test) \
+            if bits else None
     return out
 
 
@@ -247,6 +260,30 @@ def slope_test_half(sizes, p_a, p_b, n_test: int, level: float = V.LEVEL) -> flo
     return NormalDist().inv_cdf(0.5 + level / 2) * math.sqrt(var)
 
 
+def slope_test_se(sizes, correct_a, correct_b) -> float:
+    """Standard error, from the finite test set, of the mean over seeds of a difference of two
+    slopes measured on the same test signals: ``correct_a`` and ``correct_b`` are ``(seeds,
+    sizes, n_test)`` per-signal results (1 classified right). The slope is linear in the
+    accuracies, so the gap of seed ``s`` is the mean over signals of
+    ``d_si = sum_n w_n (a_sni - b_sni)`` (``w`` the least-squares weights of ``log10(size)``);
+    with ``e_i`` the mean of ``d_si`` over seeds, the standard error is ``std(e) / sqrt(n_test)``,
+    as :func:`itlin.book.verdicts.paired_accuracy_se` for one accuracy. Two runs agree on most
+    signals, so this is usually far below :func:`slope_test_half`'s unpaired bound.
+
+    >>> a = np.array([[[1, 1, 0, 1], [1, 1, 1, 1]]], float); b = np.array([[[1, 1, 0, 1], [1, 0, 1, 1]]], float)
+    >>> round(slope_test_se([10, 100], a, b), 4)     # one signal differs, at the larger size
+    0.25
+    """
+    u = np.log10(np.asarray(sizes, np.float64))
+    w = (u - u.mean()) / np.sum((u - u.mean()) ** 2)
+    a, b = np.asarray(correct_a, np.float64), np.asarray(correct_b, np.float64)
+    if a.shape != b.shape or a.ndim != 3 or a.shape[1] != w.size or a.shape[2] < 2:
+        raise ValueError(f"slope_test_se needs two (seeds, {w.size} sizes, n_test) arrays of one shape, got "
+                         f"{a.shape} and {b.shape}.")
+    e = np.einsum("n,sni->i", w, a - b) / a.shape[0]
+    return float(e.std(ddof=1) / math.sqrt(e.size))
+
+
 def slopes(rows_) -> dict:
     """``{setting: {seed: slope}}`` over the seeds whose runs at every size completed."""
     sizes = sorted({int(r["n"]) for r in rows_})
@@ -263,15 +300,24 @@ def slopes(rows_) -> dict:
 
 def slope_gap(rows_, a: str, b: str, *, n_test: int):
     """``(gap, seeds)``: the paired gap ``slope(a) - slope(b)`` over the seeds with both, the
-    test-set term of :func:`slope_test_half` added in quadrature (all NaN without a seed)."""
+    test set's term added in quadrature (all NaN without a seed): paired signal by signal
+    (:func:`slope_test_se`) when every run of both settings kept its per-signal results
+    (``row["correct"]``), else the unpaired bound of :func:`slope_test_half`."""
+    from statistics import NormalDist
+
     sl, sizes = slopes(rows_), sorted({int(r["n"]) for r in rows_})
     seeds = sorted(set(sl.get(a, {})) & set(sl.get(b, {})))
     if not seeds:
         return V.paired_gap([], []), seeds
     g = V.paired_gap([sl[a][s] for s in seeds], [sl[b][s] for s in seeds])
-    mean_acc = lambda lab: [np.mean([r["test"] for r in rows_ if r["setting"] == lab and int(r["n"]) == n
-                                     and int(r["seed"]) in seeds]) for n in sizes]
-    test_half = slope_test_half(sizes, mean_acc(a), mean_acc(b), n_test)
+    cell = {(r["setting"], int(r["seed"]), int(r["n"])): r for r in rows_}
+    per_signal = lambda lab: [[cell[(lab, s, n)].get("correct") for n in sizes] for s in seeds]
+    ca, cb = per_signal(a), per_signal(b)
+    if all(c is not None for side in (ca, cb) for by_seed in side for c in by_seed):
+        test_half = NormalDist().inv_cdf(0.5 + V.LEVEL / 2) * slope_test_se(sizes, ca, cb)
+    else:
+        mean_acc = lambda lab: [np.mean([cell[(lab, s, n)]["test"] for s in seeds]) for n in sizes]
+        test_half = slope_test_half(sizes, mean_acc(a), mean_acc(b), n_test)
     half = math.hypot(g.seed_half, test_half) if math.isfinite(g.seed_half) else g.seed_half
     return V.Gap(g.mean, half, g.n, g.seed_half, test_half), seeds
 
@@ -317,5 +363,5 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
 EXPERIMENT = register(Experiment(NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES", "claims",
-           "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slope_test_half", "slopes", "split",
-           "steps_for", "summary"]
+           "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slope_test_half", "slope_test_se",
+           "slopes", "split", "steps_for", "summary"]
