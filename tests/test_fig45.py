@@ -340,10 +340,10 @@ def test_slope_and_its_test_noise():
     assert f5.slope([100, 1000, 10000], [0.5, 0.6, 0.7]) == pytest.approx(0.1)
     assert math.isnan(f5.slope([100, 1000], [0.5, float("nan")]))
     # the test-set term falls as 1/sqrt(n_test) and grows as the sizes bunch together
-    h = f5.slope_test_half(SIZES, [0.6] * 4, [0.6] * 4, 1000)
-    assert f5.slope_test_half(SIZES, [0.6] * 4, [0.6] * 4, 4000) == pytest.approx(h / 2)
-    assert f5.slope_test_half([400, 500, 600, 700], [0.6] * 4, [0.6] * 4, 1000) > h
-    assert f5.slope_test_half(SIZES, [1.0] * 4, [0.0] * 4, 1000) == 0.0
+    h = V.slope_noise(SIZES, [0.6] * 4, [0.6] * 4, 1000)
+    assert V.slope_noise(SIZES, [0.6] * 4, [0.6] * 4, 4000) == pytest.approx(h / 2)
+    assert V.slope_noise([400, 500, 600, 700], [0.6] * 4, [0.6] * 4, 1000) > h
+    assert V.slope_noise(SIZES, [1.0] * 4, [0.0] * 4, 1000) == 0.0
 
 
 @pytest.mark.parametrize("finite,inf,expected_close,expected_worse", [
@@ -369,16 +369,26 @@ def test_fig5_test_set_noise_widens_the_interval():
     assert small.half == pytest.approx(math.hypot(small.seed_half, small.test_half))
 
 
-def test_fig5_slope_test_se_is_the_spread_of_per_signal_slopes():
-    """Oracle: the slope is linear in the accuracies, so the paired standard error is that of the
-    per-signal slope differences (each fitted by f5.slope on 0/1 results) averaged over seeds."""
-    rng = np.random.default_rng(5)
-    a, b = (rng.random((3, 4, 300)) < 0.7).astype(float), (rng.random((3, 4, 300)) < 0.6).astype(float)
-    per_signal = np.array([[f5.slope(SIZES, a[s, :, i]) - f5.slope(SIZES, b[s, :, i]) for i in range(300)]
-                           for s in range(3)]).mean(0)
-    assert f5.slope_test_se(SIZES, a, b) == pytest.approx(per_signal.std(ddof=1) / math.sqrt(300), rel=1e-9)
-    with pytest.raises(ValueError, match="sizes"):
-        f5.slope_test_se(SIZES[:3], a, b)
+def test_fig5_paired_slope_term_is_the_spread_of_per_signal_slopes():
+    """Oracle: a slope is linear in the accuracies, so the paired test term is z times the standard
+    error of the per-signal slope differences (each fitted by f5.slope on 0/1 results), averaged
+    over seeds."""
+    from statistics import NormalDist
+
+    rng, n_test, S_ = np.random.default_rng(5), 300, 3
+    rows = _fig5_rows([0.3, 0.3, 0.3, 0.1], seeds=S_)
+    for r in rows:
+        r["correct"] = (rng.random(n_test) < (0.7 if r["setting"].startswith("K=200") else 0.6)).astype(float)
+        r["test"] = float(r["correct"].mean())
+    bits = lambda lab, s: np.array([next(r["correct"] for r in rows if r["setting"] == lab and r["seed"] == s
+                                         and r["n"] == n) for n in SIZES])
+    big, k1 = "K=200, lr 0.03", "K=1, lr 0.03"
+    per_signal = np.mean([[f5.slope(SIZES, bits(big, s)[:, i]) - f5.slope(SIZES, bits(k1, s)[:, i])
+                           for i in range(n_test)] for s in range(S_)], axis=0)
+    gap, _ = f5.slope_gap(rows, big, k1, n_test=n_test)
+    z = NormalDist().inv_cdf(0.5 + V.LEVEL / 2)
+    assert gap.test_half == pytest.approx(z * per_signal.std(ddof=1) / math.sqrt(n_test), rel=1e-9)
+    assert gap.mean == pytest.approx(per_signal.mean(), rel=1e-9)  # the slope gap is the mean per-signal one
 
 
 def test_fig5_paired_test_signals_shrink_the_test_term():
@@ -396,7 +406,7 @@ def test_fig5_paired_test_signals_shrink_the_test_term():
     rows[0]["correct"] = None if rows[0]["setting"] == "K=1, lr 0.03" else rows[0]["correct"]
     unpaired, _ = f5.slope_gap(rows, "K=200, lr 0.03", "K=1, lr 0.03", n_test=n_test)
     p = lambda lab: [np.mean([r["test"] for r in rows if r["setting"] == lab and r["n"] == n]) for n in SIZES]
-    assert unpaired.test_half == pytest.approx(f5.slope_test_half(SIZES, p("K=200, lr 0.03"), p("K=1, lr 0.03"),
+    assert unpaired.test_half == pytest.approx(V.slope_noise(SIZES, p("K=200, lr 0.03"), p("K=1, lr 0.03"),
                                                                   n_test))
     assert 0 < paired.test_half < unpaired.test_half / 3
     assert paired.mean == pytest.approx(unpaired.mean) and paired.seed_half == pytest.approx(unpaired.seed_half)

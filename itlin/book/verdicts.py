@@ -153,6 +153,32 @@ def accuracy_noise(accuracy: float, n_test: int, level: float = LEVEL) -> float:
     return _z(0.5 + level / 2) * math.sqrt(2 * p * (1 - p) / int(n_test))
 
 
+def log_slope_weights(x) -> np.ndarray:
+    """Least-squares weights ``w`` of ``log10 x``: the slope of values ``v`` against ``log10 x``
+    is ``w @ v`` (e.g. accuracy gained per tenfold data, main paper Fig. 5).
+
+    >>> log_slope_weights([10, 100]).tolist(), round(float(log_slope_weights([1, 10, 100]) @ [0.5, 0.6, 0.7]), 12)
+    ([-1.0, 1.0], 0.1)
+    """
+    u = np.log10(np.asarray(x, np.float64))
+    return (u - u.mean()) / np.sum((u - u.mean()) ** 2)
+
+
+def slope_noise(x, p_a, p_b, n_test: int, level: float = LEVEL) -> float:
+    """Half-width the finite test set alone puts on a difference of two slopes
+    (:func:`log_slope_weights`) of accuracies ``p_a`` / ``p_b`` (one per ``x``) measured on
+    ``n_test`` examples: ``z sqrt(sum_i w_i^2 (p_a,i (1 - p_a,i) + p_b,i (1 - p_b,i)) / n_test)``,
+    the unpaired bound (conservative when both share the test set; :func:`paired_accuracy_se`
+    on per-example slope contributions is the paired term).
+
+    >>> round(slope_noise([100, 1000, 10000], [0.5] * 3, [0.5] * 3, 1000), 4)
+    0.031
+    """
+    w = log_slope_weights(x)
+    pa, pb = np.clip(np.asarray(p_a, np.float64), 0, 1), np.clip(np.asarray(p_b, np.float64), 0, 1)
+    return _z(0.5 + level / 2) * math.sqrt(np.sum(w ** 2 * (pa * (1 - pa) + pb * (1 - pb))) / int(n_test))
+
+
 def paired_accuracy_se(correct_a, correct_b) -> float:
     """The standard error, from the finite test set, of the mean over seeds of a difference of
     two accuracies measured on the same test examples: ``correct_a`` and ``correct_b`` are
@@ -236,13 +262,29 @@ def largest_rise(observed, resampled, n: int) -> Gap:
     return Gap(-(lo + hi) / 2, (hi - lo) / 2, n, (hi - lo) / 2, 0.0)
 
 
+def pack_correct(correct) -> str:
+    """Per-example results (booleans) as text for a record's JSON: packed bits in base64.
+
+    >>> pack_correct([True, False, True]), unpack_correct(pack_correct([True, False, True]), 3).tolist()
+    ('oA==', [1.0, 0.0, 1.0])
+    """
+    import base64
+
+    return base64.b64encode(np.packbits(np.asarray(correct, bool)).tobytes()).decode("ascii")
+
+
 def unpack_correct(bits, n: int) -> np.ndarray:
-    """Per-example results kept as packed bits (``np.packbits`` along the last axis) back as
-    floats, the last axis cut to ``n`` examples: what :func:`paired_accuracy_se` compares.
+    """Per-example results kept as packed bits (``np.packbits`` along the last axis, or the text
+    of :func:`pack_correct`) back as floats, the last axis cut to ``n`` examples: what
+    :func:`paired_accuracy_se` compares.
 
     >>> unpack_correct(np.packbits([True, False, True]), 3).tolist()
     [1.0, 0.0, 1.0]
     """
+    if isinstance(bits, str):
+        import base64
+
+        bits = np.frombuffer(base64.b64decode(bits), np.uint8)
     return np.unpackbits(np.asarray(bits, np.uint8), axis=-1)[..., :int(n)].astype(np.float64)
 
 
@@ -611,5 +653,5 @@ def bottom_line(rows: Sequence[Verdict]) -> str:
 
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
            "bootstrap_gap", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
-           "p_value", "paired_accuracy_se", "paired_gap", "proportion_gap", "seed_interval", "seeds_needed", "stated",
-           "t_quantile", "unpack_correct", "wilson_interval"]
+           "log_slope_weights", "pack_correct", "p_value", "paired_accuracy_se", "paired_gap", "proportion_gap",
+           "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "unpack_correct", "wilson_interval"]

@@ -179,18 +179,13 @@ def _coerce(name: str, tp, value, meta: Mapping):
             value = float(value) if tp is float or not value.strip().lstrip("+-").isdigit() else int(value)
         except ValueError:
             raise ParameterError(f"{name} must be a number, got {value!r}.") from None
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ParameterError(f"{name} must be True or False, got {value!r}.")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ParameterError(f"{name} must be a string, got {value!r}.")
+    if tp in (bool, str):
+        if not isinstance(value, tp):
+            raise ParameterError(f"{name} must be {'True or False' if tp is bool else 'a string'}, got {value!r}.")
         return value
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ParameterError(f"{name} must be an integer, got {value!r}.")
-        if not isinstance(value, numbers.Integral) and not (math.isfinite(value) and value == int(value)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                isinstance(value, numbers.Integral) or (math.isfinite(value) and value == int(value))):
             raise ParameterError(f"{name} must be an integer, got {value!r}.")
         return _bounded(name, int(value), meta)
     if tp is float:

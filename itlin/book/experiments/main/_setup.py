@@ -290,31 +290,25 @@ def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, in
 def final_metrics(trainer, state, final) -> dict:
     """The final test accuracies of a run on the large test set ``final = (x, y)``:
     ``final_test`` (the model being trained), ``final_test_net`` (the network), ``n_test_final``,
-    and ``final_correct`` (which examples the model being trained classifies right, packed bits
-    in base64: :func:`correct_of` reads it back) so that gaps between runs get the paired noise
+    and ``final_correct`` (which examples the model being trained classifies right, as the text
+    of :func:`itlin.book.verdicts.pack_correct`) so that gaps between runs get the paired noise
     of the test set (:func:`itlin.book.verdicts.paired_accuracy_se`)."""
-    import base64
-
     from .... import metrics
     from ....core.loop import evaluate
-
-    m = evaluate(trainer, state, *final)
-    correct = metrics.correct_examples(trainer, state, *final)
-    return {"final_test": float(m["accuracy_lin"]), "final_test_net": float(m["accuracy"]),
-            "n_test_final": int(final[0].shape[0]),
-            "final_correct": base64.b64encode(np.packbits(correct).tobytes()).decode("ascii")}
-
-
-def correct_of(info: Mapping) -> Optional[np.ndarray]:
-    """The per-example results :func:`final_metrics` stored in a run's record (``None`` if none)."""
-    import base64
-
-    bits = info.get("final_correct")
-    if not bits:
-        return None
     from ... import verdicts as V
 
-    return V.unpack_correct(np.frombuffer(base64.b64decode(bits), np.uint8), int(info["n_test_final"])).astype(bool)
+    m = evaluate(trainer, state, *final)
+    return {"final_test": float(m["accuracy_lin"]), "final_test_net": float(m["accuracy"]),
+            "n_test_final": int(final[0].shape[0]),
+            "final_correct": V.pack_correct(metrics.correct_examples(trainer, state, *final))}
+
+
+def correct_of(info: Mapping, key: str = "final_correct", n: Optional[int] = None) -> Optional[np.ndarray]:
+    """The per-example results a run's record keeps under ``key`` for ``n`` examples (default
+    ``info["n_test_final"]``), as booleans; ``None`` if none."""
+    from ... import verdicts as V
+
+    return V.unpack_correct(info[key], int(n or info["n_test_final"])).astype(bool) if info.get(key) else None
 
 
 # ------------------------------------------------------------------------------ Figs 4-5: one program for every K
@@ -371,7 +365,7 @@ def missing(what: str, path):
 
 
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
-           "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics",
-           "fit_seeds", "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for",
-           "n_test_judged", "init_state", "prepare", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state",
-           "start", "trainer", "updates_of"]
+           "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics", "fit_seeds",
+           "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for", "n_test_judged",
+           "init_state", "prepare", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
+           "trainer", "updates_of"]

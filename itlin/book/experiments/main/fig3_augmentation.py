@@ -115,7 +115,8 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
     """Fig. 3's claims on the final accuracies of the model being trained, a pure function of the
     rows: ``large.fits`` (stated, the premise "given enough time to train") on every seed the
     largest finite K ends within ``margin`` of K=1's train accuracy; ``large.close`` (headline)
-    its test accuracy ends within ``margin`` of K=1's; ``inf.short`` K=inf, if run, ends more than ``margin`` below K=1 ("clearly worse")."""
+    its test accuracy ends within ``margin`` of K=1's; ``inf.short`` K=inf, if run, ends more
+    than ``margin`` below K=1 ("clearly worse")."""
     out, base, big_K = [], R.select(rows_, K=1), _large_K({x["K"] for x in rows_})
     if base and big_K is not None:
         big = R.select(rows_, K=big_K)

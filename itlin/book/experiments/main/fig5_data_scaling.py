@@ -132,8 +132,6 @@ def split(full, n_val: int, seed: int):
 
 
 def run(r, ctx):
-    import base64
-
     import jax.numpy as jnp
 
     from .... import metrics
@@ -179,13 +177,12 @@ def run(r, ctx):
                     if chosen is None:
                         S.missing(f"the state at step {at} (best on validation) of run {name!r}", ctx.path)
                     return {"test": evaluate(trainer, chosen, *test)["accuracy_lin"], "step": at,
-                            "correct": np.packbits(metrics.correct_examples(trainer, chosen, *test))}
+                            "correct": V.pack_correct(metrics.correct_examples(trainer, chosen, *test))}
 
                 m = ctx.stage(f"{name} test", measure)
                 runs[name] = {"K": K, "setting": label, "learning_rate": lr, "n": n, "seed": s,
                               "chosen_test": float(m["test"]), "chosen_step": int(m["step"]),
-                              "chosen_correct": base64.b64encode(np.asarray(m["correct"], np.uint8).tobytes())
-                              .decode("ascii")}
+                              "chosen_correct": str(m["correct"])}
     sizes_ = {"sizes": sizes, "n_val": len(val[0]), "n_test": full.n_test, "n_eval_train": n_eval}
     return {"meta": {"resolved": sizes_, "runs": runs, **S.data_meta(full, model)}}
 
@@ -197,17 +194,14 @@ def rows(rec) -> list:
     validation accuracy there, ``n`` and ``learning_rate``, and ``correct``: which test signals
     the run classifies right there (floats, one per signal; ``None`` for records made before
     runs kept them)."""
-    import base64
-
     out, n_test = R.rows_of(rec), int(rec.meta["resolved"]["n_test"])
     for row in out:
         h = rec.history(row["tag"])
         i = int(np.searchsorted(h.eval_array("step"), int(row["chosen_step"])))
         row["val"] = float(h.eval_array("val/accuracy_lin")[i]) if i < h.eval_array("step").size else math.nan
         row["test"] = float(row["chosen_test"])
-        bits = row.pop("chosen_correct", None)
-        row["correct"] = V.unpack_correct(np.frombuffer(base64.b64decode(bits), np.uint8), n_test) \
-            if bits else None
+        row["correct"] = S.correct_of(row, "chosen_correct", n_test)
+        row.pop("chosen_correct", None)
     return out
 
 
@@ -236,52 +230,8 @@ def slope(sizes, accuracies) -> float:
     >>> round(slope([100, 1000, 10000], [0.5, 0.6, 0.7]), 6)
     0.1
     """
-    u, a = np.log10(np.asarray(sizes, np.float64)), np.asarray(accuracies, np.float64)
-    if u.size < 2 or not np.all(np.isfinite(a)):
-        return math.nan
-    return float(np.polyfit(u, a, 1)[0])
-
-
-def slope_test_half(sizes, p_a, p_b, n_test: int, level: float = V.LEVEL) -> float:
-    """Half-width the finite test set alone puts on a difference of two slopes fitted to accuracies
-    ``p_a`` / ``p_b`` (one per size) on ``n_test`` examples: ``z sqrt(sum_i w_i^2 (p_a,i (1 - p_a,i) +
-    p_b,i (1 - p_b,i)) / n_test)``, ``w`` the least-squares weights of ``log10(size)`` (conservative:
-    the two settings share the test set).
-
-    >>> round(slope_test_half([100, 1000, 10000], [0.5] * 3, [0.5] * 3, 1000), 4)
-    0.031
-    """
-    from statistics import NormalDist
-
-    u = np.log10(np.asarray(sizes, np.float64))
-    w = (u - u.mean()) / np.sum((u - u.mean()) ** 2)
-    pa, pb = np.clip(np.asarray(p_a, np.float64), 0, 1), np.clip(np.asarray(p_b, np.float64), 0, 1)
-    var = np.sum(w ** 2 * (pa * (1 - pa) + pb * (1 - pb))) / int(n_test)
-    return NormalDist().inv_cdf(0.5 + level / 2) * math.sqrt(var)
-
-
-def slope_test_se(sizes, correct_a, correct_b) -> float:
-    """Standard error, from the finite test set, of the mean over seeds of a difference of two
-    slopes measured on the same test signals: ``correct_a`` and ``correct_b`` are ``(seeds,
-    sizes, n_test)`` per-signal results (1 classified right). The slope is linear in the
-    accuracies, so the gap of seed ``s`` is the mean over signals of
-    ``d_si = sum_n w_n (a_sni - b_sni)`` (``w`` the least-squares weights of ``log10(size)``);
-    with ``e_i`` the mean of ``d_si`` over seeds, the standard error is ``std(e) / sqrt(n_test)``,
-    as :func:`itlin.book.verdicts.paired_accuracy_se` for one accuracy. Two runs agree on most
-    signals, so this is usually far below :func:`slope_test_half`'s unpaired bound.
-
-    >>> a = np.array([[[1, 1, 0, 1], [1, 1, 1, 1]]], float); b = np.array([[[1, 1, 0, 1], [1, 0, 1, 1]]], float)
-    >>> round(slope_test_se([10, 100], a, b), 4)     # one signal differs, at the larger size
-    0.25
-    """
-    u = np.log10(np.asarray(sizes, np.float64))
-    w = (u - u.mean()) / np.sum((u - u.mean()) ** 2)
-    a, b = np.asarray(correct_a, np.float64), np.asarray(correct_b, np.float64)
-    if a.shape != b.shape or a.ndim != 3 or a.shape[1] != w.size or a.shape[2] < 2:
-        raise ValueError(f"slope_test_se needs two (seeds, {w.size} sizes, n_test) arrays of one shape, got "
-                         f"{a.shape} and {b.shape}.")
-    e = np.einsum("n,sni->i", w, a - b) / a.shape[0]
-    return float(e.std(ddof=1) / math.sqrt(e.size))
+    a = np.asarray(accuracies, np.float64)
+    return float(V.log_slope_weights(sizes) @ a) if len(sizes) >= 2 and np.all(np.isfinite(a)) else math.nan
 
 
 def slopes(rows_) -> dict:
@@ -300,26 +250,27 @@ def slopes(rows_) -> dict:
 
 def slope_gap(rows_, a: str, b: str, *, n_test: int):
     """``(gap, seeds)``: the paired gap ``slope(a) - slope(b)`` over the seeds with both, the
-    test set's term added in quadrature (all NaN without a seed): paired signal by signal
-    (:func:`slope_test_se`) when every run of both settings kept its per-signal results
-    (``row["correct"]``), else the unpaired bound of :func:`slope_test_half`."""
-    from statistics import NormalDist
-
+    test set's term added in quadrature (all NaN without a seed): paired signal by signal when
+    every run of both settings kept its per-signal results (``row["correct"]``; a slope is
+    ``sum_n w_n accuracy_n``, so signal ``i`` contributes ``sum_n w_n correct_ni``, compared as
+    :func:`itlin.book.verdicts.paired_accuracy_se` compares accuracies), else the unpaired bound
+    of :func:`itlin.book.verdicts.slope_noise`."""
     sl, sizes = slopes(rows_), sorted({int(r["n"]) for r in rows_})
     seeds = sorted(set(sl.get(a, {})) & set(sl.get(b, {})))
-    if not seeds:
-        return V.paired_gap([], []), seeds
-    g = V.paired_gap([sl[a][s] for s in seeds], [sl[b][s] for s in seeds])
+    va, vb = [sl[a][s] for s in seeds], [sl[b][s] for s in seeds]
     cell = {(r["setting"], int(r["seed"]), int(r["n"])): r for r in rows_}
-    per_signal = lambda lab: [[cell[(lab, s, n)].get("correct") for n in sizes] for s in seeds]
-    ca, cb = per_signal(a), per_signal(b)
-    if all(c is not None for side in (ca, cb) for by_seed in side for c in by_seed):
-        test_half = NormalDist().inv_cdf(0.5 + V.LEVEL / 2) * slope_test_se(sizes, ca, cb)
-    else:
-        mean_acc = lambda lab: [np.mean([cell[(lab, s, n)]["test"] for s in seeds]) for n in sizes]
-        test_half = slope_test_half(sizes, mean_acc(a), mean_acc(b), n_test)
-    half = math.hypot(g.seed_half, test_half) if math.isfinite(g.seed_half) else g.seed_half
-    return V.Gap(g.mean, half, g.n, g.seed_half, test_half), seeds
+    per_signal = {lab: [[cell[(lab, s, n)].get("correct") for n in sizes] for s in seeds] for lab in (a, b)}
+    if seeds and all(c is not None for lab in (a, b) for by_seed in per_signal[lab] for c in by_seed):
+        w = V.log_slope_weights(sizes)
+        contrib = {lab: np.einsum("n,sni->si", w, np.asarray(per_signal[lab], np.float64)) for lab in (a, b)}
+        return V.paired_gap(va, vb, test_se=V.paired_accuracy_se(contrib[a], contrib[b])), seeds
+    g = V.paired_gap(va, vb)
+    if not seeds:
+        return g, seeds
+    test_half = V.slope_noise(sizes, *([np.mean([cell[(lab, s, n)]["test"] for s in seeds]) for n in sizes]
+                                         for lab in (a, b)), n_test)
+    return g._replace(half=math.hypot(g.seed_half, test_half) if math.isfinite(g.seed_half) else g.seed_half,
+                      test_half=test_half), seeds
 
 
 def claims(rec) -> list:
@@ -363,5 +314,5 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
 EXPERIMENT = register(Experiment(NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES", "claims",
-           "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slope_test_half", "slope_test_se",
-           "slopes", "split", "steps_for", "summary"]
+           "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slopes", "split",
+           "steps_for", "summary"]
