@@ -192,7 +192,7 @@ def rows(rec) -> list:
     """One row per run (setting, size, seed): :func:`~._rows.rows_of` with ``test`` the test
     accuracy at the evaluation the record's ``metric`` chose (``chosen_step``), ``val`` the
     validation accuracy there, ``n`` and ``learning_rate``, and ``correct``: which test signals
-    the run classifies right there (floats, one per signal; ``None`` for records made before
+    the run classifies right there (booleans, one per signal; ``None`` for records made before
     runs kept them)."""
     out, n_test = R.rows_of(rec), int(rec.meta["resolved"]["n_test"])
     for row in out:

@@ -279,12 +279,14 @@ def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: 
             out.append(C.gap_claim(
                 f"linear_advantage.{name}.{opt}", f"{L}, {opt.upper()}: linear advantage on eigenfunctions",
                 "linearised models are clearly ahead on the eigenfunctions (Figs. 2-3)", lin[:, :J].mean(1),
-                net[:, :J].mean(1), margin=CLEAR_MARGIN, n_test=n_val * J, measured=f"linearised minus network, mean over {J} targets",
+                net[:, :J].mean(1), margin=CLEAR_MARGIN, n_test=n_val * J,
+                measured=f"linearised minus network, mean over {J} targets",
                 examples=cn is not None and (cl[:, :J].mean(1), cn[:, :J].mean(1)) or None, headline=opt == "sgd"))
             out.append(C.gap_claim(
                 f"labels.{name}.{opt}", f"{L}, {opt.upper()}: network ahead on the dataset's own labels",
                 "networks 'perform significantly better than their linear approximations' on CIFAR-2 (App. A)",
-                net[:, J], lin[:, J], margin=CLEAR_MARGIN, n_test=n_val, examples=cn is not None and (cn[:, J], cl[:, J]) or None,
+                net[:, J], lin[:, J], margin=CLEAR_MARGIN, n_test=n_val,
+                examples=cn is not None and (cn[:, J], cl[:, J]) or None,
                 measured=f"network {C.fmt_finite(net[:, J])}, linearised {C.fmt_finite(lin[:, J])}"))
             if name == cross_model:
                 up = upper_targets(js)
@@ -358,5 +360,6 @@ def summary(rec) -> list:
 
 EXPERIMENT = register(Experiment(NAME, EigenParams, run, version="4", summary=summary, claims=claims))
 
-__all__ = ["CLEAR_MARGIN", "EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims", "fitted_range",
-           "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs", "upper_targets"]
+__all__ = ["CLEAR_MARGIN", "EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS", "claims",
+           "fitted_range", "hardness", "judge_accuracy", "judge_hardness", "present", "run", "summary", "train_runs",
+           "upper_targets"]
