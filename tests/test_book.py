@@ -204,6 +204,7 @@ def _execute_with_plain_papermill(chapter, out, params, tmp_path):
     """What a user does without itlin's wrapper: jupytext to .ipynb, then papermill's command
     line, from the repository root (no unknown or unparsable parameters either)."""
     nb_in = tmp_path / (Path(chapter).name + ".ipynb")
+    out.parent.mkdir(parents=True, exist_ok=True)  # papermill does not make it
     subprocess.run([sys.executable, "-m", "jupytext", "--to", "notebook", "-o", str(nb_in), f"{chapter}.md"],
                    cwd=ROOT, check=True, capture_output=True)
     args = [a for k, v in params.items() for a in ("-p", k, str(v))]

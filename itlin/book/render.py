@@ -100,6 +100,31 @@ def _seed_span(r: Mapping) -> str:
     return f"seed {first}" if n == 1 else f"seeds {first}-{first + n - 1}"
 
 
+def cost(info: Mapping) -> str:
+    """How long a record took, as a chapter says it: ``"in 1.2 hours"``, ``"in 16 minutes"``, or,
+    for a record resumed from its checkpoints (``wall_seconds`` then counts its last sitting
+    only), ``"over several sittings, resumed from its checkpoints"``.
+
+    >>> cost({"wall_seconds": 960.0, "started_at": "a", "first_started_at": "a"})
+    'in 16 minutes'
+    >>> cost({"wall_seconds": 960.0, "started_at": "b", "first_started_at": "a"})
+    'over several sittings, resumed from its checkpoints'
+    """
+    if info.get("first_started_at", info.get("started_at")) != info.get("started_at"):
+        return "over several sittings, resumed from its checkpoints"
+    hours = info.get("wall_seconds", math.nan) / 3600
+    minutes = max(1, round(60 * hours))
+    return "in " + (f"{hours:.1f} hours" if hours >= 1 else f"{minutes} minute{'s' if minutes > 1 else ''}")
+
+
+def provenance(rec) -> str:
+    """One line on where and how a record was made: device, JAX version, commit and :func:`cost`."""
+    info = rec.info
+    return (f"recorded on {info.get('device', '?')} with JAX {info.get('jax_version', '?')} at commit "
+            f"{(info.get('git_commit') or '?')[:7]}{' (uncommitted changes)' if info.get('git_dirty') else ''}, "
+            f"{cost(info)}")
+
+
 def evidence(rec, use_record: bool = True):
     """``(judged, note)``: the record a chapter judges and shows for its live run ``rec``, and a
     Markdown paragraph that says which and why.
@@ -122,12 +147,6 @@ def evidence(rec, use_record: bool = True):
     o, info = other.meta["resolved"], other.info
     cmp = runner.compare_seeds(rec, other)
     commit = (info.get("git_commit") or "?")[:7]
-    hours = info.get("wall_seconds", math.nan) / 3600
-    if info.get("first_started_at", info.get("started_at")) != info.get("started_at"):
-        cost = "over several sittings, resumed from its checkpoints"
-    else:
-        minutes = max(1, round(60 * hours))
-        cost = "in " + (f"{hours:.1f} hours" if hours >= 1 else f"{minutes} minute{'s' if minutes > 1 else ''}")
     if cmp.identical:
         agree = f"every one of the {cmp.arrays:,} arrays compared is identical to the record's"
     elif cmp.arrays and cmp.max_rel <= 1e-6:
@@ -143,7 +162,7 @@ def evidence(rec, use_record: bool = True):
     return other, (
         f"**Judged on a recorded run.** The verdicts, tables and figures below are those of the recorded run "
         f"`{other.path.name}`: this experiment at this page's settings with {o['seeds']} seeds "
-        f"({_seed_span(o)}), made on {info.get('device', '?')} at commit {commit} {cost}. "
+        f"({_seed_span(o)}), made on {info.get('device', '?')} at commit {commit} {cost(info)}. "
         f"This page re-ran its {_seed_span(r)} ({rec.info.get('wall_seconds', 0):.0f} s): {agree}. "
         f"To judge this page's own run instead, set `use_record=False`; to make the record again: "
         f"`{record_command(other)}`.")
@@ -216,5 +235,5 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
             "the half-width of the interval at that level.")
 
 
-__all__ = ["claims", "correction_note", "evidence", "judge", "measured", "record_command", "resolvable", "settings",
-           "summary", "table", "what_it_would_take"]
+__all__ = ["claims", "correction_note", "cost", "evidence", "judge", "measured", "provenance", "record_command",
+           "resolvable", "settings", "summary", "table", "what_it_would_take"]
