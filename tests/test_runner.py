@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import itlin
-from itlin.book import experiments, plotting, runner
+from itlin.book import experiments, plotting, render, runner
 from itlin.book.experiments import Dataset, Experiment, ParameterError, Params, Period, param, register
 
 CALLS = collections.Counter()
@@ -395,7 +395,8 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys, batch_size, lo
         runner.run("test_tiny", params, results_dir=tmp_path / "run", checkpoint_every_steps=16)
     plan = runner.plan("test_tiny", params, results_dir=tmp_path / "run")
     work = plan.path / "work"
-    assert {f.name for f in work.iterdir()} == {"fit-K=1.msgpack", "fit-K=3.msgpack", "stage-init.npz"}
+    assert {f.name for f in work.iterdir()} == {"fit-K=1.msgpack", "fit-K=3.msgpack", "stage-init.npz",
+                                                runner.ELAPSED_FILE}
     assert not plan.complete
     step = _checkpoint_meta(work / "fit-K=3.msgpack")["step"]
     assert 16 <= step < 24  # the latest checkpoint, at a chunk end >= 16 steps after the previous one
@@ -492,8 +493,12 @@ def test_sigkill_mid_run_then_resume_is_bit_for_bit(tmp_path):
 
     resumed = runner.load("test_tiny", params, results_dir=killed_dir)
     assert 0 < resumed.info["resumed"]["K=3"] < 160
+    # the clock runs over both sittings: the killed one's seconds up to its checkpoint come first
+    assert resumed.info["sittings"] == 2 and resumed.info["wall_seconds"] > resumed.info["sitting_seconds"] > 0
+    assert render.cost(resumed.info).endswith(" over 2 sittings")
     ref = runner.run("test_tiny", params, results_dir=ref_dir, checkpoint_every_steps=None,
                      checkpoint_every_seconds=None)  # uninterrupted, in this process
+    assert ref.info["sittings"] == 1 and ref.info["wall_seconds"] == ref.info["sitting_seconds"]
     _equal_results(ref, resumed)
     assert ref.history("K=3").loss == resumed.history("K=3").loss
 

@@ -101,20 +101,26 @@ def _seed_span(r: Mapping) -> str:
 
 
 def cost(info: Mapping) -> str:
-    """How long a record took, as a chapter says it: ``"in 1.2 hours"``, ``"in 16 minutes"``, or,
-    for a record resumed from its checkpoints (``wall_seconds`` then counts its last sitting
-    only), ``"over several sittings, resumed from its checkpoints"``.
+    """How long a record took, as a chapter says it: ``"in 1.2 hours"``, ``"in 16 minutes"``,
+    ``"in 2.5 hours over 3 sittings"`` for a record resumed from its checkpoints (its
+    ``wall_seconds`` counts every sitting), or ``"over several sittings, resumed from its
+    checkpoints"`` for one whose count of sittings is not known (records made before the runner
+    kept one count only their last sitting).
 
     >>> cost({"wall_seconds": 960.0, "started_at": "a", "first_started_at": "a"})
     'in 16 minutes'
+    >>> cost({"wall_seconds": 9000.0, "sittings": 3, "started_at": "b", "first_started_at": "a"})
+    'in 2.5 hours over 3 sittings'
     >>> cost({"wall_seconds": 960.0, "started_at": "b", "first_started_at": "a"})
     'over several sittings, resumed from its checkpoints'
     """
-    if info.get("first_started_at", info.get("started_at")) != info.get("started_at"):
+    sittings = int(info.get("sittings", 1))
+    if sittings == 1 and info.get("first_started_at", info.get("started_at")) != info.get("started_at"):
         return "over several sittings, resumed from its checkpoints"
     hours = info.get("wall_seconds", math.nan) / 3600
     minutes = max(1, round(60 * hours))
-    return "in " + (f"{hours:.1f} hours" if hours >= 1 else f"{minutes} minute{'s' if minutes > 1 else ''}")
+    return "in " + (f"{hours:.1f} hours" if hours >= 1 else f"{minutes} minute{'s' if minutes > 1 else ''}") + \
+        (f" over {sittings} sittings" if sittings > 1 else "")
 
 
 def provenance(rec) -> str:

@@ -32,7 +32,8 @@ Where results live (see :func:`results_dir`)::
         results.npz     the arrays (written when it completes)
         record.json     written last: the run is complete when this file exists
         work/           while running: fit-<tag>.msgpack checkpoints (flax.serialization, keyed
-                        by pytree paths), stage-<tag>.npz sub-results
+                        by pytree paths), stage-<tag>.npz sub-results, elapsed.json (the
+                        seconds and sittings so far, as of the latest checkpoint)
                         (removed when the run completes)
         .lock           held (filelock) by the process running it; .lock.pid: its pid
         results.npz.new, record.json.new
@@ -74,6 +75,8 @@ RECORD_FILE = "record.json"
 RESULTS_FILE = "results.npz"
 PARAMS_FILE = "params.json"
 WORK_DIR = "work"
+#: in ``work/``: the wall-clock seconds of the sittings so far, as of each one's latest checkpoint
+ELAPSED_FILE = "elapsed.json"
 LOCK_FILE = ".lock"
 LOCK_PID_FILE = ".lock.pid"
 #: suffix of a finished run's two files while they are written beside the ones they replace
@@ -600,7 +603,8 @@ class RunContext:
 
     Attributes: ``experiment``, ``params`` (resolved), ``path`` (the run's folder), ``hash``,
     ``runs`` (``{tag: summary}`` of the fits so far), ``checkpoint_every_steps``,
-    ``checkpoint_every_seconds``, ``show_progress``.
+    ``checkpoint_every_seconds``, ``show_progress``, ``sittings`` (this process's sitting: 1 for
+    a run that starts fresh, one more for each resumption after a checkpoint).
     """
 
     def __init__(self, plan_: Plan, *, checkpoint_every_steps, checkpoint_every_seconds, progress: bool,
@@ -618,6 +622,19 @@ class RunContext:
         self.histories: dict = {}
         self.resumed: dict = {}
         self._tags: set = set()
+        # the clock over sittings: a resumed run adds the seconds its earlier sittings reached by
+        # their latest checkpoints (time after that was lost with the process, and is redone here)
+        before = _io.read_json(self.work / ELAPSED_FILE) or {}
+        self._seconds_before = float(before.get("seconds", 0.0))
+        self.sittings = int(before.get("sittings", 0)) + 1
+        self._clock = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Wall-clock seconds of this run over all its sittings (see ``sittings``)."""
+        return self._seconds_before + time.perf_counter() - self._clock
+
+    def _note_elapsed(self):
+        _io.write_json(self.work / ELAPSED_FILE, {"seconds": self.elapsed(), "sittings": self.sittings})
 
     # ------------------------------------------------------------ helpers
     @property
@@ -672,6 +689,7 @@ class RunContext:
         if self.checkpointing:
             _io.save_tree(path, value, {"format": _FORMAT, "kind": "stage", "tag": tag, "saved_at": _now()},
                           what=f"stage {tag!r}", checksum=False)
+            self._note_elapsed()
         return _io.unflatten_tree(flat, paths)
 
     # ------------------------------------------------------------ fit
@@ -768,6 +786,7 @@ class RunContext:
                                                 "history": history.arrays(), "meta": json.dumps(meta)})
         blob = serialization.msgpack_serialize({"body": body, "sha256": hashlib.sha256(body).hexdigest()})
         _io.atomic_write(path, lambda fh: fh.write(blob), fsync=False)
+        self._note_elapsed()
 
     def _restore_fit(self, path, tag, template, fingerprint):
         import jax
@@ -1050,7 +1069,10 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
         **_device(),
         "python": sys.version.split()[0],
         "numpy_version": np.__version__,
-        "wall_seconds": wall,
+        # over every sitting of a resumed run (this one's alone: sitting_seconds)
+        "wall_seconds": ctx.elapsed() if ctx.sittings > 1 else wall,
+        "sitting_seconds": wall,
+        "sittings": ctx.sittings,
         "started_at": started,
         "first_started_at": first_started,
         "finished_at": _now(),
