@@ -5,6 +5,16 @@ import pytest
 # Progress lines stay quiet in the test suite, and JAX stays on the CPU.
 os.environ.setdefault("ITLIN_QUIET", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# XLA compiles without its backend optimisations (unless XLA_FLAGS sets a level): most of the
+# suite's time is compiling small programs that then run a few steps, and at level 0 the whole
+# suite took 816 s against 1,006 s at the default level (one run each, 2 cores). The tests'
+# identities and tolerances hold at either level; compiled code differs in its last bits, so the
+# one test against stored digests keeps a reference for each (tests/test_fig45.py). With
+# ITLIN_TEST_XLA_DEFAULT=1 the suite compiles as the book runs (XLA's defaults). The chapters'
+# kernels inherit the setting (they read the environment when they start).
+if not os.environ.get("ITLIN_TEST_XLA_DEFAULT") and "xla_backend_optimization_level" not in os.environ.get(
+        "XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 from itlin.book import limit_blas_threads  # noqa: E402
 
