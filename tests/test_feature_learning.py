@@ -157,6 +157,22 @@ def test_filter_claims_measure_the_fraction_and_the_speed():
     assert v["filters.early"].half >= 0.05
 
 
+def test_much_faster_needs_more_than_twice_as_far():
+    """"Much faster" (filters.faster) is a log ratio above log(MUCH_FASTER): a resolved 1.25x
+    lead does not hold, a 5x lead holds, and ratios spread around 2x cannot be resolved."""
+    assert fl.MUCH_FASTER == 2.0
+    assert _by_id(_rows(big_filters_at=0.2))["filters.faster"].verdict == V.HOLDS  # 5x
+    slow = _by_id(_rows(big_filters_at=0.8))["filters.faster"]  # 1.25x on every seed
+    assert slow.gap.mean == pytest.approx(math.log(1.25)) and slow.verdict == V.FAILS
+    rows = _rows(big_filters_at=0.2)
+    ratios = iter([1.5, 3.0, 1.8, 2.6, 2.2])
+    for r in rows:
+        if r["K"] == 100:  # K=1 moves 1 / 0.2 = 5x as far; scaling the large K's path sets the ratio
+            r["filters"] = r["filters"][0] + (r["filters"] - r["filters"][0]) * 5 / next(ratios)
+    spread = _by_id(rows)["filters.faster"]
+    assert spread.gap.mean > math.log(2) and spread.verdict == V.UNRESOLVED
+
+
 def _with_fractions(rows, fractions):
     """``rows`` with the large K's final filters set to K=1's at ``fractions[seed]`` of its run."""
     k1 = {r["seed"]: r for r in rows if r["K"] == 1}
