@@ -634,7 +634,7 @@ class RunContext:
         return self._seconds_before + time.perf_counter() - self._clock
 
     def _note_elapsed(self):
-        _io.write_json(self.work / ELAPSED_FILE, {"seconds": self.elapsed(), "sittings": self.sittings})
+        _io.write_json(self.work / ELAPSED_FILE, {"seconds": self.elapsed(), "sittings": self.sittings}, fsync=False)
 
     # ------------------------------------------------------------ helpers
     @property
