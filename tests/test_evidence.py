@@ -141,3 +141,19 @@ def test_what_it_would_take_tables_the_unresolved_tests_and_says_when_none_is_le
     assert "| 5 | 9 | 9 |" in table.replace("  ", " ")  # seeds now, seeds needed (seeds_needed's doctest), hours
     assert render.what_it_would_take([resolved]).startswith("Every claim tested here resolves")
     assert render.what_it_would_take([V.stated("s", "a statement", "p", "measured", V.HOLDS)]).startswith("No claim")
+
+
+def test_a_seed_is_priced_only_from_a_clock_that_covers_the_whole_record():
+    """render.seconds_per_seed: wall_seconds over seeds for a record made in one sitting or with
+    its sittings counted; None for one resumed before the runner counted them (its wall_seconds
+    is its last sitting's), which render.cost describes in words instead of a number."""
+    from types import SimpleNamespace
+
+    rec = lambda **info: SimpleNamespace(info={"wall_seconds": 600.0, **info}, meta={"resolved": {"seeds": 12}})
+    one = rec(started_at="a", first_started_at="a")
+    counted = rec(started_at="b", first_started_at="a", sittings=3)
+    old = rec(started_at="b", first_started_at="a")
+    assert render.seconds_per_seed(one) == render.seconds_per_seed(counted) == 50.0
+    assert render.seconds_per_seed(old) is None
+    assert render.cost(counted.info) == "in 10 minutes over 3 sittings"
+    assert render.cost(old.info).startswith("over several sittings")

@@ -115,12 +115,25 @@ def cost(info: Mapping) -> str:
     'over several sittings, resumed from its checkpoints'
     """
     sittings = int(info.get("sittings", 1))
-    if sittings == 1 and info.get("first_started_at", info.get("started_at")) != info.get("started_at"):
+    if not _clock_known(info):
         return "over several sittings, resumed from its checkpoints"
     hours = info.get("wall_seconds", math.nan) / 3600
     minutes = max(1, round(60 * hours))
     return "in " + (f"{hours:.1f} hours" if hours >= 1 else f"{minutes} minute{'s' if minutes > 1 else ''}") + \
         (f" over {sittings} sittings" if sittings > 1 else "")
+
+
+def _clock_known(info: Mapping) -> bool:
+    """Whether ``wall_seconds`` covers the whole run: false for a record resumed before the runner
+    counted every sitting (it kept the last one's seconds only)."""
+    return "sittings" in info or info.get("first_started_at", info.get("started_at")) == info.get("started_at")
+
+
+def seconds_per_seed(rec) -> Optional[float]:
+    """Wall-clock seconds of one seed of ``rec`` (its ``wall_seconds`` over its seeds), or ``None``
+    when its wall time is not known in full (see :func:`cost`): what a chapter prices more seeds
+    with (:func:`what_it_would_take`)."""
+    return rec.info["wall_seconds"] / int(rec.meta["resolved"]["seeds"]) if _clock_known(rec.info) else None
 
 
 def provenance(rec) -> str:
@@ -242,4 +255,4 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
 
 
 __all__ = ["claims", "correction_note", "cost", "evidence", "judge", "measured", "provenance", "record_command",
-           "resolvable", "settings", "summary", "table", "what_it_would_take"]
+           "resolvable", "seconds_per_seed", "settings", "summary", "table", "what_it_would_take"]
