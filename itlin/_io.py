@@ -108,10 +108,12 @@ def sha256_file(path) -> str:
     return file_digest(path, "sha256")
 
 
-def save_npz(path, arrays: Mapping[str, np.ndarray], *, fsync: bool = True, checksum: bool = True):
-    """Write a flat dict of arrays atomically (uncompressed ``.npz``); returns its sha256
-    (``None`` with ``checksum=False``)."""
-    atomic_write(path, lambda fh: np.savez(fh, **arrays), fsync=fsync)
+def save_npz(path, arrays: Mapping[str, np.ndarray], *, fsync: bool = True, checksum: bool = True,
+             compress: bool = False):
+    """Write a flat dict of arrays atomically (an ``.npz``, zip-deflated with ``compress``, which
+    :func:`load_npz` reads the same); returns its sha256 (``None`` with ``checksum=False``)."""
+    save = np.savez_compressed if compress else np.savez
+    atomic_write(path, lambda fh: save(fh, **arrays), fsync=fsync)
     return sha256_file(path) if checksum else None
 
 
@@ -219,7 +221,7 @@ def content_digest(flat: Mapping[str, np.ndarray], paths: list, meta_text: str =
 
 
 def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True,
-              checksum: bool = True) -> tuple:
+              checksum: bool = True, compress: bool = False) -> tuple:
     """Save a nested dict of arrays (and optional JSON ``meta``) to one ``.npz`` atomically.
 
     Returns ``(sha256, flat, paths)``: the file's checksum (``None`` with ``checksum=False``;
@@ -232,7 +234,7 @@ def save_tree(path, tree, meta=None, *, what: str = "result", fsync: bool = True
     if meta is not None:
         members[META_KEY] = np.asarray(meta_text)
     members[DIGEST_KEY] = np.asarray(content_digest(flat, paths, meta_text))
-    return save_npz(path, members, fsync=fsync, checksum=checksum), flat, paths
+    return save_npz(path, members, fsync=fsync, checksum=checksum, compress=compress), flat, paths
 
 
 def load_tree(path) -> tuple[dict, list, dict]:

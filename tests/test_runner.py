@@ -323,6 +323,10 @@ def test_record_contents_and_layout(tmp_path):
     import hashlib
 
     assert info["arrays_sha256"] == hashlib.sha256((rec.path / "results.npz").read_bytes()).hexdigest()
+    import zipfile
+
+    with zipfile.ZipFile(rec.path / "results.npz") as zf:  # written deflated: committed records stay small
+        assert {m.compress_type for m in zf.infolist()} == {zipfile.ZIP_DEFLATED}
     assert info["git_commit"] is None or len(info["git_commit"]) == 40
     assert info["device"].startswith("cpu")
     assert info["runs"]["K=3"]["steps"] == 48 and info["runs"]["K=3"]["feature_updates"] == 16

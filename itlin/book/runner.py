@@ -1051,7 +1051,8 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
     if ctx.histories:
         tree[FITS_KEY] = {tag: h.arrays() for tag, h in ctx.histories.items()}
     new_results = p.path / (RESULTS_FILE + NEW_SUFFIX)
-    sha, flat, paths = _io.save_tree(new_results, tree, what=f"result of {p.experiment.name!r}")
+    # compressed: per-step curves of many seeds make a committed record's arrays tens of MB (half as deflated)
+    sha, flat, paths = _io.save_tree(new_results, tree, what=f"result of {p.experiment.name!r}", compress=True)
     commit, dirty = _git_commit()
     info = {
         "format": _FORMAT,
