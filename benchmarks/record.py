@@ -6,6 +6,11 @@ book, e.g. on a lent GPU).
 The record lands in ``DIR/<experiment>/<hash>/`` (``record.json`` and ``results.npz``), which is
 what :func:`itlin.book.runner.open_record` reads; the record stores the parameters, the device, the
 versions and the wall time, so this command with the same JSON re-makes it.
+
+To pause a record, send it SIGINT or SIGTERM (``kill -INT PID``, Ctrl-C, a scheduler's preemption):
+it saves a checkpoint of the run in progress and exits with status 130; the same command resumes it.
+This holds for a record started in the background too (``nohup python benchmarks/record.py ... &``),
+whose SIGINT the shell would otherwise ignore.
 """
 
 from __future__ import annotations
@@ -21,10 +26,17 @@ def main(argv=None):
     ap.add_argument("params", help="the parameters as a JSON object")
     ap.add_argument("--results", required=True, help="results folder")
     args = ap.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # progress lines reach a log file as they happen
     from itlin.book import limit_blas_threads, runner
 
     limit_blas_threads()  # as every chapter's setup() does: a record's numbers are then the chapters' to the bit
-    rec = runner.run(args.experiment, json.loads(args.params), results_dir=args.results, progress=False)
+    runner.pause_on_signals()
+    try:
+        rec = runner.run(args.experiment, json.loads(args.params), results_dir=args.results, progress=False)
+    except KeyboardInterrupt as stop:
+        print(f"[itlin] paused ({stop or 'interrupted'}): the same command resumes from the checkpoints in "
+              f"{args.results}", file=sys.stderr, flush=True)
+        return 130
     print(json.dumps({"path": str(rec.path), "status": rec.status, "wall_seconds": rec.info.get("wall_seconds"),
                       "runs": {k: {"status": v["status"], "final": v.get("final")} for k, v in rec.runs.items()}},
                      indent=1, default=str))

@@ -10,6 +10,7 @@ import functools
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,9 +52,13 @@ def mlp_init(seed, d_in=1, width=8, d_out=1):
 def _callback(tag):
     sleep = float(os.environ.get("ITLIN_TEST_SLEEP", "0") or 0)
 
+    say = bool(os.environ.get("ITLIN_TEST_SAY"))
+
     def cb(state, history):
         if sleep:
             time.sleep(sleep)
+        if say:
+            print("AT", tag, int(state.step), flush=True)
         hook = HOOKS.get("callback")
         if hook is not None:
             hook(tag, state, history)
@@ -156,10 +161,18 @@ register(Experiment("test_stage", StageParams, run_stage))
 
 
 def _subprocess_main():
-    """Entry point of the subprocess in the SIGKILL test: argv = results_dir, params (JSON)."""
+    """Entry point of the subprocess in the SIGKILL and signal tests: argv = results_dir, params
+    (JSON)[, "pause": install runner.pause_on_signals and exit 130 on KeyboardInterrupt]."""
     results, params = sys.argv[1], json.loads(sys.argv[2])
-    rec = runner.run("test_tiny", params, results_dir=results, checkpoint_every_steps=8,
-                     checkpoint_every_seconds=None)
+    pause = sys.argv[3:] == ["pause"]
+    if pause:  # no periodic checkpoint within the test: what a pause keeps, it saved itself
+        runner.pause_on_signals()
+    try:
+        rec = runner.run("test_tiny", params, results_dir=results, checkpoint_every_steps=None if pause else 8,
+                         checkpoint_every_seconds=3600 if pause else None)
+    except KeyboardInterrupt as stop:
+        print("PAUSED", stop, flush=True)
+        sys.exit(130)
     print("STATUS", rec.status, flush=True)
 
 
@@ -465,6 +478,41 @@ def test_unusable_checkpoint_is_ignored_with_a_warning(tmp_path):
         rec = runner.run("test_tiny", params, results_dir=tmp_path)
     assert rec.info["resumed"] == {} and rec.status == "completed"
     _equal_results(runner.run("test_tiny", params, results_dir=tmp_path / "ref"), rec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_pauses_a_background_run_with_a_checkpoint(tmp_path, sig):
+    """Started as a shell starts a background job (SIGINT ignored), SIGINT or SIGTERM pauses the
+    run: the run in progress saves a checkpoint past the periodic ones, and the same call resumes."""
+    params = {"Ks": [1, 3], "steps": 160}
+    env = dict(os.environ, ITLIN_QUIET="1", JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_runner; "
+                                 "test_runner._subprocess_main()", str(tmp_path), json.dumps(params), "pause"]
+    work = runner.plan("test_tiny", params, results_dir=tmp_path).path / "work"
+    proc = subprocess.Popen(cmd, env=dict(env, ITLIN_TEST_SLEEP="0.05", ITLIN_TEST_SAY="1"), stdout=subprocess.PIPE,
+                            text=True, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    seen = []
+    try:
+        for line in proc.stdout:  # the callback says where each run is, chunk by chunk
+            seen.append(line)
+            if line.startswith("AT K=3 ") and int(line.split()[-1]) >= 40:
+                break
+        assert not (work / "fit-K=3.msgpack").exists()  # no periodic checkpoint of K=3 yet
+        os.kill(proc.pid, sig)
+    finally:
+        out = "".join(seen) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, out
+    assert f"PAUSED received {sig.name}" in out and "K=3: interrupted; checkpoint saved at step" in out, out
+    saved = int(re.search(r"checkpoint saved at step (\d+)", out).group(1))
+    assert 0 < saved < 160
+
+    done = subprocess.run(cmd[:-1], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"resuming K=3 from step {saved}" in done.stdout and "STATUS completed" in done.stdout
+    resumed = runner.load("test_tiny", params, results_dir=tmp_path)
+    assert resumed.info["resumed"]["K=3"] == saved and resumed.info["sittings"] == 2
 
 
 @pytest.mark.slow

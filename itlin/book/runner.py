@@ -21,7 +21,9 @@ What it does:
    ``checkpoint_every_steps`` steps or ``checkpoint_every_seconds`` seconds, whichever comes
    first, and saves sub-results made with :meth:`RunContext.stage`. If the process dies (even
    by SIGKILL), running the same call again resumes from the last checkpoint; on the CPU the
-   final numbers equal those of an uninterrupted run bit for bit.
+   final numbers equal those of an uninterrupted run bit for bit. A KeyboardInterrupt saves a
+   checkpoint at once; :func:`pause_on_signals` turns SIGINT and SIGTERM into one, for runs
+   started in the background or under a scheduler.
 4. **Saves** the results atomically: ``results.npz`` (arrays) and ``record.json`` (parameters,
    versions, git commit, device, wall time, status, sha256 of ``results.npz``).
 
@@ -53,6 +55,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -853,6 +856,23 @@ def _overall_status(runs: Mapping[str, dict]) -> str:
 
 
 # ---------------------------------------------------------------------------------- run
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+
+
+def pause_on_signals(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -> dict:
+    """Make each of ``signals`` raise KeyboardInterrupt in the main thread, so a run stopped
+    politely saves a checkpoint of the training run in progress and the same call resumes it.
+
+    Two cases need it: a shell without job control starts a background command (``nohup ... &``)
+    with SIGINT *ignored*, so ``kill -INT`` does nothing; and Python dies on SIGTERM (what
+    ``kill``, ``timeout`` and cluster schedulers send) without saving, losing the work since the
+    last periodic checkpoint. Call it once, from the main thread, before :func:`run`. Returns
+    the previous handlers, ``{signal: handler}``, for :func:`signal.signal` to restore.
+    """
+    return {s: signal.signal(s, _interrupt) for s in signals}
+
+
 def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *, results_dir=None,
         force: bool = False, checkpoint_every_steps=_DEFAULT, checkpoint_every_seconds=_DEFAULT,
         progress: bool = True, verbose: bool = True, _worker: bool = False) -> Record:
@@ -1102,6 +1122,7 @@ __all__ = [
     "open_record",
     "open_records",
     "params_from",
+    "pause_on_signals",
     "recorded_dir",
     "record_digest",
     "plan",
