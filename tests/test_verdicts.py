@@ -86,6 +86,60 @@ def test_paired_test_noise_of_two_runs_on_one_test_set():
         V.paired_accuracy_se(a, b[:, :10])
 
 
+def _crossed(seeds, n, rng):
+    """Per-seed, per-example correctness of two models whose advantage varies by example: on
+    example i, a is right with probability p_i and b with q_i (independently over seeds)."""
+    p = rng.uniform(0.55, 0.95, n)
+    q = np.clip(p - rng.normal(0.0, 0.1, n), 0.0, 1.0)
+    return rng.random((seeds, n)) < p, rng.random((seeds, n)) < q, p - q
+
+
+def test_the_paired_noise_floor_is_the_examples_own_spread():
+    """The floor estimates sqrt(var(p_i - q_i) / n), whatever the number of seeds; the whole
+    standard error is larger by the seeds' disagreement, which falls as 1/seeds."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    for seeds in (3, 8, 32):
+        a, b, mu = _crossed(seeds, n, rng)
+        truth = math.sqrt(np.var(mu, ddof=1) / n)
+        floor, se = V.paired_accuracy_floor_se(a, b), V.paired_accuracy_se(a, b)
+        assert floor == pytest.approx(truth, rel=0.15), seeds
+        assert floor < se
+    a, b, _ = _crossed(1, n, rng)
+    assert V.paired_accuracy_floor_se(a, b) == V.paired_accuracy_se(a, b)  # one seed: nothing to separate
+    same = np.repeat(a, 4, axis=0), np.repeat(b, 4, axis=0)  # four seeds that agree example by example
+    assert V.paired_accuracy_floor_se(*same) == pytest.approx(V.paired_accuracy_se(*same), rel=1e-12)
+
+
+def test_the_projected_test_term_matches_more_seeds():
+    """From 4 seeds, test_half_with(32) predicts the test term 32 seeds of the same models give."""
+    rng = np.random.default_rng(4)
+    a, b, _ = _crossed(32, 3000, rng)
+    few = V.paired_gap(a[:4].mean(1), b[:4].mean(1), examples=(a[:4], b[:4]))
+    many = V.paired_gap(a.mean(1), b.mean(1), examples=(a, b))
+    assert many.test_half < 0.8 * few.test_half  # more seeds do shrink it
+    assert few.test_half_with(32) == pytest.approx(many.test_half, rel=0.1)
+    assert few.test_half_with(few.n) == pytest.approx(few.test_half)
+    # a gap known only by its standard error keeps its whole test term
+    given = V.paired_gap(a[:4].mean(1), b[:4].mean(1), test_se=V.paired_accuracy_se(a[:4], b[:4]))
+    assert math.isnan(given.test_floor) and given.test_half_with(10_000) == given.test_half
+
+
+def test_seeds_needed_counts_the_test_term_that_seeds_remove():
+    """A close claim whose distance to the margin is below the 12-seed test term but above its
+    floor: seeds decide it (a number, not None), and the number is one the rule then meets."""
+    g = V.Gap(-0.023, math.hypot(0.012, 0.0035), 12, 0.012, 0.0035, test_floor=0.001)
+    v = V.judge("c", "", "", g, "close", 0.02)
+    assert v.verdict == V.UNRESOLVED
+    n = V.seeds_needed(v)
+    assert n is not None and n > 12
+    sd = 0.012 / V.t_quantile(0.975, 11) * math.sqrt(12)
+    at = lambda m: math.hypot(V.t_quantile(0.975, m - 1) * sd / math.sqrt(m), g.test_half_with(m))
+    assert at(n) < 0.003 <= at(n - 1)  # the first n whose interval fits between the gap and the margin
+    fixed = V.judge("c", "", "", g._replace(test_floor=math.nan), "close", 0.02)
+    assert V.seeds_needed(fixed) is None  # the whole 0.0035 kept: wider than the 0.003 to the margin
+
+
 def test_rows_with_per_example_results_get_the_paired_noise():
     from itlin.book.experiments.main import _rows as R
 

@@ -63,7 +63,9 @@ class Gap(NamedTuple):
     ``seed_half`` and ``test_half`` are the two parts of ``half``. ``dist`` says how the seed
     part scales with the confidence level: ``"t"`` (Student's t over ``n - 1`` degrees of
     freedom) or ``"normal"`` (a normal approximation, e.g. Newcombe's interval of a difference
-    of proportions)."""
+    of proportions). ``test_floor``: the part of ``test_half`` that no number of seeds removes
+    (:func:`paired_accuracy_floor_se`); NaN when not known, and then all of ``test_half`` is
+    taken to stay (:meth:`test_half_with`)."""
 
     mean: float
     half: float
@@ -71,6 +73,23 @@ class Gap(NamedTuple):
     seed_half: float
     test_half: float
     dist: str = "t"
+    test_floor: float = math.nan
+
+    def test_half_with(self, seeds: int) -> float:
+        """The test-set part of the half-width at :data:`LEVEL` with ``seeds`` seeds, if the
+        runs' disagreements stayed as measured: paired per-example noise is the examples'
+        spread of the mean over seeds, which falls towards ``test_floor`` as seeds are added
+        (``floor^2 + (test_half^2 - floor^2) n / seeds``); all of ``test_half`` without a floor.
+
+        >>> g = Gap(0.0, 0.05, 4, 0.03, 0.04, test_floor=0.02)
+        >>> round(g.test_half_with(4), 4), round(g.test_half_with(16), 4), round(g.test_half_with(10**9), 4)
+        (0.04, 0.0265, 0.02)
+        """
+        floor = self.test_floor
+        if not (math.isfinite(floor) and self.n >= 1 and math.isfinite(self.test_half)):
+            return self.test_half
+        floor = min(floor, self.test_half)
+        return math.sqrt(floor ** 2 + (self.test_half ** 2 - floor ** 2) * self.n / max(int(seeds), 1))
 
     @property
     def lo(self) -> float:
@@ -200,14 +219,41 @@ def paired_accuracy_se(correct_a, correct_b) -> float:
     return float(e.std(ddof=1) / math.sqrt(e.size))
 
 
+def paired_accuracy_floor_se(correct_a, correct_b) -> float:
+    """The part of :func:`paired_accuracy_se` that adding seeds would not remove. With
+    ``d_si = a_si - b_si``, the example means ``e_i`` vary over examples as the examples' own
+    advantages ``mu_i`` do plus, for each, the spread ``w_i`` of ``d_si`` over seeds divided by
+    the number of seeds ``S``: ``var(e) = var(mu) + mean(w) / S``. The floor is
+    ``sqrt(max(var(e) - mean(w) / S, 0) / n_test)`` (the method of moments of a random-effects
+    model); with one seed ``w`` is unknown and the floor is the whole standard error.
+
+    >>> a = np.array([[1, 0, 0, 0], [0, 0, 0, 0]], bool); b = np.zeros((2, 4), bool)
+    >>> paired_accuracy_se(a, b), paired_accuracy_floor_se(a, b)  # one seed's luck on one example: seeds remove it
+    (0.125, 0.0)
+    >>> a = np.array([[1, 1, 0, 1]] * 2, bool); b = np.array([[1, 0, 0, 1]] * 2, bool)
+    >>> paired_accuracy_floor_se(a, b) == paired_accuracy_se(a, b)  # the seeds agree: none of it is
+    True
+    """
+    se = paired_accuracy_se(correct_a, correct_b)
+    d = np.asarray(correct_a, np.float64) - np.asarray(correct_b, np.float64)
+    seeds, n = d.shape
+    if seeds < 2:
+        return se
+    e = d.mean(axis=0)
+    between = float(e.var(ddof=1)) - float(d.var(axis=0, ddof=1).mean()) / seeds
+    return math.sqrt(max(between, 0.0) / n)
+
+
 def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] = None,
-               test_se: Optional[float] = None, level: float = LEVEL) -> Gap:
+               test_se: Optional[float] = None, examples: Optional[tuple] = None, level: float = LEVEL) -> Gap:
     """The gap ``a - b`` seed by seed (``a[i]`` and ``b[i]`` from seed ``i``), with its interval
     (all NaN, ``n = 0``, without a seed: a verdict on it cannot resolve).
 
-    For accuracies, the finite test set adds noise: ``test_se`` (its standard error, e.g. from
-    :func:`paired_accuracy_se` when the runs' per-example results are known) or, failing that,
-    ``n_test`` (the unpaired bound of :func:`accuracy_noise`, conservative).
+    For accuracies, the finite test set adds noise: from ``examples`` (``(correct_a,
+    correct_b)``, per seed and example, when the runs' per-example results are known: the paired
+    :func:`paired_accuracy_se`, with the floor more seeds would not remove,
+    :func:`paired_accuracy_floor_se`), from ``test_se`` (a standard error given), or, failing
+    both, from ``n_test`` (the unpaired bound of :func:`accuracy_noise`, conservative).
 
     >>> g = paired_gap([0.82, 0.83, 0.81], [0.80, 0.80, 0.79], n_test=10_000)
     >>> round(g.mean, 4), g.n, round(g.lo, 4) > 0
@@ -219,13 +265,17 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     if a.size == 0:
         return Gap(math.nan, math.nan, 0, math.nan, math.nan)
     mean, seed_half = seed_interval(a - b, level)
-    test_half = 0.0
-    if test_se is not None:
+    test_half, test_floor = 0.0, math.nan
+    if examples is not None:
+        z = _z(0.5 + level / 2)
+        test_half = z * paired_accuracy_se(*examples)
+        test_floor = z * paired_accuracy_floor_se(*examples)
+    elif test_se is not None:
         test_half = _z(0.5 + level / 2) * float(test_se)
     elif n_test is not None:
         test_half = accuracy_noise(float(np.mean((a + b) / 2)), n_test, level)
     half = math.hypot(seed_half, test_half) if math.isfinite(seed_half) else seed_half
-    return Gap(mean, half, int(a.size), seed_half, test_half)
+    return Gap(mean, half, int(a.size), seed_half, test_half, test_floor=test_floor)
 
 
 def bootstrap_gap(observed, resampled, a: int, b: int, n: int, log: bool = False) -> Gap:
@@ -605,11 +655,12 @@ def holm(verdicts: Sequence[Verdict], alpha: float = 1 - LEVEL) -> Verdicts:
 def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
     """How many seeds would resolve an unresolved test at its level, if the gap and the spread
     between seeds stayed as measured: the smallest ``n`` whose interval half-width (the seed
-    part shrinking as ``t_{n-1} / sqrt(n)``, the test-set part fixed) is below the distance
-    from the mean gap to the threshold the rule needs cleared. ``None`` when no number of
-    seeds would (the mean sits on the threshold, or the test set's noise alone is too wide:
-    then a larger test set is needed), or for a verdict that is not a test; the current ``n``
-    when it already resolves.
+    part shrinking as ``t_{n-1} / sqrt(n)``, the test-set part as :meth:`Gap.test_half_with`:
+    towards its floor where per-example results measured one, else fixed) is below the
+    distance from the mean gap to the threshold the rule needs cleared. ``None`` when no
+    number of seeds would (the mean sits on the threshold, or the test set's own noise, what
+    seeds do not average out, is too wide: then a larger test set is needed), or for a verdict
+    that is not a test; the current ``n`` when it already resolves.
 
     >>> v = judge("c", "", "", paired_gap([0.83, 0.80, 0.84, 0.79, 0.82], [0.80] * 5), "exceeds")
     >>> v.verdict, seeds_needed(v)
@@ -625,15 +676,15 @@ def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
     else:
         distance = abs(g.mean) - margin
     q = 0.5 + v.level / 2
-    test = g.test_half / _z(0.5 + LEVEL / 2) * _z(q)
-    if not distance > test:
+    scale = _z(q) / _z(0.5 + LEVEL / 2)
+    if not distance > g.test_half_with(max_seeds) * scale:
         return None
     if g.n < 2 or not math.isfinite(g.seed_half):
         return None  # no spread measured: one seed says nothing about how many would do
     quantile = t_quantile if g.dist == "t" else (lambda qq, dof: _z(qq))
     sd = g.seed_half / quantile(0.5 + LEVEL / 2, g.n - 1) * math.sqrt(g.n)
     for n in range(max(2, g.n), max_seeds + 1):
-        if math.hypot(quantile(q, n - 1) * sd / math.sqrt(n), test) < distance:
+        if math.hypot(quantile(q, n - 1) * sd / math.sqrt(n), g.test_half_with(n) * scale) < distance:
             return n
     return None
 
@@ -653,5 +704,6 @@ def bottom_line(rows: Sequence[Verdict]) -> str:
 
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
            "bootstrap_gap", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
-           "log_slope_weights", "pack_correct", "p_value", "paired_accuracy_se", "paired_gap", "proportion_gap",
+           "log_slope_weights", "pack_correct", "p_value", "paired_accuracy_floor_se", "paired_accuracy_se",
+           "paired_gap", "proportion_gap",
            "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "unpack_correct", "wilson_interval"]

@@ -119,10 +119,10 @@ def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows
     seeds = sorted(set(a) & set(b))
     dropped = len({int(r["seed"]) for r in (*rows_a, *rows_b)}) - len(seeds)
     va, vb = [a[s][metric] for s in seeds], [b[s][metric] for s in seeds]
-    test_se = None
+    per_example = None
     if metric == "test" and seeds and all(x[s].get("correct") is not None for x in (a, b) for s in seeds):
-        test_se = V.paired_accuracy_se([a[s]["correct"] for s in seeds], [b[s]["correct"] for s in seeds])
-    gap = V.paired_gap(va, vb, n_test=n_test, test_se=test_se)
+        per_example = ([a[s]["correct"] for s in seeds], [b[s]["correct"] for s in seeds])
+    gap = V.paired_gap(va, vb, n_test=n_test, examples=per_example)
     measured = f"{label_a} {V.fmt_mean(va)}, {label_b} {V.fmt_mean(vb)}" if seeds else "no completed pair"
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, headline=headline, dropped=dropped)
 

@@ -284,10 +284,10 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
         ups = f"{np.mean([r['updates'] for r in done]):.1f} feature updates on average" if done else ""
         for axis in ("updates", "compute"):
             seeds, a, b, outside, dropped, ea, eb = matched(rows_, family, value, axis=axis)
-            se = None if ea is None else V.paired_accuracy_se(ea, eb)  # the paired noise of one test set
+            gap = V.paired_gap(a, b, n_test=n_test, examples=None if ea is None else (ea, eb))  # one test set's noise
             out.append(V.judge(f"frontier.{key}.{axis}", f"{name} ends where fixed K does at the same "
                                f"{'number of feature updates' if axis == 'updates' else 'compute'}",
-                               "not in the paper (future work)", V.paired_gap(a, b, n_test=n_test, test_se=se),
+                               "not in the paper (future work)", gap,
                                "close", margin, dropped=dropped,
                                detail=ups + (f"; {outside} seed(s) beyond the fixed-K range" if outside else ""),
                                measured=f"{name} {V.fmt_mean(a)}, fixed K {V.fmt_mean(b)}" if seeds else "no seed"))

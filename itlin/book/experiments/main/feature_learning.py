@@ -311,8 +311,8 @@ def _exceeds(id, claim, paper, rows_a, rows_b, fa, fb=None, *, describe, n_test=
     ``examples``: per-example versions of both, for the paired noise of one test set."""
     a, b, dropped = pairs(rows_a, rows_b)
     va, vb = [fa(r) for r in a], [(fb or fa)(r) for r in b]
-    se = V.paired_accuracy_se([examples[0](r) for r in a], [examples[1](r) for r in b]) if a and examples else None
-    gap = V.paired_gap(va, vb, n_test=n_test, test_se=se)
+    per_example = ([examples[0](r) for r in a], [examples[1](r) for r in b]) if a and examples else None
+    gap = V.paired_gap(va, vb, n_test=n_test, examples=per_example)
     return V.judge(id, claim, paper, gap, "exceeds", margin, measured=describe(va, vb) if a else "no completed pair",
                    dropped=dropped, **kw)
 

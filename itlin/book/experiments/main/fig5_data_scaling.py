@@ -263,7 +263,7 @@ def slope_gap(rows_, a: str, b: str, *, n_test: int):
     if seeds and all(c is not None for lab in (a, b) for by_seed in per_signal[lab] for c in by_seed):
         w = V.log_slope_weights(sizes)
         contrib = {lab: np.einsum("n,sni->si", w, np.asarray(per_signal[lab], np.float64)) for lab in (a, b)}
-        return V.paired_gap(va, vb, test_se=V.paired_accuracy_se(contrib[a], contrib[b])), seeds
+        return V.paired_gap(va, vb, examples=(contrib[a], contrib[b])), seeds
     g = V.paired_gap(va, vb)
     if not seeds:
         return g, seeds

@@ -140,10 +140,10 @@ def gap_claim(id: str, claim: str, paper: str, a, b, rule: str = "exceeds", marg
     ``n_test`` (the unpaired bound)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     keep = np.isfinite(a) & np.isfinite(b)
-    se = None
+    per_example = None
     if examples is not None and keep.sum() >= 1:
-        se = V.paired_accuracy_se(np.asarray(examples[0])[keep], np.asarray(examples[1])[keep])
-    gap = V.paired_gap(a[keep], b[keep], n_test=n_test, test_se=se)
+        per_example = (np.asarray(examples[0])[keep], np.asarray(examples[1])[keep])
+    gap = V.paired_gap(a[keep], b[keep], n_test=n_test, examples=per_example)
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, dropped=int((~keep).sum()), **kw)
 
 
