@@ -490,9 +490,9 @@ def test_a_signal_pauses_a_background_run_with_a_checkpoint(tmp_path, sig):
     cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_runner; "
                                  "test_runner._subprocess_main()", str(tmp_path), json.dumps(params), "pause"]
     work = runner.plan("test_tiny", params, results_dir=tmp_path).path / "work"
-    proc = subprocess.Popen(cmd, env=dict(env, ITLIN_TEST_SLEEP="0.05", ITLIN_TEST_SAY="1"), stdout=subprocess.PIPE,
-                            text=True, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    ignoring = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *cmd]  # SIGINT ignored, as for a background job
+    proc = subprocess.Popen(ignoring, env=dict(env, ITLIN_TEST_SLEEP="0.05", ITLIN_TEST_SAY="1"),
+                            stdout=subprocess.PIPE, text=True, stderr=subprocess.STDOUT)
     seen = []
     try:
         for line in proc.stdout:  # the callback says where each run is, chunk by chunk
