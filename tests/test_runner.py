@@ -346,6 +346,9 @@ def test_record_contents_and_layout(tmp_path):
     assert info["runs"]["K=1"]["final"]["test/rmse"] == pytest.approx(float(rec["K=1"]["history"]["eval/test/rmse"][-1]))
     assert str(rec["init_note"]) == "initial weights"
     assert rec.keys() == ["init_note", "K=1", "K=3"]
+    for tag in rec.runs:  # each run's history holds exactly its own arrays (read through a one-time index)
+        mine = sorted("/".join(p) for p in rec.paths if p[:2] == [runner.FITS_KEY, tag])
+        assert mine and sorted(f"{runner.FITS_KEY}/{tag}/{k}" for k in rec.history(tag).arrays()) == mine
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "record", "edit-status", "edit-metric"])
