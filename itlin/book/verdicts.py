@@ -234,14 +234,18 @@ def paired_accuracy_floor_se(correct_a, correct_b) -> float:
     >>> paired_accuracy_floor_se(a, b) == paired_accuracy_se(a, b)  # the seeds agree: none of it is
     True
     """
-    se = paired_accuracy_se(correct_a, correct_b)
+    return _paired_noise(correct_a, correct_b)[1]
+
+
+def _paired_noise(correct_a, correct_b) -> tuple:
+    """``(paired_accuracy_se, paired_accuracy_floor_se)`` from one pass over the differences."""
+    se = paired_accuracy_se(correct_a, correct_b)  # checks the shapes
     d = np.asarray(correct_a, np.float64) - np.asarray(correct_b, np.float64)
     seeds, n = d.shape
     if seeds < 2:
-        return se
-    e = d.mean(axis=0)
-    between = float(e.var(ddof=1)) - float(d.var(axis=0, ddof=1).mean()) / seeds
-    return math.sqrt(max(between, 0.0) / n)
+        return se, se
+    between = float(d.mean(axis=0).var(ddof=1)) - float(d.var(axis=0, ddof=1).mean()) / seeds
+    return se, math.sqrt(max(between, 0.0) / n)
 
 
 def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] = None,
@@ -267,9 +271,8 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     mean, seed_half = seed_interval(a - b, level)
     test_half, test_floor = 0.0, math.nan
     if examples is not None:
-        z = _z(0.5 + level / 2)
-        test_half = z * paired_accuracy_se(*examples)
-        test_floor = z * paired_accuracy_floor_se(*examples)
+        se, floor = _paired_noise(*examples)
+        test_half, test_floor = _z(0.5 + level / 2) * se, _z(0.5 + level / 2) * floor
     elif test_se is not None:
         test_half = _z(0.5 + level / 2) * float(test_se)
     elif n_test is not None:
