@@ -140,6 +140,26 @@ def test_seeds_needed_counts_the_test_term_that_seeds_remove():
     assert V.seeds_needed(fixed) is None  # the whole 0.0035 kept: wider than the 0.003 to the margin
 
 
+def test_no_seeds_reason_names_the_case_and_its_numbers():
+    """Each way seeds_needed finds no number gets its own reason, with the numbers that decide
+    it; a claim that seeds would decide gets none."""
+    g = V.Gap(-0.023, math.hypot(0.012, 0.0035), 12, 0.012, 0.0035, test_floor=0.001)
+    assert V.no_seeds_reason(V.judge("c", "", "", g, "close", 0.02)) == ""  # 13+ seeds decide it
+    fixed = V.judge("c", "", "", g._replace(test_floor=math.nan), "close", 0.02)
+    assert V.no_seeds_reason(fixed) == ("the gap lies 0.30 points from its threshold, inside the held-out set's "
+                                        "own noise (± 0.35 points), which seeds do not average out")
+    decades = V.judge("d", "", "", V.Gap(0.099, 0.05, 24, 0.049, 0.01, test_floor=0.01), "exceeds", 0.1,
+                      unit="decades", scale=1.0, digits=2)
+    assert V.no_seeds_reason(decades).startswith("the gap lies 0.001 decades from its threshold")
+    on = V.judge("e", "", "", V.Gap(-0.02001, 0.007, 100, 0.004, 0.006, test_floor=0.003), "close", 0.02)
+    assert V.no_seeds_reason(on).startswith("the gap sits on its threshold (less than 0.005 points from it), inside")
+    one = V.judge("o", "", "", V.Gap(0.05, math.inf, 1, math.inf, 0.0), "exceeds")
+    assert V.seeds_needed(one) is None and V.no_seeds_reason(one) == "one seed measures no spread between seeds"
+    slow = V.judge("s", "", "", V.Gap(0.001, 0.5, 3, 0.5, 0.0), "exceeds")
+    assert V.seeds_needed(slow, max_seeds=50) is None and V.no_seeds_reason(slow, max_seeds=50) == "more than 50"
+    assert V.no_seeds_reason(V.stated("x", "", "", "m", V.HOLDS)) == "not a test over seeds"
+
+
 def test_rows_with_per_example_results_get_the_paired_noise():
     from itlin.book.experiments.main import _rows as R
 

@@ -232,8 +232,7 @@ def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional
         if not v.tested or v.resolved:
             continue
         n = V.seeds_needed(v)
-        need = "no number of seeds (the gap sits on the threshold, or the test set is too small)" if n is None \
-            else f"{n:,}"
+        need = f"none: {V.no_seeds_reason(v)}" if n is None else f"{n:,}"
         row = {"claim": v.claim, "seeds now": v.gap.n, "seeds that would resolve it": need}
         if seconds_per_seed is not None:
             row[f"hours on {device}"] = "—" if n is None else f"{n * seconds_per_seed / 3600:.2g}"

@@ -663,14 +663,35 @@ def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
     distance from the mean gap to the threshold the rule needs cleared. ``None`` when no
     number of seeds would (the mean sits on the threshold, or the test set's own noise, what
     seeds do not average out, is too wide: then a larger test set is needed), or for a verdict
-    that is not a test; the current ``n`` when it already resolves.
+    that is not a test; the current ``n`` when it already resolves. :func:`no_seeds_reason`
+    says which case a ``None`` is.
 
     >>> v = judge("c", "", "", paired_gap([0.83, 0.80, 0.84, 0.79, 0.82], [0.80] * 5), "exceeds")
     >>> v.verdict, seeds_needed(v)
     ('cannot resolve', 9)
     """
-    if v.gap is None or not math.isfinite(v.gap.mean):
-        return None
+    return _seeds_needed(v, max_seeds)[0]
+
+
+def no_seeds_reason(v: Verdict, *, max_seeds: int = 10_000) -> str:
+    """Why :func:`seeds_needed` finds no number of seeds for ``v``, in words with the numbers
+    that decide it ("" when it finds one): the distance from the mean gap to the threshold the
+    rule needs cleared against the test set's own noise (the half-width that seeds do not
+    average out), a spread that one seed cannot measure, or more than ``max_seeds``.
+
+    >>> g = Gap(-0.0201, 0.007, 100, 0.004, 0.006, test_floor=0.003)
+    >>> print(no_seeds_reason(judge("c", "", "", g, "close", 0.02)))
+    the gap lies 0.01 points from its threshold, inside the held-out set's own noise (± 0.30 points), which seeds do not average out
+    """
+    return _seeds_needed(v, max_seeds)[1]
+
+
+def _seeds_needed(v: Verdict, max_seeds: int) -> tuple:
+    """``(seeds or None, reason)``: :func:`seeds_needed` and, when it is ``None``, why."""
+    if v.gap is None:
+        return None, "not a test over seeds"
+    if not math.isfinite(v.gap.mean):
+        return None, "no pair of runs completed"
     g, margin = v.gap, v.margin or 0.0
     if v.rule == "exceeds":
         distance = abs(g.mean - margin)
@@ -680,16 +701,22 @@ def seeds_needed(v: Verdict, *, max_seeds: int = 10_000) -> Optional[int]:
         distance = abs(g.mean) - margin
     q = 0.5 + v.level / 2
     scale = _z(q) / _z(0.5 + LEVEL / 2)
-    if not distance > g.test_half_with(max_seeds) * scale:
-        return None
+    floor = g.test_half_with(max_seeds) * scale
+    if not distance > floor:
+        unit = f" {v.unit}" if v.unit else ""
+        amount = lambda x: f"{v.scale * x:.{v.digits + 1}f}{unit}"
+        where = (f"sits on its threshold (less than {0.5 * 10 ** -(v.digits + 1):g}{unit} from it)"
+                 if round(v.scale * distance, v.digits + 1) == 0 else f"lies {amount(distance)} from its threshold")
+        return None, (f"the gap {where}, inside the held-out set's own noise (± {amount(floor)}), which seeds do "
+                      "not average out")
     if g.n < 2 or not math.isfinite(g.seed_half):
-        return None  # no spread measured: one seed says nothing about how many would do
+        return None, "one seed measures no spread between seeds"  # nothing says how many would do
     quantile = t_quantile if g.dist == "t" else (lambda qq, dof: _z(qq))
     sd = g.seed_half / quantile(0.5 + LEVEL / 2, g.n - 1) * math.sqrt(g.n)
     for n in range(max(2, g.n), max_seeds + 1):
         if math.hypot(quantile(q, n - 1) * sd / math.sqrt(n), g.test_half_with(n) * scale) < distance:
-            return n
-    return None
+            return n, ""
+    return None, f"more than {max_seeds:,}"
 
 
 def bottom_line(rows: Sequence[Verdict]) -> str:
@@ -709,4 +736,4 @@ __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "
            "bootstrap_gap", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
            "log_slope_weights", "pack_correct", "p_value", "paired_accuracy_floor_se", "paired_accuracy_se",
            "paired_gap", "proportion_gap",
-           "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "unpack_correct", "wilson_interval"]
+           "no_seeds_reason", "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "unpack_correct", "wilson_interval"]
