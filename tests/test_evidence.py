@@ -109,6 +109,16 @@ def test_evidence_says_how_far_the_re_run_seeds_are_from_the_record(kept, monkey
         arrays["draws"] = live.arrays["draws"] + bump
         judged, note = render.evidence(dataclasses.replace(live, arrays=arrays))
         assert judged.path.name == "twelve" and words in note and "identical" not in note
+    # the note names the processors where both runs do and they differ
+    assert live.info["processor"] == runner.processor()
+    twelve = runner.open_record(recorded / "twelve")
+    for theirs, words in ((None, "does not name its processor"), ("Other CPU (family 1)", "on another processor (Other "
+                                                                  "CPU (family 1); this page ran on "),
+                          (runner.processor(), "by other code, or with other threads or batch sizes")):
+        info = {k: v for k, v in twelve.info.items() if k != "processor"} | ({"processor": theirs} if theirs else {})
+        monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: dataclasses.replace(twelve, info=info))
+        _, note = render.evidence(dataclasses.replace(live, arrays=arrays))
+        assert words in note
 
 
 def test_compiled_programs_are_shared_through_jax_s_own_cache(tmp_path, monkeypatch):

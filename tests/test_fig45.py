@@ -135,25 +135,6 @@ def test_period_in_state_relinearises_where_the_books_fixed_schedule_does_with_t
 DIGESTS = Path(__file__).parent / "data" / "fig45_tiny_digests.json"
 
 
-def cpu_fingerprint() -> str:
-    """The processor XLA compiles for, as far as it changes the numbers: vendor, family, model and
-    the vector-instruction flags of ``/proc/cpuinfo`` (XLA's CPU code uses the host's instruction
-    set, so the same program gives other last bits on another processor)."""
-    import hashlib
-    import platform
-
-    info = Path("/proc/cpuinfo")
-    fields = {}
-    for line in (info.read_text().splitlines() if info.exists() else []):
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    flags = sorted(f for f in fields.get("flags", "").split()
-                   if f.startswith(("avx", "fma", "f16c", "bmi", "amx", "sse", "vnni", "vaes", "vpclmul")))
-    which = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:8]
-    return (f"{fields.get('vendor_id', platform.machine())} {fields.get('model name', platform.processor())} "
-            f"(family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, flags {which})")
-
-
 def _xla_config():
     flags = os.environ.get("XLA_FLAGS", "")
     return ("default" if "xla_backend_optimization_level" not in flags else
@@ -171,7 +152,7 @@ def test_periodic_in_the_core_gives_the_home_made_schedules_numbers_bit_for_bit(
     test guards against any change to the tiny runs' numbers. ``ITLIN_TEST_XLA_DEFAULT=1 pytest
     tests/test_fig45.py`` checks the first reference; any other optimisation level skips.
 
-    Bits depend on the processor too (:func:`cpu_fingerprint`), so the references are kept per
+    Bits depend on the processor too (:func:`itlin.book.runner.processor`), so the references are kept per
     processor: the first, made where the move was checked, on a processor not written down; the
     others with their fingerprint, recorded from the code of their day (a guard against change,
     not a second check of the move). The digests pass when they equal any reference; on a
@@ -187,7 +168,7 @@ def test_periodic_in_the_core_gives_the_home_made_schedules_numbers_bit_for_bit(
     got = _digests(rec)
     if any(got == r[config][name] for r in refs):
         return
-    here = cpu_fingerprint()
+    here = runner.processor()
     own = [r for r in refs if r["cpu"] == here]
     if own:
         assert got == own[0][config][name]
@@ -605,7 +586,7 @@ if __name__ == "__main__":  # add this processor's digests for the current XLA_F
     if config is None:
         sys.exit(f"no reference digests are kept for XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}")
     data = json.loads(DIGESTS.read_text())
-    here = cpu_fingerprint()
+    here = runner.processor()
     entry = next((r for r in data["references"] if r["cpu"] == here), None)
     if entry is None:
         entry = {"cpu": here}

@@ -172,10 +172,15 @@ def evidence(rec, use_record: bool = True):
         agree = (f"the {cmp.arrays:,} arrays compared agree with the record's to a relative "
                  f"{cmp.max_rel:.0e} (floating-point order of operations)")
     elif cmp.arrays:
+        mine, theirs = rec.info.get("processor"), info.get("processor")
+        where = ("on another processor (" + theirs + "; this page ran on " + mine + "), whose instruction set "
+                 "changes the compiled code's last bits, which training makes grow" if mine and theirs and mine != theirs
+                 else "by other code, or with other threads or batch sizes" if mine and mine == theirs
+                 else "by other code, or on other hardware, threads or batch sizes (the record does not name its "
+                      "processor)")
         agree = (f"**they differ from the record's** (by up to {cmp.max_abs:.3g}, relative {cmp.max_rel:.2g}, over "
-                 f"{cmp.arrays:,} arrays): the record was made by other code, or on other hardware, threads or "
-                 "batch sizes (each changes the floating-point order of operations), and its verdicts are "
-                 "those of the run that made it")
+                 f"{cmp.arrays:,} arrays): the record was made {where}, each of which changes the floating-point "
+                 "order of operations, and its verdicts are those of the run that made it")
     else:
         agree = "no array of the two could be compared seed for seed"
     return other, (

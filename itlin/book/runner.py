@@ -202,13 +202,39 @@ def _git_commit() -> tuple:
         return None, None
 
 
+def processor() -> str:
+    """The host processor, as far as it changes a CPU run's numbers: vendor, model name, family,
+    model and a digest of the vector-instruction flags of ``/proc/cpuinfo`` (XLA compiles CPU
+    code for the host's instruction set, so one program gives other last bits on another
+    processor, and training makes them grow). The machine's name where there is no
+    ``/proc/cpuinfo``.
+
+    >>> processor() == processor() != ""
+    True
+    """
+    import platform
+
+    fields: dict = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine() or "unknown"
+    flags = sorted(f for f in fields.get("flags", "").split()
+                   if f.startswith(("avx", "fma", "f16c", "bmi", "amx", "sse", "vnni", "vaes", "vpclmul")))
+    which = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:8]
+    return (f"{fields.get('vendor_id', platform.machine())} {fields.get('model name', platform.processor())} "
+            f"(family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, flags {which})")
+
+
 def _device() -> dict:
     try:
         import jax
 
         devs = jax.devices()
         d = devs[0]
-        return {"device": f"{d.platform} ({d.device_kind})", "device_count": len(devs),
+        return {"device": f"{d.platform} ({d.device_kind})", "device_count": len(devs), "processor": processor(),
                 "jax_version": jax.__version__, "x64": bool(jax.config.read("jax_enable_x64"))}
     except Exception as err:  # pragma: no cover
         return {"device": f"unknown ({err})", "device_count": None, "jax_version": None, "x64": None}
