@@ -1164,6 +1164,7 @@ __all__ = [
     "recorded_dir",
     "record_digest",
     "plan",
+    "processor",
     "results_dir",
     "run",
     "run_hash",
