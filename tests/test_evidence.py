@@ -119,6 +119,9 @@ def test_evidence_says_how_far_the_re_run_seeds_are_from_the_record(kept, monkey
         monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: dataclasses.replace(twelve, info=info))
         _, note = render.evidence(dataclasses.replace(live, arrays=arrays))
         assert words in note
+    old = {k: v for k, v in live.info.items() if k != "processor"}       # a page's results made before today
+    _, note = render.evidence(dataclasses.replace(live, arrays=arrays, info=old))
+    assert "this page's run, loaded from results made before runs named theirs, does not name its processor" in note
 
 
 def test_compiled_programs_are_shared_through_jax_s_own_cache(tmp_path, monkeypatch):
