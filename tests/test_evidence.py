@@ -119,6 +119,8 @@ def test_evidence_says_how_far_the_re_run_seeds_are_from_the_record(kept, monkey
         monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: dataclasses.replace(twelve, info=info))
         _, note = render.evidence(dataclasses.replace(live, arrays=arrays))
         assert words in note
+    assert render.machine(dataclasses.replace(twelve, info=info).info).endswith(f", processor {runner.processor()}")
+    assert render.machine({"device": "cpu (cpu)"}) == "cpu (cpu)"
     old = {k: v for k, v in live.info.items() if k != "processor"}       # a page's results made before today
     _, note = render.evidence(dataclasses.replace(live, arrays=arrays, info=old))
     assert "this page's run, loaded from results made before runs named theirs, does not name its processor" in note

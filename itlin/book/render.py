@@ -136,10 +136,16 @@ def seconds_per_seed(rec) -> Optional[float]:
     return rec.info["wall_seconds"] / int(rec.meta["resolved"]["seeds"]) if _clock_known(rec.info) else None
 
 
+def machine(info: Mapping) -> str:
+    """The device a record ran on, and its processor where the record names it (records made
+    since 2026-11-27: :func:`itlin.book.runner.processor`)."""
+    return info.get("device", "?") + (f", processor {info['processor']}" if info.get("processor") else "")
+
+
 def provenance(rec) -> str:
-    """One line on where and how a record was made: device, JAX version, commit and :func:`cost`."""
+    """One line on where and how a record was made: :func:`machine`, JAX version, commit and :func:`cost`."""
     info = rec.info
-    return (f"recorded on {info.get('device', '?')} with JAX {info.get('jax_version', '?')} at commit "
+    return (f"recorded on {machine(info)} with JAX {info.get('jax_version', '?')} at commit "
             f"{(info.get('git_commit') or '?')[:7]}{' (uncommitted changes)' if info.get('git_dirty') else ''}, "
             f"{cost(info)}")
 
@@ -188,7 +194,7 @@ def evidence(rec, use_record: bool = True):
     return other, (
         f"**Judged on a recorded run.** The verdicts, tables and figures below are those of the recorded run "
         f"`{other.path.name}`: this experiment at this page's settings with {o['seeds']} seeds "
-        f"({_seed_span(o)}), made on {info.get('device', '?')} at commit {commit} {cost(info)}. "
+        f"({_seed_span(o)}), made on {machine(info)} at commit {commit} {cost(info)}. "
         f"This page re-ran its {_seed_span(r)} ({rec.info.get('wall_seconds', 0):.0f} s): {agree}. "
         f"To judge this page's own run instead, set `use_record=False`; to make the record again: "
         f"`{record_command(other)}`.")
@@ -260,5 +266,5 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
             "the half-width of the interval at that level.")
 
 
-__all__ = ["claims", "correction_note", "cost", "evidence", "judge", "measured", "provenance", "record_command",
+__all__ = ["claims", "correction_note", "cost", "evidence", "judge", "machine", "measured", "provenance", "record_command",
            "resolvable", "seconds_per_seed", "settings", "summary", "table", "what_it_would_take"]
