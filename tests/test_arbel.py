@@ -205,6 +205,33 @@ def test_steps_and_init_at_tiny_scale(results):
 
 
 @pytest.mark.slow
+def test_seed_chunks_give_each_seed_the_run_it_has_alone_and_resume_between_chunks(tmp_path, monkeypatch):
+    """A step-size grid staged in chunks of seeds (A.SEED_CHUNK) gives every array bit for bit as
+    one chunk does; a run stopped after its first chunk keeps it and computes only the rest."""
+    params = {"scale": "tiny", "seeds": 3, "gd_lrs": [0.01, 100.0], "gn_lrs": [0.01, 100.0]}
+    whole = runner.run(ES.NAME, params, results_dir=tmp_path / "whole", progress=False, verbose=False)
+    monkeypatch.setattr(A, "SEED_CHUNK", 2)
+    calls, sweep = [], A.sweep
+
+    def stop_after_one(*a, **k):
+        calls.append(len(a[3]))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return sweep(*a, **k)
+
+    monkeypatch.setattr(A, "sweep", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(ES.NAME, params, results_dir=tmp_path / "chunks", progress=False, verbose=False)
+    monkeypatch.setattr(A, "sweep", lambda *a, **k: calls.append(len(a[3])) or sweep(*a, **k))
+    chunked = runner.run(ES.NAME, params, results_dir=tmp_path / "chunks", progress=False, verbose=False)
+    assert calls[:2] == [2, 1] and len(calls) == 2 + 2 * 2 * 2 - 1  # the first chunk was not run again
+    assert chunked.completed and set(chunked.arrays) == set(whole.arrays)
+    for k, v in whole.arrays.items():
+        if "seconds" not in k:
+            np.testing.assert_array_equal(chunked.arrays[k], v, err_msg=k)
+
+
+@pytest.mark.slow
 def test_samples_width_mnist_and_damping_at_tiny_scale(results):
     rec = _run(EN.NAME, {"scale": "tiny"}, results)
     s = EN.arrays(rec)

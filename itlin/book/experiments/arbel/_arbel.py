@@ -274,17 +274,30 @@ def sweep(method: str, data: dict, z: np.ndarray, seed_index, tau0, lr, *, width
         return {k: np.asarray(v) for k, v in out.items()}
 
 
+#: seeds per staged call of :func:`lr_grid`: a run of more seeds keeps its work every this many
+#: seeds of a (step, ``tau0``), so a long record pauses and resumes between chunks
+SEED_CHUNK = 32
+
+
 def lr_grid(ctx, method: str, r: dict, data: dict, z, common: dict, *, tau0s, ends, ref_n: int = REF_N) -> dict:
     """Method ``method`` at every step of ``r[<method>_lrs]`` (the paper's units for ``ref_n`` points)
-    and every ``tau0`` of ``tau0s``, all seeds: arrays ``(L, G, S, ...)``, one staged call per (step, ``tau0``)."""
+    and every ``tau0`` of ``tau0s``, all seeds: arrays ``(L, G, S, ...)``, one staged call per (step,
+    ``tau0``) and chunk of :data:`SEED_CHUNK` seeds (each seed's run is the same whatever its chunk:
+    ``lax.map`` runs one configuration at a time)."""
     S, N, C = len(z), data["x"].shape[1], common.get("outputs", 1)
     ours = [gn_lr(v, n_train=N, outputs=C, ref_n=ref_n) if method == "gn" else
             gd_lr(v, width=common["width"], outputs=C) for v in r[f"{method}_lrs"]]
     ctx.say(f"{method.upper()}: {len(ours)} step sizes x {len(tau0s)} tau0 x {S} seeds, at most {r[f'{method}_steps']}")
-    per = [[ctx.stage(f"{method} lr={lr:.12g} tau0={t:.12g}", lambda t=t, o=o: sweep(
-        method, data, z, np.arange(S), np.full(S, t), np.full(S, o), ends=ends,
-        dtype="float64" if method == "gn" else r.get("gd_dtype", "float32"), **common)) for t in tau0s]
-        for lr, o in zip(r[f"{method}_lrs"], ours)]
+    chunks = [np.arange(a, min(a + SEED_CHUNK, S)) for a in range(0, S, SEED_CHUNK)]
+
+    def staged(lr, t, o):
+        parts = [ctx.stage(f"{method} lr={lr:.12g} tau0={t:.12g}" + (f" seeds={c[0]}-{c[-1]}" if len(chunks) > 1 else ""),
+                           lambda c=c: sweep(method, data, z, c, np.full(len(c), t), np.full(len(c), o), ends=ends,
+                                             dtype="float64" if method == "gn" else r.get("gd_dtype", "float32"),
+                                             **common)) for c in chunks]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    per = [[staged(lr, t, o) for t in tau0s] for lr, o in zip(r[f"{method}_lrs"], ours)]
     res = {k: np.stack([np.stack([q[k] for q in row]) for row in per]) for k in per[0][0]}
     res["converged"], res["diverged"] = res["converged"].astype(bool), res["diverged"].astype(bool)
     res.update(lr=np.asarray(r[f"{method}_lrs"], np.float64), lr_ours=np.asarray(ours), ends=np.asarray(ends))
