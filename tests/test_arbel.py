@@ -232,6 +232,28 @@ def test_seed_chunks_give_each_seed_the_run_it_has_alone_and_resume_between_chun
 
 
 @pytest.mark.slow
+def test_step_sweeps_of_consecutive_seeds_pool_into_one_record(tmp_path):
+    """Two records of seeds 0-1 and 2 pool into one of three seeds: each part's arrays are the
+    pooled record's slices, the grids kept once, and the claims are judged over all three; other
+    settings and gaps between seeds are refused."""
+    run = lambda **p: runner.run(ES.NAME, {"scale": "tiny", **p}, results_dir=tmp_path, progress=False, verbose=False)
+    a, b = run(seeds=2, seed=0), run(seeds=1, seed=2)
+    pooled = A.pool_lr_sweeps([a, b])
+    assert pooled.meta["resolved"]["seeds"] == 3 and pooled.meta["resolved"]["seed"] == 0 and pooled.completed
+    assert pooled["rf_test"].tolist() == [*a["rf_test"].tolist(), *b["rf_test"].tolist()]
+    for k in ("gn/lrfit", "gd/test", "gn/diverged", "gd/steps"):
+        np.testing.assert_array_equal(pooled[k][:, :2], a[k])
+        np.testing.assert_array_equal(pooled[k][:, 2:], b[k])
+    np.testing.assert_array_equal(pooled["gn/lr"], a["gn/lr"])
+    assert render.judge(pooled)["gn.step_lrfit"].gap.n == 3
+    assert pooled.info["wall_seconds"] == pytest.approx(a.info["wall_seconds"] + b.info["wall_seconds"])
+    with pytest.raises(ValueError, match="consecutive"):
+        A.pool_lr_sweeps([a, run(seeds=1, seed=3)])
+    with pytest.raises(ValueError, match="other settings"):
+        A.pool_lr_sweeps([a, run(seeds=1, seed=2, effect=0.2)])
+
+
+@pytest.mark.slow
 def test_samples_width_mnist_and_damping_at_tiny_scale(results):
     rec = _run(EN.NAME, {"scale": "tiny"}, results)
     s = EN.arrays(rec)

@@ -423,8 +423,53 @@ def lr_arrays(rec) -> dict:
     return out
 
 
+def pool_lr_sweeps(records):
+    """One record of several step-size sweeps (:func:`lr_sweep`: ``arbel_steps``, ``arbel_mnist``)
+    made for consecutive ranges of seeds with otherwise equal settings (e.g. two processes side by
+    side, Arbel's runs being single-threaded): the per-seed arrays joined along their seed axis
+    (``rf_test`` its first, ``<method>/...`` their second), the step grids and checkpoints kept
+    once, ``seeds`` the total and the wall time summed; the first record's provenance otherwise.
+    Refuses records of other experiments, versions or settings, and seeds that are not
+    consecutive."""
+    from ...runner import Record
+
+    records = list(records)
+    if not records:
+        raise ValueError("pool_lr_sweeps: no records to pool.")
+    first = records[0]
+    settings = lambda rec: {k: v for k, v in rec.meta["resolved"].items() if k not in ("seed", "seeds")}
+    shared = ("/lr", "/lr_ours", "/ends")
+    arrays = dict(first.arrays)
+    for prev, rec in zip(records, records[1:]):
+        if (rec.experiment, rec.info.get("version")) != (first.experiment, first.info.get("version")):
+            raise ValueError(f"pool_lr_sweeps: {rec.path} is another experiment or version than {first.path}.")
+        if settings(rec) != settings(first):
+            raise ValueError(f"pool_lr_sweeps: {rec.path} has other settings than {first.path}; pool records that "
+                             "differ only in their seeds.")
+        pr, r = prev.meta["resolved"], rec.meta["resolved"]
+        if int(r["seed"]) != int(pr["seed"]) + int(pr["seeds"]):
+            raise ValueError(f"pool_lr_sweeps: {rec.path} starts at seed {r['seed']}, not at "
+                             f"{int(pr['seed']) + int(pr['seeds'])} where {prev.path} ends; pool consecutive seeds.")
+        if set(rec.arrays) != set(first.arrays):
+            raise ValueError(f"pool_lr_sweeps: {rec.path} holds other arrays than {first.path}.")
+        for k, v in rec.arrays.items():
+            if k.endswith(shared):
+                if not np.array_equal(v, first.arrays[k]):
+                    raise ValueError(f"pool_lr_sweeps: {k} differs between {first.path} and {rec.path}.")
+            elif k == "rf_test" or (k.startswith(("gn/", "gd/")) and np.ndim(v) >= 2):
+                arrays[k] = np.concatenate([arrays[k], v], axis=0 if k == "rf_test" else 1)
+            else:
+                raise ValueError(f"pool_lr_sweeps: no seed axis known for array {k!r}.")
+    seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
+    meta = {**first.meta, "resolved": {**first.meta["resolved"], "seeds": seeds}}
+    info = {**first.info, "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
+    status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status for rec in records)
+    return Record(first.experiment, {**first.params, "seeds": seeds}, status, first.path.parent, arrays,
+                  [list(p) for p in first.paths], info, loaded=True)
+
+
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
            "finals", "fmt_lr", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
-           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "prepare", "slope_margin",
+           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "pool_lr_sweeps", "prepare", "slope_margin",
            "step_cells", "sweep", "teacher_data", "variant", "with_bias"]
