@@ -179,13 +179,15 @@ def evidence(rec, use_record: bool = True):
                  f"{cmp.max_rel:.0e} (floating-point order of operations)")
     elif cmp.arrays:
         mine, theirs = rec.info.get("processor"), info.get("processor")
-        where = ("on another processor (" + theirs + "; this page ran on " + mine + "), whose instruction set "
-                 "changes the compiled code's last bits, which training makes grow" if mine and theirs and mine != theirs
-                 else "by other code, or with other threads or batch sizes" if mine and mine == theirs
-                 else "by other code, or on other hardware, threads or batch sizes ("
-                      + ("the record does not name its processor" if not theirs else
-                         "this page's run, loaded from results made before runs named theirs, does not name its "
-                         "processor") + ")")
+        if mine and theirs and mine != theirs:
+            where = (f"on another processor ({theirs}; this page ran on {mine}), whose instruction set changes the "
+                     "compiled code's last bits, which training makes grow")
+        elif mine and theirs:
+            where = "by other code, or with other threads or batch sizes"
+        else:
+            unnamed = ("the record does not name its processor" if not theirs else
+                       "this page's run, loaded from results made before runs named theirs, does not name its processor")
+            where = f"by other code, or on other hardware, threads or batch sizes ({unnamed})"
         agree = (f"**they differ from the record's** (by up to {cmp.max_abs:.3g}, relative {cmp.max_rel:.2g}, over "
                  f"{cmp.arrays:,} arrays): the record was made {where}, each of which changes the floating-point "
                  "order of operations, and its verdicts are those of the run that made it")

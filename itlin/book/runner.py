@@ -62,7 +62,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -448,6 +448,22 @@ def open_records(name) -> list:
         raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}, "
                                 "in it or in its sub-folders).")
     return [open_record(p) for p in subs]
+
+
+def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, params: Optional[dict] = None,
+                  meta: Optional[dict] = None, info: Optional[dict] = None) -> Record:
+    """One :class:`Record` of several made for their own seeds, from their joined ``arrays`` and
+    ``paths`` (how to join them is the experiment's: e.g. ``_rows.pool_seeds``,
+    ``_arbel.pool_lr_sweeps``): ``seeds`` in the resolved parameters the total, the wall time
+    summed, completed when every part is; the first record's parameters (or ``params``) and
+    provenance otherwise, with ``meta`` and ``info`` updating its meta and info."""
+    first = records[0]
+    seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
+    meta = {**first.meta, **(meta or {}), "resolved": {**first.meta["resolved"], "seeds": seeds}}
+    info = {**first.info, **(info or {}), "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
+    status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status for rec in records)
+    return Record(first.experiment, dict(first.params if params is None else params), status, first.path.parent,
+                  arrays, paths, info, loaded=True)
 
 
 # ---------------------------------------------------------------------------------- a record with more seeds
@@ -1164,6 +1180,7 @@ __all__ = [
     "recorded_dir",
     "record_digest",
     "plan",
+    "pooled_record",
     "processor",
     "results_dir",
     "run",

@@ -431,7 +431,7 @@ def pool_lr_sweeps(records):
     once, ``seeds`` the total and the wall time summed; the first record's provenance otherwise.
     Refuses records of other experiments, versions or settings, and seeds that are not
     consecutive."""
-    from ...runner import Record
+    from ...runner import pooled_record
 
     records = list(records)
     if not records:
@@ -461,11 +461,7 @@ def pool_lr_sweeps(records):
             else:
                 raise ValueError(f"pool_lr_sweeps: no seed axis known for array {k!r}.")
     seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
-    meta = {**first.meta, "resolved": {**first.meta["resolved"], "seeds": seeds}}
-    info = {**first.info, "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
-    status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status for rec in records)
-    return Record(first.experiment, {**first.params, "seeds": seeds}, status, first.path.parent, arrays,
-                  [list(p) for p in first.paths], info, loaded=True)
+    return pooled_record(records, arrays, [list(p) for p in first.paths], params={**first.params, "seeds": seeds})
 
 
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",

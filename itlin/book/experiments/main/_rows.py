@@ -133,11 +133,9 @@ def pool_seeds(records: Sequence):
     its ``seed`` and ``setting``, as :func:`~._setup.fit_seeds` writes them), ``seeds`` in the
     resolved parameters is the total, the wall time summed; the first record's provenance
     otherwise. Generic renderers then show them as one run."""
-    from ...runner import Record
+    from ...runner import pooled_record
 
-    first = records[0]
     arrays, paths, runs, meta_runs = {}, [], {}, {}
-    seeds = 0
     for rec in records:
         for tag in rec.runs:
             if "seed" not in rec.meta["runs"][tag]:
@@ -147,14 +145,10 @@ def pool_seeds(records: Sequence):
                 raise ValueError(f"pool_seeds: two records hold the run {tag!r}; pool records of different seeds.")
             runs[tag] = rec.runs[tag]
             meta_runs[tag] = rec.meta["runs"][tag]
-        seeds += int(rec.meta["resolved"]["seeds"])
         for p in rec.paths:
             arrays["/".join(p)] = rec.arrays["/".join(p)]
             paths.append(list(p))
-    meta = {**first.meta, "runs": meta_runs, "resolved": {**first.meta["resolved"], "seeds": seeds}}
-    info = {**first.info, "runs": runs, "meta": meta, "wall_seconds": sum(r.info["wall_seconds"] for r in records)}
-    status = "completed" if all(r.completed for r in records) else "; ".join(r.status for r in records)
-    return Record(first.experiment, dict(first.params), status, first.path.parent, arrays, paths, info, loaded=True)
+    return pooled_record(records, arrays, paths, meta={"runs": meta_runs}, info={"runs": runs})
 
 
 def seeds_cell(rows: Sequence[Mapping]) -> str:
