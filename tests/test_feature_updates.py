@@ -85,3 +85,23 @@ def test_tiny_run_has_the_periods_and_the_claims():
     ids = V.Verdicts(FU.claims(rec)).ids
     assert ids == ("full.u1", "full.u4", "full.closes", "mini.u1")
     assert {r["updates"] for r in FU.rows(rec) if r["K"] == 8} == {4}
+
+
+@pytest.mark.slow
+def test_records_of_consecutive_seeds_on_one_subset_pool_to_the_record_of_all(tmp_path):
+    """``data_seed``: records of consecutive seeds that share their subsets give, pooled, every run
+    of the one record of all those seeds bit for bit (a long record made in parts by several
+    processes judges the same runs); without it each part would draw its own subset."""
+    from itlin.book.experiments.main import _rows as R
+
+    tiny = {"scale": "tiny", "updates": [1], "mini_updates": [1], "steps": 20, "eval_every": 10}
+    whole = runner.run("feature_updates", {**tiny, "seed": 3, "seeds": 2}, results_dir=tmp_path / "whole",
+                       progress=False, verbose=False)
+    parts = [runner.run("feature_updates", {**tiny, "seed": s, "seeds": 1, "data_seed": 3},
+                        results_dir=tmp_path / "parts", progress=False, verbose=False) for s in (3, 4)]
+    pooled = R.pool_seeds(parts)
+    key = lambda rows: sorted((r["setting"], r["seed"], r["test"], r["train"]) for r in rows)
+    assert key(FU.rows(pooled)) == key(FU.rows(whole)) and len(FU.rows(whole)) == 8
+    own = runner.run("feature_updates", {**tiny, "seed": 4, "seeds": 1}, results_dir=tmp_path / "own",
+                     progress=False, verbose=False)
+    assert key(FU.rows(own)) != key([r for r in FU.rows(whole) if r["seed"] == 4])

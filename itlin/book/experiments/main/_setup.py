@@ -133,9 +133,11 @@ class Setup(NamedTuple):
     final: Optional[tuple] = None
 
 
-def prepare(r: Mapping, batch_size: Optional[int] = None) -> Setup:
+def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[int] = None) -> Setup:
     """Load the data and build and initialise the model for resolved parameters ``r``. A
-    ``batch_size`` larger than the training set fails here, before any training.
+    ``batch_size`` larger than the training set fails here, before any training. The subsets
+    are drawn with ``data_seed`` (default ``r["seed"]``); the model is initialised from
+    ``r["seed"]`` either way.
 
     With ``r["n_test_final"]`` set (a scale-table entry), the final accuracies are measured on a
     class-balanced test set of that many examples (``Setup.final``; for MNIST-1D generated with
@@ -144,7 +146,7 @@ def prepare(r: Mapping, batch_size: Optional[int] = None) -> Setup:
     gaps and costs one evaluation per run."""
     import jax.numpy as jnp
 
-    ds, final = load_with_final(r)
+    ds, final = load_with_final(r if data_seed is None else {**r, "seed": int(data_seed)})
     if batch_size is not None and batch_size > ds.n_train:
         raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
     model = model_for(r["dataset"], r["channels"], ds.num_outputs)

@@ -81,6 +81,10 @@ class UpdatesParams(S.SparseParams):
     momentum: Optional[float] = S.momentum_param(source="our choice, as in Fig. 2")
     rescale: int = param(10, "mini-batch: learning rate / rescale, K and steps x rescale", min=1)
     batch_size: int = S.batch_size_param()
+    data_seed: Optional[int] = param(
+        None, "seed of the training and test subsets; None: seed (a record of several seeds draws one "
+              "subset for all of them, so records of consecutive seeds that are to be pooled give this)",
+        min=0, label="subset seed", source="our choice")
 
     def check(self):
         r = self.resolved()
@@ -97,7 +101,7 @@ class UpdatesParams(S.SparseParams):
 def run(r, ctx):
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r, batch_size=r["batch_size"] if r["mini_updates"] else None)
+    setup = S.prepare(r, batch_size=r["batch_size"] if r["mini_updates"] else None, data_seed=r["data_seed"])
     runs = {}
     plan = [("full", 1, r["learning_rate"], r["steps"], r["eval_every"], None)]
     plan += [("full", period(u, r["steps"]), r["learning_rate"], r["steps"], r["eval_every"], None)
