@@ -73,6 +73,21 @@ def test_eigenfunctions_tiny_returns_what_the_chapter_needs(eig_tiny):
                    "hardness.iterations.mlp", "hardness.l2.mlp", "hardness.cosine.mlp")
     rows = oe.summary(eig_tiny)
     assert len(rows) == 2 and list(rows[0]) == ["model", "optimiser", "trained", "j=1", "j=4", "j=16", "own labels"]
+
+
+@pytest.mark.slow
+def test_eigenfunctions_keeps_the_leading_eigenvalues_it_is_asked_to_and_nothing_else_changes(eig_tiny, tmp_path):
+    """``eigvals_kept``: a record stores only the leading eigenvalues of each seed; the targets,
+    and so every run and verdict, are those of the record that keeps them all."""
+    short = runner.run(oe.NAME, {"scale": "tiny", "eigvals_kept": 3}, results_dir=tmp_path, progress=False,
+                       verbose=False)
+    full, kept = eig_tiny.tree()["models"]["mlp"], short.tree()["models"]["mlp"]
+    assert kept["eigvals"].shape == (oe.SCALES["tiny"]["seeds"], 3)
+    np.testing.assert_array_equal(kept["eigvals"], full["eigvals"][:, :3])
+    for group in ("sgd_network", "sgd_linear"):
+        for key in ("val_acc", "val_correct", "epoch_loss"):
+            np.testing.assert_array_equal(kept[group][key], full[group][key])
+    assert [(v.id, v.verdict) for v in oe.claims(short)] == [(v.id, v.verdict) for v in oe.claims(eig_tiny)]
     settings = render.settings(eig_tiny)
     assert "| pool: validation inputs | 64 | all |" in settings and "| training steps | 2 | — |" in settings
     # the cost table: the measured model, and paper-only rows scaled by P from it

@@ -72,6 +72,10 @@ class EigenParams(C.OrtizParams):
                                       label="Adam learning rate (decayed linearly to 0)", source="not stated: ours")
     loss_threshold: Optional[float] = param(None, "epoch-mean training loss that counts as fitted; None: from scale",
                                             gt=0, label="training loss counted as fitted", source="Figs. 4-5")
+    eigvals_kept: Optional[int] = param(
+        None, "leading NTK eigenvalues stored per seed; None: all (the targets use the whole decomposition "
+              "either way; a record of thousands of seeds keeps its size down)", min=1,
+        label="eigenvalues stored per seed", source="our choice")
 
     def check(self):
         r = self.resolved()
@@ -162,7 +166,7 @@ def run(r, ctx):
         targets = np.stack([np.concatenate([sp["targets"], labels[None]]) for sp in spec])  # (S, J+1, N)
         cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": ntk_block_size(P, r["ntk_memory_mb"], n_tr + n_va),
                       **{k: [float(sp[k]) for sp in spec] for k in ("ntk_seconds", "eigh_seconds")}}
-        res = {"eigvals": np.stack([sp["eigvals"] for sp in spec]),
+        res = {"eigvals": np.stack([sp["eigvals"][:r["eigvals_kept"]] for sp in spec]),
                "balance_train": (targets[:, :, :n_tr] > 0).mean(-1), "balance_val": (targets[:, :, n_tr:] > 0).mean(-1)}
         for opt in r["optimizers"]:
             for variant in VARIANTS:
