@@ -65,6 +65,8 @@ class UpdatesParams(S.SparseParams):
                 "K = ceil(steps / (u + 1))", after="updates"),
         Derived("learning rate x steps", lambda r: r["learning_rate"] * r["steps"],
                 "the same for every run", after="learning_rate"),
+        Derived("subsets drawn with seed", lambda r: r["seed"] if r.get("data_seed") is None else r["data_seed"],
+                "our choice (data_seed; default: the first seed)", after="seeds"),
     )
 
     updates: Optional[tuple[int, ...]] = param(
@@ -84,7 +86,7 @@ class UpdatesParams(S.SparseParams):
     data_seed: Optional[int] = param(
         None, "seed of the training and test subsets; None: seed (a record of several seeds draws one "
               "subset for all of them, so records of consecutive seeds that are to be pooled give this)",
-        min=0, label="subset seed", source="our choice")
+        min=0)
 
     def check(self):
         r = self.resolved()

@@ -56,7 +56,8 @@ SCALES = {
 @dataclass(frozen=True)
 class EigenParams(C.OrtizParams):
     SCALES = SCALES
-    DERIVED = (Derived("training steps", lambda r: r.get("steps"), "100 epochs of 50,000 images", after="epochs"),)
+    DERIVED = (Derived("training steps", lambda r: r.get("steps"), "100 epochs of 50,000 images", after="epochs"),
+               Derived("NTK eigenvalues stored per seed", lambda r: r.get("eigvals_kept") or "all", "our choice"))
 
     eigen_indices: Optional[tuple[int, ...]] = param(
         None, "eigenfunction indices j (0: the top eigenvalue), increasing; None: from scale", min=0,
@@ -74,8 +75,7 @@ class EigenParams(C.OrtizParams):
                                             gt=0, label="training loss counted as fitted", source="Figs. 4-5")
     eigvals_kept: Optional[int] = param(
         None, "leading NTK eigenvalues stored per seed; None: all (the targets use the whole decomposition "
-              "either way; a record of thousands of seeds keeps its size down)", min=1,
-        label="eigenvalues stored per seed", source="our choice")
+              "either way; a record of thousands of seeds keeps its size down)", min=1)
 
     def check(self):
         r = self.resolved()
