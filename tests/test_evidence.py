@@ -63,6 +63,17 @@ def test_the_record_with_the_most_seeds_of_the_same_settings_matches(kept):
                                   recorded) is None
 
 
+def test_a_parameter_added_after_the_record_matches_it_only_while_left_at_none(kept, monkeypatch):
+    """A record made before a parameter existed lacks it; a live run that leaves it at ``None``
+    (the parameter's "as before") is still repeated by the record, one that sets it is not."""
+    results, recorded = kept
+    live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
+    monkeypatch.setitem(live.meta["resolved"], "added_later", None)
+    assert runner.matching_record(live, recorded).path.name == "twelve"
+    monkeypatch.setitem(live.meta["resolved"], "added_later", 7)
+    assert runner.matching_record(live, recorded) is None
+
+
 def test_a_record_of_another_version_does_not_match(kept, monkeypatch):
     results, recorded = kept
     live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)

@@ -476,9 +476,12 @@ def _seed_range(resolved: Mapping) -> Optional[range]:
 
 def _same_settings(a: Mapping, b: Mapping) -> bool:
     """Resolved parameters equal in everything but the number of seeds (JSON-equal, so ``inf``
-    and ``"inf"``, tuples and lists compare as stored)."""
-    strip = lambda r: json.dumps(_io.jsonable({k: v for k, v in r.items() if k not in ("seeds", "seed")}),
-                                 sort_keys=True)
+    and ``"inf"``, tuples and lists compare as stored). A parameter that is ``None`` on one side
+    and absent on the other counts as equal: a parameter added after a record was made takes
+    ``None`` for "as before" (e.g. ``feature_updates``' ``data_seed``), so the record still
+    repeats the runs that leave it at ``None``."""
+    strip = lambda r: json.dumps(_io.jsonable({k: v for k, v in r.items() if k not in ("seeds", "seed")
+                                               and v is not None}), sort_keys=True)
     return strip(a) == strip(b)
 
 
