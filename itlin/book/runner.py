@@ -467,7 +467,14 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
 
 
 # ---------------------------------------------------------------------------------- a record with more seeds
-def _seed_range(resolved: Mapping) -> Optional[range]:
+def seed_range(resolved: Mapping) -> Optional[range]:
+    """The seeds of a run from its resolved parameters (``seed``, ``seed + 1``, ...,
+    ``seed + seeds - 1``), e.g. to check that a confirmatory record shares no seed with the
+    record it follows; ``None`` when they do not say.
+
+    >>> seed_range({"seed": 1000, "seeds": 3})
+    range(1000, 1003)
+    """
     try:
         return range(int(resolved["seed"]), int(resolved["seed"]) + int(resolved["seeds"]))
     except (KeyError, TypeError, ValueError):
@@ -510,7 +517,7 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
         folder = root / "book" / "recorded"
     folder = Path(folder)
     mine = rec.meta.get("resolved")
-    seeds = _seed_range(mine or {})
+    seeds = seed_range(mine or {})
     if not folder.is_dir() or mine is None or seeds is None:
         return None
     best = None
@@ -520,11 +527,11 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
         if info.get("experiment") != rec.experiment or _major(info.get("version")) != _major(rec.info.get("version")) \
                 or not theirs:
             continue
-        others = _seed_range(theirs)
+        others = seed_range(theirs)
         if others is None or len(others) <= len(seeds) or not set(seeds) <= set(others) \
                 or not _same_settings(mine, theirs):
             continue
-        if best is None or len(others) > len(_seed_range(best.meta["resolved"])):
+        if best is None or len(others) > len(seed_range(best.meta["resolved"])):
             best = open_record(path)
     return best
 
@@ -1188,4 +1195,5 @@ __all__ = [
     "results_dir",
     "run",
     "run_hash",
+    "seed_range",
 ]
