@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from itlin.book import render, runner
 from itlin.book import verdicts as V
@@ -183,3 +185,40 @@ def test_a_seed_is_priced_only_from_a_clock_that_covers_the_whole_record():
     assert render.seconds_per_seed(old) is None
     assert render.cost(counted.info) == "in 10 minutes over 3 sittings"
     assert render.cost(old.info).startswith("over several sittings")
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(cuts=st.lists(st.integers(1, 59), unique=True, max_size=12), keep=st.lists(st.booleans(), min_size=13,
+                                                                                      max_size=13),
+       start=st.integers(0, 5000))
+def test_seed_progress_counts_what_the_parts_cover_and_lists_the_rest(cuts, keep, start):
+    """A planned range cut into parts of consecutive seeds, some of them made: the progress counts
+    exactly the made parts' seeds, the missing runs are the rest (disjoint, in order, not
+    adjacent), and it is complete exactly when every part is made."""
+    planned = range(start, start + 60)
+    edges = [0, *sorted(cuts), 60]
+    parts = [range(start + a, start + b) for a, b in zip(edges, edges[1:])]
+    made = [p for p, k in zip(parts, keep) if k]
+    prog = runner.seed_progress([{"seed": p.start, "seeds": len(p)} for p in made], planned)
+    covered = {s for p in made for s in p}
+    assert prog.made == len(covered) and prog.parts == len(made)
+    missing = [s for r in prog.missing for s in r]
+    assert missing == sorted(set(planned) - covered)
+    assert all(a.stop < b.start for a, b in zip(prog.missing, prog.missing[1:]))
+    assert prog.complete == (len(made) == len(parts))
+    assert prog.text().startswith(f"{len(covered)} of the 60 planned seeds ({start}-{start + 59})")
+    assert ("still to make" in prog.text()) == (not prog.complete)
+
+
+def test_seed_progress_refuses_parts_that_overlap_or_fall_outside_the_plan():
+    planned = range(1100, 1604)
+    with pytest.raises(ValueError, match="parts 0 and 1 both have seeds 1102-1103"):
+        runner.seed_progress([{"seed": 1100, "seeds": 4}, {"seed": 1102, "seeds": 2}], planned)
+    with pytest.raises(ValueError, match="part 0 has seeds 1604-1607, outside the planned 1100-1603"):
+        runner.seed_progress([{"seed": 1600, "seeds": 8}], planned)
+    with pytest.raises(ValueError, match="does not say its seeds"):
+        runner.seed_progress([{"seed": 1100}], planned)
+    with pytest.raises(ValueError, match="non-empty range"):
+        runner.seed_progress([], range(5, 5))
+    assert runner.seed_progress([{"seed": 1100, "seeds": 504}], planned).text() == \
+        "504 of the 504 planned seeds (1100-1603) are made, in 1 part"

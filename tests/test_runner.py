@@ -606,6 +606,33 @@ def test_plot_marks_diverged_runs(tmp_path):
     plt.close(fig)
 
 
+def test_interval_rows_draw_each_record_at_its_mean_and_interval():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from itlin.book import verdicts as V
+
+    a = V.judge("c", "", "", V.paired_gap([0.80, 0.82, 0.81], [0.80, 0.80, 0.80]), "close", 0.02)
+    b = V.judge("c", "", "", V.paired_gap([0.70, 0.74], [0.75, 0.75]), "close", 0.02)
+    fig, ax = plt.subplots()
+    plotting.interval_rows(ax, [("first", a, False), ("fresh", b, True)], band=2.0, xlabel="gap (points)")
+    bars = ax.containers
+    assert len(bars) == 2
+    for y, (v, bar) in enumerate(zip((a, b), bars)):
+        (x,), (yy,) = bar.lines[0].get_data()
+        assert x == pytest.approx(100 * v.mean) and yy == y
+        seg = bar.lines[2][0].get_segments()[0]  # the horizontal error bar: mean -/+ half
+        assert seg[0][0] == pytest.approx(100 * (v.mean - v.half)) and seg[1][0] == pytest.approx(100 * (v.mean + v.half))
+    assert bars[1].lines[0].get_color() == "C3" and bars[0].lines[0].get_color() == "0.35"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["first", "fresh"]
+    assert ax.get_ylim() == (1.5, -0.5)  # the first row on top
+    band = [p for p in ax.patches if p.get_x() == pytest.approx(-2.0)]
+    assert len(band) == 1 and band[0].get_width() == pytest.approx(4.0)
+    plt.close(fig)
+
+
 # ------------------------------------------------------------------------------ misc
 def test_default_results_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "r"))

@@ -362,6 +362,26 @@ def seed_band(ax, histories: Sequence, metric: str, *, color=None, label: Option
     return line
 
 
+def interval_rows(ax, rows: Sequence, *, xlabel: str, scale: float = 100.0, band: Optional[float] = None,
+                  line: Optional[float] = None):
+    """One claim's gap in several records, a row each (top to bottom in ``rows`` order): the
+    mean with its interval at each verdict's level. ``rows`` holds ``(label, verdict,
+    highlight)``; the highlighted rows (the record under test) are drawn in colour, the others
+    in grey. ``band`` shades the margin of an equivalence (-band to band), ``line`` marks the
+    threshold of a one-sided claim; both in the plotted unit (the gap times ``scale``)."""
+    for y, (_, v, highlight) in enumerate(rows):
+        ax.errorbar([scale * v.mean], [y], xerr=[scale * v.half], fmt="o" if highlight else "s", capsize=4,
+                    color="C3" if highlight else "0.35", lw=1.6)
+    if band is not None:
+        ax.axvspan(-band, band, color="0.85", lw=0, zorder=0)
+    if line is not None:
+        ax.axvline(line, color="0.3", lw=1.0, ls="--")
+    ax.axvline(0, color="0.5", lw=0.8)
+    ax.set_yticks(range(len(rows)), [label for label, *_ in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel(xlabel)
+
+
 def shared_legend(fig, ax, ncol: int = 2):
     """One legend for all panels (they draw the same runs), under them, clear of the curves."""
     handles, labels = ax.get_legend_handles_labels()
@@ -369,5 +389,5 @@ def shared_legend(fig, ax, ncol: int = 2):
     fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
 
-__all__ = ["COLUMN_WIDTH", "FilteredRuns", "colours", "diverged_step", "filter_runs", "plot_curve", "plot_history",
+__all__ = ["COLUMN_WIDTH", "FilteredRuns", "colours", "diverged_step", "filter_runs", "interval_rows", "plot_curve", "plot_history",
            "plot_runs", "relin_marks", "seed_band", "shared_legend", "update_axis", "use_house_style"]

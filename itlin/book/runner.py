@@ -481,6 +481,76 @@ def seed_range(resolved: Mapping) -> Optional[range]:
         return None
 
 
+def _ranges_text(ranges: Sequence[range]) -> str:
+    """``"1256-1479 and 1512-1603"``: runs of consecutive seeds, as a reader would write them."""
+    parts = [f"{r.start}" if len(r) == 1 else f"{r.start}-{r.stop - 1}" for r in ranges]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+class SeedProgress(NamedTuple):
+    """How far a record planned for the seeds ``planned`` has come, part by part (see
+    :func:`seed_progress`): ``made`` seeds are in, ``missing`` holds the runs of consecutive
+    seeds still to make."""
+    planned: range
+    made: int
+    parts: int
+    missing: tuple
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def text(self) -> str:
+        """``"188 of the 504 planned seeds (1100-1603) are made, in 47 parts; still to make:
+        1256-1479 and 1512-1603"``."""
+        head = (f"{self.made:,} of the {len(self.planned):,} planned seeds ({_ranges_text([self.planned])}) "
+                f"are made, in {self.parts} part{'s' if self.parts != 1 else ''}")
+        return head if self.complete else head + "; still to make: " + _ranges_text(self.missing)
+
+
+def seed_progress(resolved: Sequence[Mapping], planned: range) -> SeedProgress:
+    """How much of a record planned for the seeds ``planned`` (fixed before any of its runs,
+    e.g. a confirmatory record) the parts made so far cover, from each part's resolved
+    parameters (``seed`` and ``seeds``, see :func:`seed_range`). A chapter judges such a record
+    only when it is complete: a look at part of it would be a look at the data that judges.
+
+    Raises ``ValueError`` when a part does not say its seeds, has seeds outside ``planned``, or
+    shares a seed with another part (pooled, it would count that seed twice).
+
+    >>> seed_progress([{"seed": 10, "seeds": 2}, {"seed": 14, "seeds": 1}], range(10, 16)).text()
+    '3 of the 6 planned seeds (10-15) are made, in 2 parts; still to make: 12-13 and 15'
+    """
+    if planned.step != 1 or not len(planned):
+        raise ValueError(f"seed_progress: planned must be a non-empty range of consecutive seeds, not {planned!r}.")
+    seen: dict = {}
+    for i, r in enumerate(resolved):
+        seeds = seed_range(r)
+        if seeds is None or not len(seeds):
+            raise ValueError(f"seed_progress: part {i} does not say its seeds (needs 'seed' and 'seeds' >= 1).")
+        outside = [s for s in seeds if s not in planned]
+        if outside:
+            raise ValueError(f"seed_progress: part {i} has seeds {_ranges_text(_runs(outside))}, outside the planned "
+                             f"{_ranges_text([planned])}.")
+        twice = [s for s in seeds if s in seen]
+        if twice:
+            raise ValueError(f"seed_progress: parts {seen[twice[0]]} and {i} both have seeds "
+                             f"{_ranges_text(_runs(twice))}; keep one of them.")
+        seen.update(dict.fromkeys(seeds, i))
+    missing = _runs([s for s in planned if s not in seen])
+    return SeedProgress(planned, len(seen), len(resolved), tuple(missing))
+
+
+def _runs(seeds: Sequence[int]) -> list:
+    """Sorted integers as runs of consecutive ones: ``[1, 2, 3, 7]`` -> ``[range(1, 4), range(7, 8)]``."""
+    out: list = []
+    for s in sorted(seeds):
+        if out and out[-1].stop == s:
+            out[-1] = range(out[-1].start, s + 1)
+        else:
+            out.append(range(s, s + 1))
+    return out
+
+
 def _same_settings(a: Mapping, b: Mapping) -> bool:
     """Resolved parameters equal in everything but the number of seeds (JSON-equal, so ``inf``
     and ``"inf"``, tuples and lists compare as stored). A parameter that is ``None`` on one side
@@ -1180,6 +1250,7 @@ __all__ = [
     "RunContext",
     "RunLockedError",
     "SeedComparison",
+    "SeedProgress",
     "compare_seeds",
     "load",
     "matching_record",
@@ -1195,5 +1266,6 @@ __all__ = [
     "results_dir",
     "run",
     "run_hash",
+    "seed_progress",
     "seed_range",
 ]
