@@ -222,3 +222,14 @@ def test_seed_progress_refuses_parts_that_overlap_or_fall_outside_the_plan():
         runner.seed_progress([], range(5, 5))
     assert runner.seed_progress([{"seed": 1100, "seeds": 504}], planned).text() == \
         "504 of the 504 planned seeds (1100-1603) are made, in 1 part"
+
+
+def test_pooling_refuses_parts_made_with_other_settings(kept):
+    results, recorded = kept
+    parts = [runner.open_record(recorded / "six"), runner.open_record(recorded / "later-seeds")]
+    pooled = runner.pooled_record(parts, {}, [])
+    assert pooled.meta["resolved"]["seeds"] == 26 and pooled.completed
+    with pytest.raises(ValueError, match=r"made with shift=2\.0, .* with shift=1\.0; pool records that differ only"):
+        runner.pooled_record([parts[0], runner.open_record(recorded / "other-shift")], {}, [])
+    with pytest.raises(ValueError, match="no records"):
+        runner.pooled_record([], {}, [])

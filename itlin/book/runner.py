@@ -456,8 +456,25 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
     ``paths`` (how to join them is the experiment's: e.g. ``_rows.pool_seeds``,
     ``_arbel.pool_lr_sweeps``): ``seeds`` in the resolved parameters the total, the wall time
     summed, completed when every part is; the first record's parameters (or ``params``) and
-    provenance otherwise, with ``meta`` and ``info`` updating its meta and info."""
+    provenance otherwise, with ``meta`` and ``info`` updating its meta and info.
+
+    Raises ``ValueError`` when a part is of another experiment or version, or was made with
+    other settings than the first (anything but its seeds): pooled, it would be judged as if it
+    were the same runs."""
+    if not records:
+        raise ValueError("pooled_record: no records to pool.")
     first = records[0]
+    for rec in records[1:]:
+        if rec.experiment != first.experiment or _major(rec.info.get("version")) != _major(first.info.get("version")):
+            raise ValueError(f"pooled_record: {rec.path} is {rec.experiment} version {_major(rec.info.get('version'))}, "
+                             f"{first.path} is {first.experiment} version {_major(first.info.get('version'))}; "
+                             "pool records of one experiment and version.")
+        a, b = first.meta.get("resolved", {}), rec.meta.get("resolved", {})
+        if not _same_settings(a, b):
+            key = next(k for k in sorted(set(a) | set(b)) if k not in ("seed", "seeds")
+                       and not _same_settings({k: a.get(k)}, {k: b.get(k)}))
+            raise ValueError(f"pooled_record: {rec.path} was made with {key}={b.get(key)!r}, {first.path} with "
+                             f"{key}={a.get(key)!r}; pool records that differ only in their seeds.")
     seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
     meta = {**first.meta, **(meta or {}), "resolved": {**first.meta["resolved"], "seeds": seeds}}
     info = {**first.info, **(info or {}), "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
@@ -501,7 +518,7 @@ class SeedProgress(NamedTuple):
         return not self.missing
 
     def text(self) -> str:
-        """``"188 of the 504 planned seeds (1100-1603) are made, in 47 parts; still to make:
+        """``"188 of the 504 planned seeds (1100-1603) are made, in 46 parts; still to make:
         1256-1479 and 1512-1603"``."""
         head = (f"{self.made:,} of the {len(self.planned):,} planned seeds ({_ranges_text([self.planned])}) "
                 f"are made, in {self.parts} part{'s' if self.parts != 1 else ''}")
