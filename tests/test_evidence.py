@@ -224,11 +224,14 @@ def test_seed_progress_refuses_parts_that_overlap_or_fall_outside_the_plan():
         "504 of the 504 planned seeds (1100-1603) are made, in 1 part"
 
 
-def test_pooling_refuses_parts_made_with_other_settings(kept):
+def test_pooling_refuses_parts_made_with_other_settings_or_sharing_a_seed(kept):
     results, recorded = kept
-    parts = [runner.open_record(recorded / "six"), runner.open_record(recorded / "later-seeds")]
+    after = runner.run("test_seeds", {"seeds": 3, "seed": 6}, results_dir=results, verbose=False)
+    parts = [runner.open_record(recorded / "six"), runner.open_record(after.path)]
     pooled = runner.pooled_record(parts, {}, [])
-    assert pooled.meta["resolved"]["seeds"] == 26 and pooled.completed
+    assert pooled.meta["resolved"]["seeds"] == 9 and pooled.completed
+    with pytest.raises(ValueError, match="both have seed 5; pool records of different seeds"):
+        runner.pooled_record([parts[0], runner.open_record(recorded / "later-seeds")], {}, [])
     with pytest.raises(ValueError, match=r"made with shift=2\.0, .* with shift=1\.0; pool records that differ only"):
         runner.pooled_record([parts[0], runner.open_record(recorded / "other-shift")], {}, [])
     with pytest.raises(ValueError, match="no records"):

@@ -460,7 +460,7 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
 
     Raises ``ValueError`` when a part is of another experiment or version, or was made with
     other settings than the first (anything but its seeds): pooled, it would be judged as if it
-    were the same runs."""
+    were the same runs; and when two parts share a seed (it would count twice)."""
     if not records:
         raise ValueError("pooled_record: no records to pool.")
     first = records[0]
@@ -475,6 +475,14 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
                        and not _same_settings({k: a.get(k)}, {k: b.get(k)}))
             raise ValueError(f"pooled_record: {rec.path} was made with {key}={b.get(key)!r}, {first.path} with "
                              f"{key}={a.get(key)!r}; pool records that differ only in their seeds.")
+    seen: dict = {}
+    for rec in records:
+        seeds = seed_range(rec.meta.get("resolved", {}))
+        twice = sorted(set(seeds or ()) & set(seen))
+        if twice:
+            raise ValueError(f"pooled_record: {rec.path} and {seen[twice[0]]} both have seed {twice[0]}; pool records "
+                             "of different seeds.")
+        seen.update(dict.fromkeys(seeds or (), rec.path))
     seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
     meta = {**first.meta, **(meta or {}), "resolved": {**first.meta["resolved"], "seeds": seeds}}
     info = {**first.info, **(info or {}), "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
