@@ -236,3 +236,23 @@ def test_pooling_refuses_parts_made_with_other_settings_or_sharing_a_seed(kept):
         runner.pooled_record([parts[0], runner.open_record(recorded / "other-shift")], {}, [])
     with pytest.raises(ValueError, match="no records"):
         runner.pooled_record([], {}, [])
+
+
+def test_a_pool_of_parts_from_several_machines_names_each_and_prices_none(kept):
+    results, recorded = kept
+    after = runner.run("test_seeds", {"seeds": 3, "seed": 6}, results_dir=results, verbose=False)
+    six = runner.open_record(recorded / "six")
+    same = dataclasses.replace(runner.open_record(after.path), info={**after.info, "device": six.info.get("device"),
+                                                                    "processor": six.info.get("processor")})
+    one = runner.pooled_record([six, same], {}, [])
+    assert one.info["device"] == six.info.get("device") and "machines" not in one.info
+    assert render.seconds_per_seed(one) == pytest.approx(
+        (six.info["wall_seconds"] + same.info["wall_seconds"]) / 9) or not render._clock_known(one.info)
+    gpu = dataclasses.replace(same, info={**same.info, "device": "gpu (Lent H200)", "processor": "Xeon, flags 1"})
+    two = runner.pooled_record([six, gpu], {}, [])
+    assert two.info["machines"] == 2 and two.info["processor"] is None
+    assert two.info["device"].startswith(f"several machines (6 seeds on {six.info.get('device', '?')}")
+    assert two.info["device"].endswith("; 3 seeds on gpu (Lent H200), processor Xeon, flags 1)")
+    assert render.seconds_per_seed(two) is None
+    unresolved = V.judge("c", "C beats D", "p", V.paired_gap([0.83, 0.80, 0.84, 0.79, 0.82], [0.80] * 5), "exceeds")
+    assert "hours on" not in render.what_it_would_take([unresolved], render.seconds_per_seed(two))

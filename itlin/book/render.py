@@ -131,9 +131,12 @@ def _clock_known(info: Mapping) -> bool:
 
 def seconds_per_seed(rec) -> Optional[float]:
     """Wall-clock seconds of one seed of ``rec`` (its ``wall_seconds`` over its seeds), or ``None``
-    when its wall time is not known in full (see :func:`cost`): what a chapter prices more seeds
-    with (:func:`what_it_would_take`)."""
-    return rec.info["wall_seconds"] / int(rec.meta["resolved"]["seeds"]) if _clock_known(rec.info) else None
+    when its wall time is not known in full (see :func:`cost`) or was spent on several machines
+    (a record pooled from parts made on more than one: :func:`itlin.book.runner.pooled_record`):
+    what a chapter prices more seeds with (:func:`what_it_would_take`)."""
+    if not _clock_known(rec.info) or int(rec.info.get("machines", 1)) > 1:
+        return None
+    return rec.info["wall_seconds"] / int(rec.meta["resolved"]["seeds"])
 
 
 def machine(info: Mapping) -> str:

@@ -456,7 +456,9 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
     ``paths`` (how to join them is the experiment's: e.g. ``_rows.pool_seeds``,
     ``_arbel.pool_lr_sweeps``): ``seeds`` in the resolved parameters the total, the wall time
     summed, completed when every part is; the first record's parameters (or ``params``) and
-    provenance otherwise, with ``meta`` and ``info`` updating its meta and info.
+    provenance otherwise, with ``meta`` and ``info`` updating its meta and info. Parts made on
+    several machines (device or processor) give a ``device`` that names each with its seeds, no
+    ``processor``, and ``machines``, their count: the pool's wall time then prices no one machine.
 
     Raises ``ValueError`` when a part is of another experiment or version, or was made with
     other settings than the first (anything but its seeds): pooled, it would be judged as if it
@@ -484,8 +486,16 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
                              "of different seeds.")
         seen.update(dict.fromkeys(seeds or (), rec.path))
     seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
+    machines: dict = {}
+    for rec in records:
+        where = (rec.info.get("device", "?"), rec.info.get("processor"))
+        machines[where] = machines.get(where, 0) + int(rec.meta["resolved"]["seeds"])
     meta = {**first.meta, **(meta or {}), "resolved": {**first.meta["resolved"], "seeds": seeds}}
     info = {**first.info, **(info or {}), "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
+    if len(machines) > 1:  # the first part's machine is not where the pool was made
+        info.update(device="several machines (" + "; ".join(
+            f"{n} seeds on {device}" + (f", processor {proc}" if proc else "") for (device, proc), n in machines.items())
+            + ")", processor=None, machines=len(machines))
     status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status for rec in records)
     return Record(first.experiment, dict(first.params if params is None else params), status, first.path.parent,
                   arrays, paths, info, loaded=True)
