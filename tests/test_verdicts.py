@@ -191,3 +191,72 @@ def test_an_equivalence_with_dropped_seeds_does_not_stop_holms_procedure_for_the
     # a dropped seed still lets "does not hold" be reached
     out = V.judge("out", "", "", V.paired_gap(0.72 + 3 * tight, [0.8] * 8), "close", 0.02, dropped=1)
     assert out.verdict == V.FAILS and V.holm([out, far])["out"].verdict == V.FAILS
+
+
+# ---------------------------------------------------------------- one-sided rules and margins (issue 44)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+TIGHT = np.array([0.001, -0.002, 0.0, 0.002, -0.001, 0.001, 0.0, -0.001])
+
+
+@pytest.mark.parametrize("above, expected", [(0.06, V.HOLDS), (0.0, V.HOLDS), (-0.05, V.FAILS),
+                                             (-0.02, V.UNRESOLVED)])
+def test_non_inferiority_is_one_sided(above, expected):
+    """A paper that says large K is "on par" with K=1 claims it is no worse: ending far above K=1
+    supports that claim (an equivalence test says it does not hold)."""
+    g = V.paired_gap(0.8 + above + 3 * TIGHT, [0.8] * 8)
+    v = V.judge("suffices", "", "", g, "not_worse", 0.02)
+    assert v.verdict == expected
+    if above == 0.06:
+        assert V.judge("eq", "", "", g, "close", 0.02).verdict == V.FAILS
+
+
+@given(mean=st.floats(-1, 1), half=st.floats(0, 1), margin=st.floats(0, 0.5))
+@settings(max_examples=200, deadline=None)
+def test_non_inferiority_is_superiority_over_minus_the_margin(mean, half, margin):
+    g = V.Gap(mean, half, 8, half, 0.0)
+    assert V.not_worse(g, margin) == V.exceeds(g, -margin)
+    p = V.p_value(g, "not_worse", margin)
+    assert (p < 1 - V.LEVEL) == (V.not_worse(g, margin) != V.UNRESOLVED) or abs(abs(mean + margin) - half) < 1e-9
+
+
+@given(mean=st.floats(-1, 1), half=st.floats(0.001, 1), rule=st.sampled_from(["exceeds", "not_worse"]),
+       margins=st.lists(st.floats(0, 1), min_size=2, max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_a_one_sided_verdict_changes_monotonically_with_its_margin(mean, half, rule, margins):
+    """Raising the margin can only move "exceeds" from holds towards does not hold (and
+    "not_worse" the other way); margin_sensitivity and flip_margin agree."""
+    v = V.judge("c", "", "", V.Gap(mean, half, 8, half, 0.0), rule, 0.0)
+    order = [V.HOLDS, V.UNRESOLVED, V.FAILS] if rule == "exceeds" else [V.FAILS, V.UNRESOLVED, V.HOLDS]
+    seen = [order.index(r) for _, r in V.margin_sensitivity(v, sorted(margins))]
+    assert seen == sorted(seen)
+    lo, hi = V.flip_margin(v)
+    for m, r in V.margin_sensitivity(v, sorted(margins)):
+        if math.isfinite(lo) and m < lo - 1e-9:
+            assert r == order[0]
+        if math.isfinite(hi) and m > hi + 1e-9:
+            assert r == order[2]
+
+
+@pytest.mark.parametrize("rule, margin", [("exceeds", 0.0), ("not_worse", 0.02), ("close", 0.02)])
+def test_dropped_seeds_count_against_every_rule(rule, margin):
+    """A claim that holds on the seeds that survived cannot hold once any seed was dropped because
+    its run diverged (the survivors are selected on the outcome); "does not hold" stays reachable."""
+    base = 0.8 + 0.005 if rule == "exceeds" else 0.8
+    good = V.paired_gap(base + 0.01 + TIGHT, [0.8] * 8) if rule != "close" else V.paired_gap(0.8 + TIGHT, [0.8] * 8)
+    assert V.judge("c", "", "", good, rule, margin).verdict == V.HOLDS
+    with_drop = V.judge("c", "", "", good, rule, margin, dropped=3)
+    assert with_drop.verdict == V.UNRESOLVED and with_drop.p == 1.0
+    assert V.holm([with_drop])["c"].verdict == V.UNRESOLVED
+    bad = V.paired_gap(0.7 + TIGHT, [0.8] * 8)
+    assert V.judge("c", "", "", bad, rule, margin, dropped=3).verdict == V.FAILS
+
+
+def test_at_margin_re_judges_at_the_verdicts_own_level():
+    g = V.paired_gap(0.83 + 3 * TIGHT, [0.8] * 8)
+    v = V.holm([V.judge("a", "", "", g, "exceeds", 0.02), V.judge("b", "", "", g, "exceeds", 0.0)])["a"]
+    assert v.family == 2 and v.at_margin(0.01).level == v.level
+    assert [r for _, r in V.margin_sensitivity(v, [0.01, 0.02, 0.04])] == [V.HOLDS, V.HOLDS, V.FAILS]
+    with pytest.raises(ValueError, match="margin"):
+        v.at_margin(-1.0)

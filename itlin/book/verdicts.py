@@ -7,10 +7,18 @@ with a two-sided interval:
 * :func:`exceeds` (``a`` is larger than ``b`` by more than ``margin``): **holds** when the whole
   interval lies above ``margin``, **does not hold** when it lies below, and **cannot resolve**
   otherwise;
+* :func:`not_worse` (``a`` is no worse than ``b`` by more than ``margin``, a non-inferiority
+  test: one-sided, what a paper claims when it says a cheaper method performs "on par" or
+  "comparably", i.e. that it suffices): **holds** when the whole interval lies above
+  ``-margin``, **does not hold** when it lies below, **cannot resolve** otherwise; ``a`` ending
+  far *above* ``b`` holds;
 * :func:`close` (``a`` and ``b`` agree within ``margin``, an equivalence test): **holds** when
   the whole interval lies inside ``[-margin, margin]``, **does not hold** when it lies outside,
   and **cannot resolve** when it straddles an edge, in particular whenever the interval's
   half-width (the smallest gap the setting resolves) exceeds ``margin``.
+
+A margin is a threshold, and a verdict depends on it: :meth:`Verdict.at_margin` re-judges a
+claim at another margin and :func:`margin_sensitivity` shows where the verdict flips.
 
 The half-width combines the spread between seeds (Student's t over ``n`` seeds; one seed gives
 an infinite interval: a single run resolves nothing) and, for accuracies, the noise of a finite
@@ -397,6 +405,19 @@ def exceeds(gap: Gap, margin: float = 0.0, level: float = LEVEL) -> str:
     return UNRESOLVED
 
 
+def not_worse(gap: Gap, margin: float = 0.0, level: float = LEVEL) -> str:
+    """Verdict on "a is no worse than b by more than ``margin``" (non-inferiority, one-sided):
+    :func:`exceeds` with the threshold at ``-margin``. A gap far above zero holds, where
+    :func:`close` would say it does not.
+
+    >>> not_worse(Gap(0.06, 0.02, 8, 0.02, 0.0), 0.02), close(Gap(0.06, 0.02, 8, 0.02, 0.0), 0.02)
+    ('holds', 'does not hold')
+    >>> not_worse(Gap(-0.05, 0.01, 8, 0.01, 0.0), 0.02), not_worse(Gap(-0.02, 0.01, 8, 0.01, 0.0), 0.02)
+    ('does not hold', 'cannot resolve')
+    """
+    return exceeds(gap, -float(margin), level)
+
+
 def close(gap: Gap, margin: float, level: float = LEVEL) -> str:
     """Verdict on "a and b agree within ``margin``" (both signs), with the interval at ``level``:
     an equivalence test (two one-sided tests).
@@ -417,7 +438,23 @@ def close(gap: Gap, margin: float, level: float = LEVEL) -> str:
     return UNRESOLVED
 
 
-RULES = {"exceeds": exceeds, "close": close}
+RULES = {"exceeds": exceeds, "not_worse": not_worse, "close": close}
+
+#: what each rule tests, in words (for tables and the Findings page)
+RULE_WORDS = {"exceeds": "superiority (one-sided)", "not_worse": "non-inferiority (one-sided)",
+              "close": "equivalence (two-sided)"}
+
+
+def threshold(rule: str, margin: float) -> float:
+    """The value a one-sided rule's interval must clear: ``margin`` for :func:`exceeds`,
+    ``-margin`` for :func:`not_worse` (NaN for :func:`close`, which has two edges).
+
+    >>> threshold("exceeds", 0.02), threshold("not_worse", 0.02)
+    (0.02, -0.02)
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}.")
+    return {"exceeds": float(margin), "not_worse": -float(margin)}.get(rule, math.nan)
 
 
 def p_value(gap: Gap, rule: str, margin: float, *, can_hold: bool = True) -> float:
@@ -435,8 +472,11 @@ def p_value(gap: Gap, rule: str, margin: float, *, can_hold: bool = True) -> flo
         raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}.")
     if not (math.isfinite(gap.mean) and not math.isnan(gap.half)):
         return 1.0
-    if rule == "exceeds":
-        return gap.p_beyond(abs(gap.mean - margin))
+    if rule != "close":
+        t = threshold(rule, margin)
+        if not can_hold and gap.mean >= t:
+            return 1.0  # the data point to "holds", which a claim with dropped seeds cannot reach
+        return gap.p_beyond(abs(gap.mean - t))
     inside = gap.p_beyond(margin - abs(gap.mean))  # "holds": the interval within [-margin, margin]
     outside = gap.p_beyond(abs(gap.mean) - margin)  # "does not hold": the interval beyond an edge
     return min(inside, outside) if can_hold else outside
@@ -524,10 +564,10 @@ class Verdict:
     @property
     def p(self) -> Optional[float]:
         """:func:`p_value` of the test (``None`` for a verdict that is not a test): of "does not
-        hold" alone for an equivalence with dropped seeds, which cannot hold (so that, ranked by
+        hold" alone for a claim with dropped seeds, which cannot hold (so that, ranked by
         :func:`holm`, it does not stand before the claims that can resolve and stop them)."""
         return None if self.gap is None else p_value(self.gap, self.rule, self.margin or 0.0,
-                                                     can_hold=not (self.dropped and self.rule == "close"))
+                                                     can_hold=not self.dropped)
 
     @property
     def half(self) -> Optional[float]:
@@ -549,17 +589,33 @@ class Verdict:
         if self.gap is None:
             return self
         result = RULES[self.rule](self.gap, self.margin or 0.0, level)
-        if self.dropped and self.rule == "close" and result == HOLDS:
-            result = UNRESOLVED  # diverged runs count against an equivalence
+        if self.dropped and result == HOLDS:
+            result = UNRESOLVED  # diverged runs count against any claim about the trained models
         return replace(self, verdict=result, level=level)
+
+    def at_margin(self, margin: float) -> "Verdict":
+        """The same claim re-judged with another ``margin`` at the same level (what a reader who
+        reads the paper's adjective differently would conclude; verdicts that are not tests are
+        returned as they are).
+
+        >>> v = judge("c", "", "", Gap(0.03, 0.005, 8, 0.005, 0.0), "exceeds", 0.02)
+        >>> v.verdict, v.at_margin(0.04).verdict
+        ('holds', 'does not hold')
+        """
+        if self.gap is None:
+            return self
+        if not (math.isfinite(float(margin)) and float(margin) >= 0):
+            raise ValueError(f"a margin is a finite number >= 0, got {margin!r}.")
+        return replace(self, margin=float(margin)).judged_at(self.level)
 
 
 def judge(id: str, claim: str, paper: str, gap: Gap, rule: str, margin: float = 0.0, *, measured: str = "",
           detail: str = "", headline: bool = False, unit: str = "points", scale: float = 100.0, digits: int = 1,
           dropped: int = 0) -> Verdict:
-    """A claim on ``gap`` judged by ``rule`` (``"exceeds"`` or ``"close"``) with ``margin``, at
-    :data:`LEVEL`. ``dropped`` seeds left out because a run diverged make an equivalence
-    ("close") at most *cannot resolve*: the runs that would count most against it are missing.
+    """A claim on ``gap`` judged by ``rule`` (``"exceeds"``, ``"not_worse"`` or ``"close"``) with
+    ``margin``, at :data:`LEVEL`. ``dropped`` seeds left out because a run diverged make any
+    claim at most *cannot resolve*: the runs that would count most against it are missing, and
+    a verdict that holds on the survivors alone would select on the outcome.
 
     >>> v = judge("k1_beats_inf", "K=1 beats K=inf", "K=inf is worse", paired_gap([0.9, 0.91], [0.5, 0.52]),
     ...           "exceeds")
@@ -693,8 +749,8 @@ def _seeds_needed(v: Verdict, max_seeds: int) -> tuple:
     if not math.isfinite(v.gap.mean):
         return None, "no pair of runs completed"
     g, margin = v.gap, v.margin or 0.0
-    if v.rule == "exceeds":
-        distance = abs(g.mean - margin)
+    if v.rule != "close":
+        distance = abs(g.mean - threshold(v.rule, margin))
     elif abs(g.mean) < margin:
         distance = margin - abs(g.mean)
     else:
@@ -719,6 +775,39 @@ def _seeds_needed(v: Verdict, max_seeds: int) -> tuple:
     return None, f"more than {max_seeds:,}"
 
 
+def margin_sensitivity(v: Verdict, margins: Sequence[float]) -> list:
+    """``[(margin, verdict), ...]``: ``v`` re-judged at each margin (:meth:`Verdict.at_margin`),
+    so a reader sees where the verdict flips; ``[]`` for a verdict that is not a test.
+
+    >>> v = judge("c", "", "", Gap(0.03, 0.005, 8, 0.005, 0.0), "exceeds", 0.02)
+    >>> margin_sensitivity(v, [0.01, 0.02, 0.03, 0.04])
+    [(0.01, 'holds'), (0.02, 'holds'), (0.03, 'cannot resolve'), (0.04, 'does not hold')]
+    """
+    if v.gap is None:
+        return []
+    return [(float(m), v.at_margin(m).verdict) for m in margins]
+
+
+def flip_margin(v: Verdict) -> tuple:
+    """``(low, high)``: the margins between which ``v`` (a one-sided test, at its level) cannot
+    resolve. Below ``low`` it holds for :func:`exceeds` (does not hold for :func:`not_worse`)
+    and above ``high`` the opposite; either end is NaN where no margin >= 0 reaches it. ``(nan,
+    nan)`` for :func:`close` or a verdict that is not a test.
+
+    >>> lo, hi = flip_margin(judge("c", "", "", Gap(0.03, 0.005, 8, 0.005, 0.0), "exceeds", 0.02))
+    >>> round(lo, 4), round(hi, 4)
+    (0.025, 0.035)
+    """
+    if v.gap is None or v.rule == "close" or not math.isfinite(v.gap.mean):
+        return math.nan, math.nan
+    half = v.half
+    a, b = v.gap.mean - half, v.gap.mean + half  # exceeds: holds below a, fails above b
+    if v.rule == "not_worse":
+        a, b = -b, -a  # threshold -m: fails for m < -(mean + half), holds for m > -(mean - half)
+    nonneg = lambda x: x if math.isfinite(x) and x >= 0 else math.nan
+    return nonneg(a), nonneg(b)
+
+
 def bottom_line(rows: Sequence[Verdict]) -> str:
     """One sentence: how many claims hold, do not hold, or cannot be resolved, naming the latter two."""
     fails = [r.claim for r in rows if r.verdict == FAILS]
@@ -733,7 +822,7 @@ def bottom_line(rows: Sequence[Verdict]) -> str:
 
 
 __all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
-           "bootstrap_gap", "bottom_line", "close", "exceeds", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
-           "log_slope_weights", "pack_correct", "p_value", "paired_accuracy_floor_se", "paired_accuracy_se",
+           "RULE_WORDS", "bootstrap_gap", "bottom_line", "close", "exceeds", "flip_margin", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
+           "log_slope_weights", "margin_sensitivity", "not_worse", "pack_correct", "p_value", "paired_accuracy_floor_se", "paired_accuracy_se",
            "paired_gap", "proportion_gap",
-           "no_seeds_reason", "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "unpack_correct", "wilson_interval"]
+           "no_seeds_reason", "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "threshold", "unpack_correct", "wilson_interval"]
