@@ -238,6 +238,46 @@ def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
     return text + ("\n\n" + V.bottom_line(list(verdicts)) if bottom_line else "")
 
 
+def _amount(v: V.Verdict, x: float) -> str:
+    return f"{v.scale * x:.{v.digits}f} {v.unit}".rstrip() if math.isfinite(x) else "—"
+
+
+def sensitivity(verdicts: Sequence[V.Verdict], margins: Optional[Sequence[float]] = None, *,
+                factors: Sequence[float] = (0.5, 1.0, 2.0)) -> str:
+    """How each tested verdict depends on its margin: one row per claim with the rule, the verdict
+    at each of ``margins`` (default: ``factors`` times the claim's own margin, i.e. half, the
+    margin itself and twice it) and, for a one-sided rule, the margins between which it cannot
+    resolve (:func:`itlin.book.verdicts.flip_margin`). A reader who reads a paper's adjective
+    with another threshold sees where the verdict flips.
+
+    >>> v = V.judge("c", "much faster", "", V.Gap(0.03, 0.005, 8, 0.005, 0.0), "exceeds", 0.02)
+    >>> print(sensitivity([v]))
+    | claim | rule | at 1.0 points | at 2.0 points | at 4.0 points | cannot resolve between |
+    | --- | --- | --- | --- | --- | --- |
+    | much faster | superiority (one-sided) | holds | holds | **does not hold** | 2.5 points and 3.5 points |
+    """
+    tested = [v for v in verdicts if v.tested]
+    if not tested:
+        raise ValueError("sensitivity needs at least one verdict that is a test of a gap.")
+    if margins is None:
+        base = tested[0].margin or 0.0
+        if base <= 0:
+            raise ValueError("a claim judged at a zero margin has no multiples: pass the margins to show.")
+        margins = [f * base for f in factors]
+    heads = [f"at {_amount(tested[0], m)}" for m in margins]
+    rows = []
+    for v in tested:
+        row = {"claim": v.claim, "rule": V.RULE_WORDS[v.rule]}
+        for h, (_, verdict) in zip(heads, V.margin_sensitivity(v, margins)):
+            row[h] = _WORDS[verdict]
+        lo, hi = V.flip_margin(v)
+        row["cannot resolve between"] = ("—" if v.rule == "close" else
+                                         f"{_amount(v, lo)} and {_amount(v, hi)}" if math.isfinite(lo) or math.isfinite(hi)
+                                         else "no margin >= 0")
+        rows.append(row)
+    return table(rows)
+
+
 def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional[float] = None,
                        device: str = "this machine") -> str:
     """For each unresolved test: the seeds it has, the seeds that would resolve it if the gap and
@@ -272,4 +312,4 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
 
 
 __all__ = ["claims", "correction_note", "cost", "evidence", "judge", "machine", "measured", "provenance", "record_command",
-           "resolvable", "seconds_per_seed", "settings", "summary", "table", "what_it_would_take"]
+           "resolvable", "seconds_per_seed", "sensitivity", "settings", "summary", "table", "what_it_would_take"]
