@@ -50,10 +50,14 @@ def test_a_diverged_run_neither_renames_its_setting_nor_counts_for_close():
 def test_claims_hold_fail_and_stay_unresolved_on_constructed_rows():
     rows = _rows({1: [-0.10] * 5, 2: [0.04, -0.04, 0.03, -0.03, 0.0], 8: [0.001, -0.001, 0.0, 0.002, -0.002]})
     vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))
-    assert vs.ids == ("full.u1", "full.u2", "full.u8", "full.closes")
-    assert [vs[i].verdict for i in vs.ids] == [V.FAILS, V.UNRESOLVED, V.HOLDS, V.HOLDS]
-    assert vs["full.u8"].headline and vs["full.u2"].headline and not vs["full.u1"].headline
-    assert "8-12" in vs["full.u8"].paper and "2-3" in vs["full.u2"].paper
+    assert vs.ids == ("full.u1", "full.suffices_u2", "full.u2", "full.suffices_u8", "full.u8", "full.closes")
+    assert [vs[i].verdict for i in vs.ids] == [V.FAILS, V.UNRESOLVED, V.UNRESOLVED, V.HOLDS, V.HOLDS, V.HOLDS]
+    assert [v.id for v in vs if v.headline] == ["full.suffices_u2", "full.suffices_u8"]
+    assert vs["full.suffices_u2"].rule == "not_worse" and vs["full.u2"].rule == "close"
+    assert "8-12" in vs["full.u8"].paper and "2-3" in vs["full.u2"].paper and "8-12" in vs["full.suffices_u8"].paper
+    # two updates ending well above K=1 suffice (the paper's claim), though they are not "close"
+    above = V.Verdicts(FU.judge_rows(_rows({2: [0.05, 0.051, 0.049, 0.05, 0.05]}), n_test=100_000, margin=0.02))
+    assert above["full.suffices_u2"].verdict == V.HOLDS and above["full.u2"].verdict == V.FAILS
     assert FU.first_close(vs) == 8
     assert FU.first_close(V.Verdicts([vs["full.u1"]])) is None
 

@@ -184,8 +184,11 @@ def judge_rows(rows_, *, n_test: int, margin: float, rescale: int, inf_lr_multip
     """The paper's claims for Fig. 2, judged over seeds on the final test accuracy of the model
     being trained (for K=1 the network itself); a pure function of the rows.
 
-    For each sweep (``full``/``mini`` in the ids): ``<sweep>.large_close`` the largest finite K
-    ends within ``margin`` of K=1 (an equivalence test; the headline claim);
+    For each sweep (``full``/``mini`` in the ids): ``<sweep>.large_not_worse`` the largest
+    finite K ends no more than ``margin`` below K=1 (non-inferiority, the headline claim: the
+    paper says large K performs "on par" / achieves "comparable generalisation", a claim that
+    it suffices, which ending above K=1 supports); ``<sweep>.large_close`` the same within
+    ``margin`` on both sides (an equivalence test, kept as a secondary row);
     ``<sweep>.inf_short`` K=inf ends more than ``margin`` below K=1 (the paper: "clearly
     worse"). ``full.control_short``: the control K=inf at a larger learning rate still ends
     below K=1. ``mini_full.K<K>``: for each K run in both
@@ -202,11 +205,16 @@ def judge_rows(rows_, *, n_test: int, margin: float, rescale: int, inf_lr_multip
                          and math.isfinite(x["K"]) and x["K"] > 1})
         if finite:
             big = pick(sweep=sweep, K=finite[-1], control=False)
+            label_a = f"{K_label(finite[-1])} ({R.updates(big)} feature updates)"
             out.append(R.gap_verdict(
-                f"{sweep}.large_close", f"{name}: the largest finite K ends close to K=1",
+                f"{sweep}.large_not_worse", f"{name}: the largest finite K ends no worse than K=1",
+                "§5: large K performs on par with K=1, \"comparable generalisation\" after a few feature updates",
+                big, base, n_test=n_test, rule="not_worse", margin=margin, label_a=label_a, label_b="K=1",
+                headline=True))
+            out.append(R.gap_verdict(
+                f"{sweep}.large_close", f"{name}: the largest finite K ends close to K=1 (either side)",
                 "large K ends close to K=1 after a few feature updates", big, base, n_test=n_test, rule="close",
-                margin=margin, label_a=f"{K_label(finite[-1])} ({R.updates(big)} feature updates)",
-                label_b="K=1", headline=True))
+                margin=margin, label_a=label_a, label_b="K=1"))
         inf = pick(sweep=sweep, K=math.inf, control=False)
         if inf:
             out.append(R.gap_verdict(

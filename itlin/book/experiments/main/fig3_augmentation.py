@@ -105,6 +105,11 @@ def summary(rec) -> list:
     return out
 
 
+#: the tolerance the paper states for Fig. 3: "final results differ by under 1%" (§5; workshop:
+#: "a difference of less than 1%"), the margin of the headline claim
+PAPER_TOLERANCE = 0.01
+
+
 def claims(rec) -> list:
     """Fig. 3's claims on a record: :func:`judge_rows` on its rows."""
     r = rec.meta["resolved"]
@@ -114,8 +119,9 @@ def claims(rec) -> list:
 def judge_rows(rows_, *, n_test: int, margin: float) -> list:
     """Fig. 3's claims on the final accuracies of the model being trained, a pure function of the
     rows: ``large.fits`` (stated, the premise "given enough time to train") on every seed the
-    largest finite K ends within ``margin`` of K=1's train accuracy; ``large.close`` (headline)
-    its test accuracy ends within ``margin`` of K=1's; ``inf.short`` K=inf, if run, ends more
+    largest finite K ends within ``margin`` of K=1's train accuracy; ``large.not_worse``
+    (headline) its test accuracy ends no more than :data:`PAPER_TOLERANCE` (the paper's own
+    "under 1%") below K=1's; ``large.close`` (secondary) within ``margin`` on either side; ``inf.short`` K=inf, if run, ends more
     than ``margin`` below K=1 ("clearly worse")."""
     out, base, big_K = [], R.select(rows_, K=1), _large_K({x["K"] for x in rows_})
     if base and big_K is not None:
@@ -128,12 +134,17 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
             "of K=1's on every seed", "the premise: \"given enough time to train\"",
             f"{len(big) - len(short)} of {len(big)} seeds; lowest {pct(lowest)} (un-augmented training examples)",
             V.HOLDS if big and not short else V.FAILS))
+        label_a = f"{K_label(big_K)} ({R.updates(big)} feature updates)"
         out.append(R.gap_verdict(
-            "large.close", "with augmentation, a very large K ends close to K=1",
+            "large.not_worse", f"with augmentation, a very large K ends less than {100 * PAPER_TOLERANCE:g} point "
+            "below K=1", "§5: \"final results differ by under 1%\" (K=1 "
+            f"{pct(S.PAPER['fig3_k1'])}, K=5e6 {pct(S.PAPER['fig3_k5e6'])})", big, base, n_test=n_test,
+            rule="not_worse", margin=PAPER_TOLERANCE, label_a=label_a, label_b="K=1", headline=True))
+        out.append(R.gap_verdict(
+            "large.close", "with augmentation, a very large K ends close to K=1 (either side)",
             f"K=1 {pct(S.PAPER['fig3_k1'])}, K=5e6 {pct(S.PAPER['fig3_k5e6'])}: "
             f"{pts(S.PAPER['fig3_k5e6'] - S.PAPER['fig3_k1'])}", big, base, n_test=n_test, rule="close",
-            margin=margin, label_a=f"{K_label(big_K)} ({R.updates(big)} feature updates)", label_b="K=1",
-            headline=True))
+            margin=margin, label_a=label_a, label_b="K=1"))
     inf = R.select(rows_, K=math.inf)
     if base and inf:
         out.append(R.gap_verdict("inf.short", "K=∞ (no feature learning) falls short",
@@ -144,4 +155,4 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
 
 EXPERIMENT = register(Experiment(NAME, Fig3Params, run, version="3", summary=summary, claims=claims))
 
-__all__ = ["EXPERIMENT", "Fig3Params", "NAME", "SCALES", "augmentation", "claims", "judge_rows", "summary"]
+__all__ = ["EXPERIMENT", "Fig3Params", "NAME", "PAPER_TOLERANCE", "SCALES", "augmentation", "claims", "judge_rows", "summary"]
