@@ -173,6 +173,27 @@ def test_much_faster_needs_more_than_twice_as_far():
     assert spread.gap.mean > math.log(2) and spread.verdict == V.UNRESOLVED
 
 
+def test_much_faster_readings_show_where_the_verdict_flips():
+    """The verdict of filters.faster at other readings of "much" (issue 44): a resolved 1.25x
+    holds as a direction and at 1.1x and does not hold from 1.5x; a 5x lead holds at every
+    reading; ratios spread around 2x cannot be resolved there. The sentence names the ratios."""
+    assert fl.MUCH_FASTER in fl.MUCH_FASTER_READINGS and min(fl.MUCH_FASTER_READINGS) == 1.0
+    at = lambda v: [w for _, w in V.margin_sensitivity(v, fl.much_faster_readings(v)["margins"])]
+    slow = _by_id(_rows(big_filters_at=0.8))["filters.faster"]  # 1.25x on every seed
+    assert at(slow) == [V.HOLDS, V.HOLDS, V.FAILS, V.FAILS, V.FAILS]
+    text = fl.much_faster_readings(slow)["sentence"]
+    assert text.startswith("holds at 1x and 1.1x, does not hold at 1.5x, 2x and 3x")
+    assert "holds for any threshold below 1.25x" in text  # every seed 1.25x: no spread
+    assert at(_by_id(_rows(big_filters_at=0.2))["filters.faster"]) == [V.HOLDS] * 5  # 5x
+    rows = _rows(big_filters_at=0.2)
+    ratios = iter([1.5, 3.0, 1.8, 2.6, 2.2])
+    for r in rows:
+        if r["K"] == 100:
+            r["filters"] = r["filters"][0] + (r["filters"] - r["filters"][0]) * 5 / next(ratios)
+    spread = at(_by_id(rows)["filters.faster"])
+    assert spread[0] == V.HOLDS and spread[fl.MUCH_FASTER_READINGS.index(2.0)] == V.UNRESOLVED
+
+
 def _with_fractions(rows, fractions):
     """``rows`` with the large K's final filters set to K=1's at ``fractions[seed]`` of its run."""
     k1 = {r["seed"]: r for r in rows if r["K"] == 1}
