@@ -603,6 +603,19 @@ def test_tie_in_agrees_only_when_both_claims_hold():
     assert [v.verdict for v in ED.tie_in(row(HOLDS), row(UNRESOLVED), row(HOLDS))] == [UNRESOLVED, UNRESOLVED]
     assert [v.verdict for v in ED.tie_in(row(FAILS), row(HOLDS), row(UNRESOLVED))] == [FAILS, UNRESOLVED]
     assert [v.id for v in ED.tie_in(row(HOLDS), row(HOLDS), row(HOLDS))] == ["tie.one_effect", "tie.both_tasks"]
+    # a conjunction with one part that does not hold does not hold, whatever the other part (the
+    # old rule let an unresolved part turn it into "cannot resolve")
+    assert [v.verdict for v in ED.tie_in(row(UNRESOLVED), row(FAILS), row(UNRESOLVED))] == [FAILS, FAILS]
+    assert [v.verdict for v in ED.tie_in(row(UNRESOLVED), row(UNRESOLVED), row(FAILS))] == [UNRESOLVED, FAILS]
+
+
+def test_conjunction_holds_fails_and_cannot_resolve():
+    c = ED.conjunction
+    assert c(HOLDS, HOLDS) == c(HOLDS) == HOLDS                                 # every part holds
+    assert c(FAILS, UNRESOLVED) == c(UNRESOLVED, FAILS) == c(HOLDS, FAILS) == FAILS  # any part fails
+    assert c(HOLDS, UNRESOLVED) == c(UNRESOLVED, UNRESOLVED) == UNRESOLVED      # none fails, not all hold
+    with pytest.raises(ValueError):
+        c()
 
 
 def test_claim_ids_are_unique_when_a_chapter_runs_two_activations():

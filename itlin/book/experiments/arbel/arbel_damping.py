@@ -94,18 +94,33 @@ def main_paper_claim(rec, threshold: float = 2.5, margin: float = 0.1) -> V.Verd
                                                    f"{int(both.sum())} initialisations kept at both")
 
 
+def conjunction(*verdicts: str) -> str:
+    """The verdict on "every part holds": *does not hold* when any part does not hold, *holds*
+    when every part holds, *cannot resolve* otherwise.
+
+    >>> conjunction(V.HOLDS, V.HOLDS), conjunction(V.FAILS, V.UNRESOLVED), conjunction(V.HOLDS, V.UNRESOLVED)
+    ('holds', 'does not hold', 'cannot resolve')
+    """
+    if not verdicts:
+        raise ValueError("a conjunction needs at least one part.")
+    if V.FAILS in verdicts:
+        return V.FAILS
+    return V.HOLDS if all(v == V.HOLDS for v in verdicts) else V.UNRESOLVED
+
+
 def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
     """Whether the two papers' claims agree on our runs (two stated verdicts from judged ones):
     ``tie.one_effect`` holds when Arbel et al.'s step-size claim (``step``) and the damping claim
     in their setting (``lrfit``: ``damping.lrfit``) both hold; ``tie.both_tasks`` when the damping
-    claim holds there and on the quintic (``quintic``). Cannot resolve when either cannot."""
+    claim holds there and on the quintic (``quintic``). A conjunction: it does not hold when
+    either part does not hold (whatever the other), holds only when both hold, and cannot
+    resolve otherwise (one part cannot, the other holds or cannot)."""
     word = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve"}
 
     def both(id, claim, paper, a, b, what):
-        vs = (a.verdict, b.verdict)
-        res = V.HOLDS if vs == (V.HOLDS, V.HOLDS) else (V.UNRESOLVED if V.UNRESOLVED in vs else V.FAILS)
+        res = conjunction(a.verdict, b.verdict)
         return V.stated(id, claim, paper, f"{what[0]} {word[a.verdict]}; {what[1]} {word[b.verdict]}", res,
-                        detail="holds only if both hold")
+                        detail="a conjunction: holds only if both hold, does not hold if either does not")
 
     return [both("tie.one_effect", "one effect: smaller GN steps and more damping both give better features "
                  "(Arbel et al.'s setting)", "Arbel et al.: small steps, better features; main paper: more damping, "
@@ -116,4 +131,4 @@ def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
 
 EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims))
 
-__all__ = ["DampingParams", "EXPERIMENT", "NAME", "SCALES", "claims", "main_paper_claim", "run", "summary", "tie_in"]
+__all__ = ["DampingParams", "EXPERIMENT", "NAME", "SCALES", "claims", "conjunction", "main_paper_claim", "run", "summary", "tie_in"]
