@@ -570,6 +570,11 @@ def test_quintic_maths_checks():
          "div_hi": [10, 100, 1000], "finite_large": [10, 100, 1000], "inf_hi": True}
     v = {x.id: x.verdict for x in Q.judge_checks(c)}
     assert set(v.values()) == {"holds"} and len(v) == 8
+    # K=inf's two-line bound is fixed by the zero-bias initialisation: a stated check labelled so, its
+    # paper column not claiming a finding about feature learning
+    fit = {x.id: x for x in Q.judge_checks(c)}["inf.cannot_fit"]
+    assert not fit.tested and "initialisation" in fit.claim and "not a finding" in fit.detail
+    assert "not tested here" in fit.paper
     bad = dict(c, kconv={"measured": 0.5, "predicted": 0.3678, "steps": 100.0}, inf_resid=0.1, inf_bound=1e-4,
                k10_ratio=1.2, part={"grew": 1, "phases": 5}, gd_limit=0.05, div_hi=[10], inf_hi=False)
     assert set(x.verdict for x in Q.judge_checks(bad)) == {"does not hold"}

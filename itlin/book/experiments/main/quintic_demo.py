@@ -248,9 +248,14 @@ def judge_checks(c: dict) -> list:
         ("inf.two_lines", "K=∞'s linearised model is one line on each side of 0", "K=∞: no feature learning",
          c["inf_resid"] < 1e-3 if has else None, f"largest deviation {c.get('inf_resid', 0):.1e} of its range, jump "
          f"{c.get('inf_jump', 0):+.3g} at 0", "within 1e-3 of its range"),
-        ("inf.cannot_fit", "no K=∞ model fits the training data as K=1 does", "some feature learning is needed",
-         c["inf_bound"] > 5 * c["k1_best"] if has else None, f"best two-line train RMSE {c.get('inf_bound', 0):.3f} "
-         f"against K=1's {c.get('k1_best', 0):.3g}", "cannot fit: over five times K=1's train RMSE"),
+        # fixed by construction: with zero biases every K=∞ model is one line on each side of 0, so the
+        # bound is the training data's best two-line fit whatever the run; a check of the set-up, not a finding
+        ("inf.cannot_fit", "no K=∞ model fits the training data as K=1 does (follows from the zero-bias "
+         "initialisation)", "not tested here: \"some feature learning is needed\" is the paper's reading of Figs. 2 and "
+         "5; this follows from the initialisation", c["inf_bound"] > 5 * c["k1_best"] if has else None,
+         f"best two-line train RMSE {c.get('inf_bound', 0):.3f} against K=1's {c.get('k1_best', 0):.3g}",
+         "a stated check of the set-up, fixed by the zero biases (every K=∞ model is two lines), not a finding "
+         "about feature learning; cannot fit: over five times K=1's train RMSE"),
         ("small_k.like_gd", "small K ends where gradient descent does (K=10 against K=1, smallest learning rate)",
          "small K performs like (S)GD", None if r is None else abs(r - 1) < 0.05, f"train RMSE ratio {r or 0:.3f}",
          "within 5%"),
