@@ -184,7 +184,7 @@ def test_steps_and_init_at_tiny_scale(results):
         assert rec[f"gn/{k}"].shape == (L, S, T) and np.all(np.isfinite(rec[f"gn/{k}"])), k
     np.testing.assert_allclose(rec["gn/lrfit"][:, :, 0], rec["gd/lrfit"][:, :, 0], rtol=1e-4)  # same initial features
     assert render.judge(rec).ids == ("gn.step_lrfit", "gd.step_lrfit", "gn.step_wcd", "gd.step_wcd", "hidden.gn",
-                                     "hidden.gn_vs_gd")
+                                     "hidden.gn_vs_gd", "speed.gn_faster")
     assert "| the claims' small step | 0.01 |" in render.settings(rec)
     assert len(ES.summary(rec)) == 2 * L + 1
     s = A.lr_arrays(rec)
@@ -390,6 +390,59 @@ def test_step_claims_hold_fail_and_cannot_resolve():
     div[2, 0] = True
     v = {x.id: x for x in ES.judge_arrays(_steps(diverged=div))}["gn.step_lrfit"]
     assert v.dropped == 1 and v.gap.n == 5
+
+
+def _speed(gn_steps, gd_steps, gn_ok, gd_ok, seeds=8):
+    """Constructed step-sweep arrays for speed_claim: per seed, GN's and GD's stop step at the
+    grid's large step (converged where ``*_ok``), budgets 400 and 4000."""
+    s = _steps(seeds=seeds, gn_steps=400)
+    for m, st, ok in (("gn", gn_steps, gn_ok), ("gd", gd_steps, gd_ok)):
+        s["steps"][m] = np.full((3, seeds), 400 if m == "gn" else 4000)
+        s["converged"][m] = np.zeros((3, seeds), bool)
+        s["steps"][m][2], s["converged"][m][2] = st, ok
+    return s
+
+
+def test_speed_claim_counts_iterations_to_the_stopping_loss_and_cannot_order_unfinished_pairs():
+    """speed.gn_faster (issue 44; Arbel's abstract): log10 GD's over GN's iterations to the stopping
+    loss, each at its fastest step, above `effect`. GN at ~150 iterations against a GD that never
+    gets there in 4000 holds (GD's budget a lower bound); GD faster does not hold; seeds where
+    neither reached it are left out and counted, so the claim cannot hold; a gap within the margin
+    on noisy seeds cannot resolve."""
+    rng = np.random.default_rng(1)
+    n = 8
+    fast = np.round(150 * 10 ** (0.1 * rng.standard_normal(n)))
+    v = ES.speed_claim(_speed(fast, np.full(n, 4000), np.ones(n, bool), np.zeros(n, bool)))
+    assert v.id == "speed.gn_faster" and v.verdict == HOLDS and v.gap.n == n and not v.dropped
+    assert v.gap.mean == pytest.approx(np.mean(np.log10(4000 / fast)))
+    assert "GN 8/8 reached it" in v.measured and "GD 0/8 reached it" in v.measured
+    slow = ES.speed_claim(_speed(np.full(n, 400), fast, np.zeros(n, bool), np.ones(n, bool)))  # GD reached it first
+    assert slow.verdict == FAILS and slow.gap.mean < 0  # GN's budget: an upper bound of the gap
+    gn_ok = np.ones(n, bool)
+    gn_ok[:2] = False
+    left = ES.speed_claim(_speed(fast, np.full(n, 4000), gn_ok, np.zeros(n, bool)))
+    assert left.dropped == 2 and left.gap.n == n - 2 and left.verdict == UNRESOLVED
+    near = ES.speed_claim(_speed(np.full(n, 1000), np.round(1000 * 10 ** (0.1 + 0.3 * rng.standard_normal(n))),
+                                 np.ones(n, bool), np.ones(n, bool)))
+    assert near.verdict == UNRESOLVED
+    # the fastest step of the grid counts: a GN run converged at the middle step only
+    s = _speed(fast, np.full(n, 4000), np.zeros(n, bool), np.zeros(n, bool))
+    s["steps"]["gn"][1], s["converged"]["gn"][1] = 200, True
+    count, exact = ES.iterations_to_optimum(s, "gn")
+    assert exact.all() and (count == 200).all() and ES.speed_claim(s).verdict == HOLDS
+
+
+def test_effect_readings_show_where_a_decade_claim_flips():
+    """The Test-LRfit claim at the direction alone, x1.1, the book's x1.26 and x2 (issue 44): a
+    resolved x1.16 holds as a direction and at x1.1 and does not hold at x1.26 or x2."""
+    assert ES.EFFECT_READINGS[0] == 1.0 and math.isclose(math.log10(ES.EFFECT_READINGS[2]), R_STEPS["effect"])
+    v = {x.id: x for x in ES.judge_arrays(_steps(gn=(0.01, 0.0116), noise=0.005, seeds=20))}["gn.step_lrfit"]
+    got = ES.effect_readings(v)
+    assert [w for _, w in verdicts.margin_sensitivity(v, got["margins"])] == [HOLDS, HOLDS, FAILS, FAILS]
+    assert got["sentence"].startswith("holds at ×1 and ×1.1, does not hold at ×1.26 and ×2; it holds for any "
+                                      "threshold below ×1.1")
+    noisy = {x.id: x for x in ES.judge_arrays(_steps(gn=(0.01, 0.0126), noise=0.3))}["gn.step_lrfit"]
+    assert [w for _, w in verdicts.margin_sensitivity(noisy, ES.effect_readings(noisy)["margins"])][2] == UNRESOLVED
 
 
 def test_gn_against_gd_at_small_steps_compares_a_gd_run_that_moves():
