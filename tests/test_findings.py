@@ -1,0 +1,107 @@
+"""The Findings page (itlin.book.findings): every headline row is judged on a record kept with the
+book, the confirmatory plans are what the history shows, and the summaries count what they say."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from itlin.book import findings as F
+from itlin.book import runner
+from itlin.book import verdicts as V
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _finding(key, paper, gap, rule="not_worse", margin=0.02, tolerance=None):
+    h = F.Headline(key, paper, "Fig. X", "words", "k_sweeps", "rec", "c", tolerance=tolerance, short=key)
+    v = V.judge("c", "claim", "paper", gap, rule, margin)
+    margins = [tolerance] if tolerance is not None else [0.5 * margin, 2 * margin]
+    return F.Finding(h, v, (), tuple(V.margin_sensitivity(v, margins)), "", "setting")
+
+
+def test_the_registry_covers_the_three_papers_and_the_figures_the_issue_names():
+    keys = [h.key for h in F.HEADLINES]
+    assert len(keys) == len(set(keys)) >= 18
+    assert {h.paper for h in F.HEADLINES} == set(F.PAPERS)
+    figures = " ".join(h.figure for h in F.HEADLINES if h.paper == F.MAIN)
+    for fig in ("Fig. 2", "Fig. 3", "Fig. 4", "Fig. 5", "Fig. 6", "Fig. 7", "Fig. 8", "Fig. 9", "2-3", "8-12"):
+        assert fig in figures, fig
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = {c["file"] for part in toc["parts"] for c in part["chapters"]}
+    assert "book/findings" in pages and all(f"book/{h.chapter}" in pages for h in F.HEADLINES)
+    for h in F.HEADLINES:
+        for name in (h.record, *h.others):
+            assert (runner.recorded_dir() / name).is_dir(), f"{h.key}: no recorded run {name!r}"
+
+
+@pytest.mark.slow
+def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity_entry():
+    found = F.findings()
+    assert len(found) == len(F.HEADLINES)
+    for f in found:
+        assert f.verdict.id == f.headline.claim and f.verdict.verdict in (V.HOLDS, V.FAILS, V.UNRESOLVED)
+        row = F.row(f)
+        assert row["at other margins"] and row["chapter"].startswith("{doc}`")
+        if f.verdict.tested and (f.verdict.margin or 0) > 0:
+            assert len(f.sensitivity) == (1 if f.headline.tolerance is not None else 2)
+        if f.headline.plan is not None:  # a confirmatory test is judged alone, at 95%
+            assert f.verdict.level == V.LEVEL
+    # the sufficiency headlines are one-sided
+    one_sided = {f.headline.key: f.verdict.rule for f in found}
+    for key in ("main.fig2.full", "main.fig2.mini", "main.fig3", "main.2-3", "main.8-12"):
+        assert one_sided[key] == "not_worse", key
+    fig3 = next(f for f in found if f.headline.key == "main.fig3")
+    assert fig3.verdict.margin == 0.01 and fig3.premise in (V.HOLDS, V.FAILS)  # the paper's "under 1%"
+    c = F.counts(found)
+    assert sum(c.values()) == len(found)
+    assert f"{len(found)} headline claims" in subprocess.run(
+        ["python", "-m", "itlin.book.findings"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+
+
+def test_counts_and_synthesis_on_constructed_findings():
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
+    found = [_finding("a", F.MAIN, g(0.05, 0.01)), _finding("b", F.MAIN, g(-0.05, 0.01)),
+             _finding("c", F.MAIN, g(-0.02, 0.005)), _finding("d", F.ARBEL, g(0.15, 0.1), "exceeds", 0.1)]
+    assert [f.verdict.verdict for f in found] == [V.HOLDS, V.FAILS, V.UNRESOLVED, V.UNRESOLVED]
+    assert F.counts(found) == {V.HOLDS: 1, V.FAILS: 1, V.UNRESOLVED: 2}
+    assert F.counts(found, F.MAIN) == {V.HOLDS: 1, V.FAILS: 1, V.UNRESOLVED: 1}
+    text = F.synthesis(found, F.MAIN)
+    assert text.startswith("Of the 3 headline claims of Goldwaser & Ge judged here, 1 hold, 1 do not hold and 1 ")
+    assert "Not holding: Fig. X, b (" in text and "Not resolved: Fig. X, c (" in text
+    with pytest.raises(ValueError, match="no finding"):
+        F.synthesis(found, F.ORTIZ)
+    # the sensitivity column: half and twice the margin, or the paper's own tolerance
+    assert F.sensitivity_text(found[2]) == "does not hold at 0.5x (1.0); holds at 2x (4.0)"
+    tol = _finding("t", F.MAIN, g(-0.015, 0.003), tolerance=0.01)
+    assert F.sensitivity_text(tol) == "does not hold at the paper's 1 points"
+    assert "exploratory" == F.kind_of_test("rec", "c")
+
+
+def test_bad_margin_factors_are_refused_before_any_record_is_opened():
+    with pytest.raises(ValueError, match="margin_factors"):
+        F.judge_headline(F.HEADLINES[0], margin_factors=(-1.0,))
+    with pytest.raises(ValueError, match="margin_factors"):
+        F.findings(margin_factors=())
+
+
+def _git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_confirmatory_plans_are_what_the_history_shows():
+    """A plan is verifiable when its commit precedes the first commit that brought the record's
+    runs; not verifiable when the record arrived in the plan's own commit."""
+    if _git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
+        pytest.skip("needs a git checkout with its whole history")
+    for name, plan in F.CONFIRMATORY.items():
+        assert (runner.recorded_dir() / name).is_dir(), name
+        if _git("cat-file", "-e", plan.commit + "^{commit}").returncode:
+            pytest.skip(f"commit {plan.commit} is not in this checkout's history")
+        added = _git("log", "--diff-filter=A", "--format=%H", "--", f"book/recorded/{name}").stdout.split()
+        first = added[-1]  # the oldest commit that added files of the record
+        same = _git("rev-parse", plan.commit).stdout.strip() == first
+        before = _git("merge-base", "--is-ancestor", plan.commit, first).returncode == 0 and not same
+        assert plan.verifiable == before, (name, plan)
+        assert plan.verifiable or same, f"{name}: neither before its runs nor in their commit"
