@@ -257,19 +257,19 @@ def test_paper_scale_resolves_to_the_papers_settings_without_running():
 
 
 # ------------------------------------------------------------------------------ Fig. 4 claims on synthetic rows
-def _row4(config, K, seed, test, status="completed"):
+def _row4(config, K, seed, test, status="completed", train=None):
     return {"tag": f"{config} K={K} seed={seed}", "config": config, "K": float(K), "seed": seed, "test": test,
             "status": status, "updates": 3, "diverged_at": None if status == "completed" else 50,
-            "test_net": test, "train": test, "setting": f"{config} K={K}"}
+            "test_net": test, "train": test if train is None else train, "setting": f"{config} K={K}"}
 
 
-def _fig4_rows(gap, spread=0.002, seeds=5, diverge=None):
-    """K=1 at 0.8 for both networks; K=100 at 0.8 + gap; ``diverge(config, seed) -> bool`` for
-    the large-K runs."""
+def _fig4_rows(gap, spread=0.002, seeds=5, diverge=None, k1_train=1.0):
+    """K=1 at test accuracy 0.8 (train ``k1_train``: the premise) for both networks; K=100 at 0.8 +
+    gap; ``diverge(config, seed) -> bool`` for the large-K runs."""
     rng = np.random.default_rng(1)
     rows = []
     for s in range(seeds):
-        rows += [_row4(f4.NO_BN, 1, s, 0.8), _row4("BN", 1, s, 0.8)]
+        rows += [_row4(f4.NO_BN, 1, s, 0.8, train=k1_train), _row4("BN", 1, s, 0.8, train=k1_train)]
         for c in (f4.NO_BN, *f4.BN_MODES):
             for K in (25, 100):
                 bad = diverge is not None and diverge(c, s, K)
@@ -287,8 +287,55 @@ def test_fig4_close_claims_hold_fail_and_cannot_resolve(gap, expected):
     c = _judge4(_fig4_rows(gap))
     assert c["nobn.large_close"].verdict == c["bn.large_close"].verdict == expected
     assert c["nobn.large_close"].rule == "close" and c["nobn.large_close"].margin == 0.02
-    assert c["bn.large_close"].headline and "K=100" in c["nobn.large_close"].measured
+    assert not c["bn.large_close"].headline and "K=100" in c["nobn.large_close"].measured  # a secondary row
     assert "recalibrated" in c["bn.large_close"].claim
+
+
+@pytest.mark.parametrize("gap,expected", [(0.0, V.HOLDS), (0.1, V.HOLDS), (-0.2, V.FAILS), (-0.02, V.UNRESOLVED)])
+def test_fig4_headline_is_non_inferiority_that_holds_fails_and_cannot_resolve(gap, expected):
+    # the paper's "similar test performance to SGD" is a sufficiency claim: ending above K=1 supports it
+    c = _judge4(_fig4_rows(gap))
+    for key in ("nobn", "bn"):
+        v = c[f"{key}.large_not_worse"]
+        assert v.verdict == expected and v.rule == "not_worse" and v.margin == c[f"{key}.large_close"].margin == 0.02
+        assert v.headline and "similar test performance to SGD" in v.paper
+    ids = list(c)
+    assert ids[:6] == ["nobn.k1_trained", "nobn.large_not_worse", "nobn.large_close", "bn.k1_trained",
+                       "bn.large_not_worse", "bn.large_close"]
+
+
+@pytest.mark.parametrize("gap", [0.0, -0.2, -0.02])
+def test_fig4_claims_cannot_resolve_when_k1_did_not_train(gap):
+    # the premise: K=1 fits its training set (train accuracy at least 100% less the margin on every seed)
+    assert f4.premise_threshold(0.02) == pytest.approx(0.98)
+    ok = _judge4(_fig4_rows(gap, k1_train=0.985))
+    assert ok["nobn.k1_trained"].verdict == ok["bn.k1_trained"].verdict == V.HOLDS
+    assert ok["nobn.large_not_worse"].tested and f4.PREMISE_UNMET not in ok["nobn.large_not_worse"].detail
+    low = _judge4(_fig4_rows(gap, k1_train=0.25))                  # K=1 at 25% train accuracy: untrained
+    assert low["nobn.k1_trained"].verdict == low["bn.k1_trained"].verdict == V.FAILS
+    assert not low["nobn.k1_trained"].tested and "0 of 5 seeds" in low["nobn.k1_trained"].measured
+    for key in ("nobn", "bn"):
+        for claim in ("large_not_worse", "large_close"):
+            v = low[f"{key}.{claim}"]
+            assert v.verdict == V.UNRESOLVED and v.detail.startswith(f4.PREMISE_UNMET) and not v.tested
+            assert "not judged" in v.measured and "gap" in v.measured   # the gap it measured stays visible
+            assert f4.PREMISE_UNMET in render.claims([v])                # and the table shows why
+    assert low["nobn.large_not_worse"].headline
+    # one seed's K=1 short of the threshold, or diverged, leaves the premise unmet
+    rows = _fig4_rows(gap)
+    rows[0] = _row4(f4.NO_BN, 1, 0, 0.8, train=0.9)
+    one = _judge4(rows)
+    assert one["nobn.k1_trained"].verdict == V.FAILS and one["bn.k1_trained"].verdict == V.HOLDS
+    assert one["nobn.large_not_worse"].verdict == V.UNRESOLVED and one["bn.large_not_worse"].tested
+    rows[0] = _row4(f4.NO_BN, 1, 0, 0.8, status="diverged at step 50", train=1.0)
+    assert _judge4(rows)["nobn.k1_trained"].verdict == V.FAILS
+    # premise=False: the tests as measured, for the chapter to show the gaps an unmet premise leaves unjudged
+    raw = {v.id: v for v in f4.judge_rows(_fig4_rows(gap, k1_train=0.25), n_test=100_000, margin=0.02,
+                                          bn_mode="recalibrate", premise=False)}
+    assert raw["nobn.large_not_worse"].tested and raw["nobn.large_not_worse"].verdict == ok["nobn.large_not_worse"].verdict
+    assert raw["nobn.k1_trained"].verdict == V.FAILS     # the premise itself still reads as measured
+    # the divergence claims do not rest on the premise
+    assert low["diverge.recalibrate"].tested and ok["diverge.recalibrate"].verdict == low["diverge.recalibrate"].verdict
 
 
 def test_fig4_divergence_claims_hold_fail_and_cannot_resolve():
@@ -390,7 +437,37 @@ def test_fig5_claims_hold_fail_and_cannot_resolve(finite, inf, expected_close, e
     assert [c["finite_close"].verdict, c["inf_worse"].verdict] == [expected_close, expected_worse]
     assert c["control_close"].verdict == (V.HOLDS if noise < 0.01 else V.UNRESOLVED)  # same slope at both rates
     assert "per tenfold data" in c["finite_close"].measured and c["finite_close"].unit == "points per tenfold data"
-    assert c["finite_close"].headline and c["inf_worse"].headline and not c["control_close"].headline
+    assert c["finite_not_worse"].headline and c["inf_worse"].headline and not c["control_close"].headline
+    assert not c["finite_close"].headline                                       # a secondary row
+    assert list(c)[:2] == ["finite_not_worse", "finite_close"]
+
+
+@pytest.mark.parametrize("finite,noise,expected", [
+    (0.30, 0.002, V.HOLDS),        # the same slope
+    (0.45, 0.002, V.HOLDS),        # a large K scaling faster than K=1 supports "suffices" (close would fail)
+    (0.10, 0.002, V.FAILS),        # far slower
+    (0.27, 0.03, V.UNRESOLVED),    # noisy, near the margin
+])
+def test_fig5_headline_is_non_inferiority_that_holds_fails_and_cannot_resolve(finite, noise, expected):
+    rows = _fig5_rows([0.30, finite, 0.30, 0.10], noise=noise, seeds=5 if noise < 0.01 else 3)
+    c = {v.id: v for v in f5.judge_rows(rows, n_test=10 ** 6, margin=0.05)}
+    v = c["finite_not_worse"]
+    assert v.verdict == expected and v.rule == "not_worse" and v.margin == c["finite_close"].margin == 0.05
+    assert "equivalent for all finite K" in v.paper
+    if finite == 0.45:
+        assert c["finite_close"].verdict == V.FAILS
+    # the slope margin's source is stated where the settings table shows it
+    assert f5.SLOPE_MARGIN_SOURCE in render.settings(f5.NAME, {"scale": "default"})
+
+
+def test_fig5_headline_across_slope_margins():
+    # a gap of -3 points per tenfold data with a tight interval: holds at 5, does not hold at 2
+    rows = _fig5_rows([0.30, 0.27, 0.30, 0.10])
+    v = {x.id: x for x in f5.judge_rows(rows, n_test=10 ** 6, margin=0.05)}["finite_not_worse"]
+    got = dict(V.margin_sensitivity(v, [0.02, 0.05, 0.1]))
+    assert (got[0.02], got[0.05], got[0.1]) == (V.FAILS, V.HOLDS, V.HOLDS)
+    table = render.sensitivity([v], margins=[0.02, 0.05, 0.1])
+    assert "non-inferiority" in table and "**does not hold**" in table
 
 
 def test_fig5_test_set_noise_widens_the_interval():
@@ -505,7 +582,8 @@ def test_fig4_tiny_runs_every_configuration_and_draws(tiny4):
     assert r["bn_mode"] == "recalibrate" and r["n_test"] == sc["n_test"] and r["close_margin"] == 0.02
     assert tiny4.meta["model"] == "resnet18_1d" and tiny4.meta["model_meta"]["width"] == sc["width"]
     ids = f4.EXPERIMENT.verdicts(tiny4).ids
-    assert ids == ("nobn.large_close", "bn.large_close", "diverge.recalibrate", "diverge.frozen", "diverge.batch",
+    assert ids == ("nobn.k1_trained", "nobn.large_not_worse", "nobn.large_close", "bn.k1_trained",
+                   "bn.large_not_worse", "bn.large_close", "diverge.recalibrate", "diverge.frozen", "diverge.batch",
                    "modes.recalibrate.frozen", "modes.recalibrate.batch", "modes.frozen.batch")
     assert [x["configuration"] for x in f4.summary(tiny4)] == ["no batch norm", "no batch norm",
                                                                  "BN (K=1, all modes)", "BN, recalibrated",
@@ -545,7 +623,8 @@ def test_fig5_tiny_runs_every_setting_and_size_chooses_on_validation_and_draws(t
     assert lrs[labels[0]] == lrs[labels[1]] == sc["lr"] and lrs[labels[2]] == lrs[labels[3]] == sc["lr_inf"]
     sl = f5.slopes(rows)
     assert set(sl) == set(labels) and all(len(v) == sc["seeds"] for v in sl.values())
-    assert f5.EXPERIMENT.verdicts(tiny5).ids == ("finite_close", "inf_worse", "inf_worse_finite", "control_close")
+    assert f5.EXPERIMENT.verdicts(tiny5).ids == ("finite_not_worse", "finite_close", "inf_worse", "inf_worse_finite",
+                                                  "control_close")
     assert len(f5.summary(tiny5)) == 4 * len(sc["sizes"])
     assert "| validation examples (held out of training) | 100 |" in render.settings(tiny5)
     fig = figures.fig5(tiny5)
