@@ -35,6 +35,11 @@ PAPER = {"lr": 1e-5, "lr_inf": 1e-3}
 #: training signals, subsets up to 4,000, and a test set that resolves slopes to about a point
 GENERATION = {"num_samples": 25_000, "train_split": 0.2}
 ALL = 10 ** 9
+#: where the slope margin (``slope_margin``, 5 points per tenfold data) comes from: nowhere in the paper,
+#: which gives no number for "equivalent"; our choice. For scale: over our sizes (a factor 10), a slope gap
+#: of that size moves the accuracy gap at the largest set by 5 points, more than the 2-point margin of the
+#: book's final-accuracy claims, so the chapter shows the verdict across margins (render.sensitivity)
+SLOPE_MARGIN_SOURCE = "our choice: the paper gives no number for \"equivalent\""
 
 SCALES = {
     "tiny": {"dataset": "mnist1d", "sizes": [64, 128, 256, 640], "n_val": 100, "n_test": 200, "channels": 4,
@@ -92,8 +97,10 @@ class Fig5Params(Params):
                                              source="Appendix C: \"optimal early stopping\"")
     seeds: Optional[int] = param(None, "seeds per setting (subsets, initialisation, batches)", min=1, max=100_000,
                                  label="seeds", source="our choice: the paper shows one run each")
-    slope_margin: float = param(0.05, "two slopes (accuracy per tenfold data) are close when their difference's "
-                                      "interval lies within this", gt=0, lt=1)
+    slope_margin: float = param(0.05, "the slope margin (accuracy per tenfold data): a large K scales no worse "
+                                      "than K=1 when the slope gap's interval lies above minus this, close when "
+                                      "within it", gt=0, lt=1, label="slope margin (accuracy per tenfold data)",
+                                paper="not stated", source=SLOPE_MARGIN_SOURCE)
     blowup: float = param(100.0, "a run diverged once its training loss exceeds this multiple of its first", gt=1)
 
     def check(self):
@@ -281,8 +288,10 @@ def claims(rec) -> list:
 def judge_rows(rows_, *, n_test: int, margin: float) -> list:
     """Fig. 5's claims on the slopes, paired by seed (a seed enters a comparison only when all its
     runs of both settings completed; one left out keeps a "close" claim from holding):
-    ``finite_close`` (headline: the large K's slope within ``margin`` of K=1's at the same learning
-    rate), ``inf_worse`` (headline: K=inf's below K=1's at the same, larger rate),
+    ``finite_not_worse`` (headline: the large K's slope no more than ``margin`` below K=1's at the
+    same learning rate; non-inferiority: "equivalent for all finite K" says a finite K suffices,
+    which scaling faster than K=1 supports), ``finite_close`` (the same within ``margin`` on both
+    sides, a secondary row), ``inf_worse`` (headline: K=inf's below K=1's at the same, larger rate),
     ``inf_worse_finite`` (K=inf's below the large K's) and ``control_close`` (K=1's the same at
     both rates)."""
     labels = labels_of(rows_)
@@ -292,8 +301,12 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
     sl = slopes(rows_)
     out = []
     for id, claim, paper, a, b, rule in (
-            ("finite_close", "a large finite K scales with data like K=1", "equivalent for all finite K", kbig, k1,
-             "close"),
+            ("finite_not_worse", "a large finite K scales with data no worse than K=1",
+             "\"The rate at which performance improves as the dataset size increases is equivalent for all finite "
+             "K\" (Fig. 5 caption); \"scales similarly to K=1 if trained until convergence\" (Section 4.1)", kbig, k1,
+             "not_worse"),
+            ("finite_close", "a large finite K scales with data like K=1 (either side)", "equivalent for all finite K",
+             kbig, k1, "close"),
             ("inf_worse", "K=∞ scales worse than K=1 at its learning rate",
              "worse for K=∞ (with K=1 at lr 1e-3 as the control)", k1_hi, kinf, "exceeds"),
             ("inf_worse_finite", "K=∞ scales worse than the large finite K", "worse for K=∞ than any finite K",
@@ -305,14 +318,16 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
         measured = f"{a}: {V.fmt_mean([sl[a][s] for s in seeds], unit=' points')}, {b}: " \
                    f"{V.fmt_mean([sl[b][s] for s in seeds], unit=' points')} per tenfold data" if seeds else \
                    "no seed completed every run of both settings"
-        out.append(V.judge(id, claim, paper, gap, rule, margin if rule == "close" else 0.0, measured=measured,
-                           headline=id in ("finite_close", "inf_worse"), unit="points per tenfold data",
+        out.append(V.judge(id, claim, paper, gap, rule, margin if rule in ("close", "not_worse") else 0.0,
+                           measured=measured, headline=id in ("finite_not_worse", "inf_worse"),
+                           unit="points per tenfold data",
                            dropped=dropped))
     return out
 
 
 EXPERIMENT = register(Experiment(NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
 
-__all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES", "claims",
+__all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES",
+           "SLOPE_MARGIN_SOURCE", "claims",
            "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slopes", "split",
            "steps_for", "summary"]
