@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from itlin.book import findings as F
+from itlin.book import plans
 from itlin.book import runner
 from itlin.book import verdicts as V
 
@@ -76,7 +77,7 @@ def test_counts_and_synthesis_on_constructed_findings():
     assert F.sensitivity_text(found[2]) == "does not hold at 0.5x (1.0); holds at 2x (4.0)"
     tol = _finding("t", F.MAIN, g(-0.015, 0.003), tolerance=0.01)
     assert F.sensitivity_text(tol) == "does not hold at the paper's 1 points"
-    assert "exploratory" == F.kind_of_test("rec", "c")
+    assert "exploratory" == plans.kind_of_test("rec", "c")
 
 
 def test_bad_margin_factors_are_refused_before_any_record_is_opened():
@@ -95,7 +96,7 @@ def test_confirmatory_plans_are_what_the_history_shows():
     runs; not verifiable when the record arrived in the plan's own commit."""
     if _git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
         pytest.skip("needs a git checkout with its whole history")
-    for name, plan in F.CONFIRMATORY.items():
+    for name, plan in plans.CONFIRMATORY.items():
         assert (runner.recorded_dir() / name).is_dir(), name
         if _git("cat-file", "-e", plan.commit + "^{commit}").returncode:
             pytest.skip(f"commit {plan.commit} is not in this checkout's history")

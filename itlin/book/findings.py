@@ -23,6 +23,7 @@ from typing import NamedTuple, Optional, Sequence
 
 from . import render, runner
 from . import verdicts as V
+from .plans import CONFIRMATORY, Plan, kind_of_test
 
 MAIN, ARBEL, ORTIZ = "Goldwaser & Ge", "Arbel et al.", "Ortiz-Jiménez et al."
 PAPERS = (MAIN, ARBEL, ORTIZ)
@@ -62,25 +63,6 @@ class Headline(NamedTuple):
         plan = CONFIRMATORY.get(self.record)
         return plan if plan is not None and plan.claim == self.claim else None
 
-
-class Plan(NamedTuple):
-    """A confirmatory record's plan: the ``commit`` that fixed its settings, seeds and one
-    ``claim`` before its runs, and whether the history shows that (``verifiable``: the commit
-    precedes the commit that brought the record's first runs; ``False`` when plan and runs
-    arrived in one commit). ``tests/test_findings.py`` checks both against the git history."""
-
-    commit: str
-    claim: str
-    verifiable: bool
-
-
-#: the confirmatory records kept with the book, by folder
-CONFIRMATORY = {
-    "feature_updates-fashion-256-u2-fresh-100seeds": Plan("dce7965", "full.u2", False),
-    "feature_updates-fashion-256-mini-u2-fresh-504seeds": Plan("8c39da3", "mini.u2", True),
-    "arbel_steps-relu-gn2fullsteps-fresh-277seeds": Plan("6eaba4d", "gn.step_lrfit", False),
-    "ortiz_eigenfunctions-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True),
-}
 
 _MNIST1D = "MNIST-1D instead of CIFAR-10, a small CNN, budgets of thousands of steps instead of hundreds of thousands"
 
@@ -321,19 +303,6 @@ def setting(rec) -> str:
     return ", ".join(parts)
 
 
-def kind_of_test(record: str, claim: str) -> str:
-    """Whether ``claim`` on ``record`` is a confirmatory test (with the commit that fixed it, and
-    whether that can be checked) or exploratory."""
-    plan = CONFIRMATORY.get(record)
-    if plan is None:
-        return "exploratory"
-    if plan.claim != claim:
-        return f"exploratory (the record is confirmatory for `{plan.claim}`)"
-    if plan.verifiable:
-        return f"confirmatory (fixed in {plan.commit}, before its runs)"
-    return f"confirmatory, **not verifiably fixed in advance** (plan and runs in one commit, {plan.commit})"
-
-
 def row(f: Finding) -> dict:
     """One row of the Findings table."""
     h, v = f.headline, f.verdict
@@ -446,9 +415,9 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ARBEL", "CONFIRMATORY", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "Plan", "counts", "findings", "forest",
+__all__ = ["ARBEL", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "counts", "findings", "forest",
            "gap_against_margin", "judge_headline", "plain_table", "row", "sensitivity_text", "setting", "synthesis",
-           "table", "kind_of_test"]
+           "table"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -77,9 +77,11 @@ def summary(record, columns: Optional[Sequence[str]] = None) -> str:
 def judge(*records) -> V.Verdicts:
     """The claims of one or more records (a chapter's), with Holm's correction over all their
     tests (:func:`itlin.book.verdicts.holm`), picked by id: ``judge(rec)["full.large_close"]``."""
+    from .plans import mark
+
     out = []
     for rec in records:
-        out += list(_experiment(rec).verdicts(rec))
+        out += mark(rec, _experiment(rec).verdicts(rec))
     return V.holm(out)
 
 
@@ -230,11 +232,14 @@ def measured(v: V.Verdict) -> str:
 
 
 def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
-    """The claims table (claim, the paper, ours, the gap it resolves, verdict), headline
-    claims in bold, then a one-sentence bottom line."""
+    """The claims table (claim, the paper, ours, the gap it resolves, the kind of test, verdict),
+    headline claims in bold, then a one-sentence bottom line. The test column says
+    *confirmatory* for a claim its record was planned to test before its runs
+    (:mod:`itlin.book.plans`) and *exploratory* otherwise."""
     rows = [{"claim": f"**{v.claim}**" if v.headline else v.claim, "paper": v.paper, "ours": measured(v),
-             "resolves gaps of": resolvable(v), "verdict": _WORDS[v.verdict]} for v in verdicts]
-    text = table(rows, ["claim", "paper", "ours", "resolves gaps of", "verdict"])
+             "resolves gaps of": resolvable(v), "test": "confirmatory" if v.confirmatory else "exploratory",
+             "verdict": _WORDS[v.verdict]} for v in verdicts]
+    text = table(rows, ["claim", "paper", "ours", "resolves gaps of", "test", "verdict"])
     return text + ("\n\n" + V.bottom_line(list(verdicts)) if bottom_line else "")
 
 

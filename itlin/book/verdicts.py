@@ -524,7 +524,9 @@ class Verdict:
     and a multiple-testing correction leaves it alone. ``unit``, ``scale`` and ``digits`` say
     how gaps are printed (``scale * gap`` ``unit``). ``level`` is the confidence level the
     verdict was reached at (:data:`LEVEL`, or the claim's own after :func:`holm`); ``dropped``
-    counts the seeds left out because a run diverged.
+    counts the seeds left out because a run diverged; ``confirmatory`` marks the one claim a
+    record was planned to test before its runs (:mod:`itlin.book.plans`; every other verdict is
+    exploratory).
     """
 
     id: str
@@ -543,6 +545,7 @@ class Verdict:
     level: float = LEVEL
     dropped: int = 0
     family: int = 1
+    confirmatory: bool = False
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not self.id:

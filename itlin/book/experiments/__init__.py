@@ -11,10 +11,11 @@ An experiment is a figure or table of a paper, reproduced. It declares
 * ``summary(record) -> [row, ...]``: the rows of its summary table (dicts, column to value);
 * ``claims(record) -> [Verdict, ...]``: the paper's claims judged on the record
   (:mod:`itlin.book.verdicts`), each with a stable ``id``, the paper's statement, the rule
-  (``exceeds``/``close``) and the margin.
+  (``exceeds``/``not_worse``/``close``) and the margin.
 
 Generic functions render any experiment (:mod:`itlin.book.render`: ``settings``, ``summary``,
-``claims``, and ``judge``, which applies Holm's correction over a chapter's claims); chapters
+``claims``, and ``judge``, which applies Holm's correction over the claims of the records it is
+given, one family per call: a chapter calls it once per record); chapters
 pick claims by id and draw figures from :mod:`itlin.book.figures` (one module per paper). No
 experiment module builds Markdown or imports matplotlib. A minimal one::
 
