@@ -19,6 +19,7 @@ pre-registered claim alone at 95% (``alone=True``).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import NamedTuple, Optional, Sequence
 
 from . import render, runner
@@ -264,6 +265,10 @@ def gap_against_margin(v: V.Verdict) -> str:
     verdict's level and the threshold it is judged against."""
     if not v.tested:
         return v.measured or "—"
+    digits = v.digits
+    while math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 4:
+        digits += 1  # an interval that would print as "± 0.0"
+    v = replace(v, digits=digits)
     margin = f"{v.scale * (v.margin or 0.0):.{v.digits}f}"
     return f"{v.gap_text()} vs margin {margin} ({V.RULE_WORDS[v.rule].split(' (')[0]})"
 
