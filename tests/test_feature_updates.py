@@ -109,3 +109,30 @@ def test_records_of_consecutive_seeds_on_one_subset_pool_to_the_record_of_all(tm
     own = runner.run("feature_updates", {**tiny, "seed": 4, "seeds": 1}, results_dir=tmp_path / "own",
                      progress=False, verbose=False)
     assert key(FU.rows(own)) != key([r for r in FU.rows(whole) if r["seed"] == 4])
+
+
+def test_a_training_pool_keeps_every_seeds_subset_out_of_the_enlarged_test_set():
+    """train_pool: each seed draws its training subset from one fixed pool, and the final test set
+    is the test split plus every training example outside the pool (issue 44's record design)."""
+    import numpy as np
+
+    from itlin import data
+    from itlin.book.experiments.main import _setup as S
+
+    full = data.load("mnist1d")
+    r = {"dataset": "mnist1d", "n_train": 100, "n_test": 200, "seed": 3, "train_pool": 1000, "n_test_final": 15_000}
+    ds, (xf, yf) = S.load_with_final(r)
+    ds2, (xf2, _) = S.load_with_final({**r, "seed": 4})
+    inside, rest = S.pool_split(full.y_train, 1000)
+    assert ds.n_train == 100 and ds.n_test == 200 and xf.shape[0] == full.n_test + full.n_train - 1000
+    assert np.array_equal(np.asarray(xf), np.asarray(xf2))  # one test set for every seed
+    for d in (ds, ds2):
+        idx = np.asarray(d.meta["train_index"])
+        assert set(idx) <= set(inside) and np.array_equal(full.x_train[idx], d.x_train)
+    assert set(ds.meta["train_index"]) != set(ds2.meta["train_index"])  # each seed its own subset
+    held = np.asarray(xf)[full.n_test:]
+    assert np.array_equal(held, full.x_train[rest]) and np.array_equal(np.asarray(yf)[full.n_test:], full.y_train[rest])
+    with pytest.raises(ValueError, match="train_pool"):
+        S.pool_split(full.y_train, full.n_train)
+    with pytest.raises(ValueError, match="train_pool=50 is smaller than n_train"):
+        FU.UpdatesParams.from_dict({"scale": "tiny", "train_pool": 50, "n_train": 256}).check()

@@ -624,7 +624,7 @@ def test_fig5_tiny_runs_every_setting_and_size_chooses_on_validation_and_draws(t
     assert lrs[labels[0]] == lrs[labels[1]] == sc["lr"] and lrs[labels[2]] == lrs[labels[3]] == sc["lr_inf"]
     sl = f5.slopes(rows)
     assert set(sl) == set(labels) and all(len(v) == sc["seeds"] for v in sl.values())
-    assert f5.EXPERIMENT.verdicts(tiny5).ids == ("finite_not_worse", "finite_close", "inf_worse", "inf_worse_finite",
+    assert f5.EXPERIMENT.verdicts(tiny5).ids == ("finite_close", "finite_not_worse", "inf_worse", "inf_worse_finite",
                                                   "control_close")
     assert len(f5.summary(tiny5)) == 4 * len(sc["sizes"])
     assert "| validation examples (held out of training) | 100 |" in render.settings(tiny5)

@@ -155,14 +155,61 @@ def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[in
                  jnp.asarray(ds.x_train), jnp.asarray(ds.y_train), final)
 
 
+#: the seed of the one split of a training split into the pool that training subsets are drawn
+#: from and the held-out rest (``train_pool``): the same for every seed, so that no run trains on
+#: an example another run is tested on
+POOL_SEED = 20261128
+
+
+def pool_split(labels, pool: int) -> tuple:
+    """``(pool, rest)``: indices of a class-balanced pool of ``pool`` examples of a training split
+    with ``labels`` (drawn with :data:`POOL_SEED`) and of the examples outside it, both sorted.
+
+    >>> p, q = pool_split(np.repeat(np.arange(3), 4), 6)
+    >>> p.size, q.size, sorted(set(p) | set(q)) == list(range(12)), set(p) & set(q)
+    (6, 6, True, set())
+    """
+    from .... import data
+
+    labels = np.asarray(labels)
+    if not 1 <= int(pool) < labels.size:
+        raise ValueError(f"train_pool={pool} must be at least 1 and less than the {labels.size} training examples, "
+                         "so that some are left to test on.")
+    inside = np.asarray(data.balanced_indices(labels, int(pool), seed=(POOL_SEED, 2)))
+    return np.sort(inside), np.setdiff1d(np.arange(labels.size), inside)
+
+
 def load_with_final(r: Mapping, generation: Optional[Mapping] = None) -> tuple:
     """``(ds, final)``: the data of :func:`prepare` for resolved parameters ``r`` (``dataset``,
-    ``n_train``, ``n_test``, ``seed`` and optionally ``n_test_final``), and the large test set
-    ``final = (x, y)`` the final accuracies are measured on (``None`` without ``n_test_final``).
-    ``generation``: the MNIST-1D generator's arguments when ``n_test_final`` exceeds the standard
-    split (default :data:`MNIST1D_LARGE`)."""
+    ``n_train``, ``n_test``, ``seed`` and optionally ``n_test_final`` and ``train_pool``), and the
+    large test set ``final = (x, y)`` the final accuracies are measured on (``None`` without
+    ``n_test_final``). ``generation``: the MNIST-1D generator's arguments when ``n_test_final``
+    exceeds the standard split (default :data:`MNIST1D_LARGE`).
+
+    With ``train_pool``, the training split is cut once (:func:`pool_split`, the same for every
+    seed) into a pool of that many examples, from which each seed's training subset is drawn, and
+    the rest; the final test set is then the whole test split followed by every training example
+    outside the pool (``n_test_final`` is ignored): a test set tens of times larger, disjoint from
+    every run's training subset."""
     import jax.numpy as jnp
 
+    if r.get("train_pool"):
+        from dataclasses import replace as _replace
+
+        from .... import data
+
+        full = data.load(r["dataset"])
+        inside, rest = pool_split(full.y_train, int(r["train_pool"]))
+        if int(r["n_train"]) > inside.size:
+            raise ValueError(f"n_train={r['n_train']} is more than the train_pool of {inside.size} examples it is "
+                             "drawn from.")
+        pooled = _replace(full, x_train=full.x_train[inside], y_train=full.y_train[inside],
+                          meta={**full.meta, "train_index": inside, "n_train": int(inside.size)})
+        n_te = None if r["n_test"] >= full.n_test else int(r["n_test"])
+        ds = pooled.subset(int(r["n_train"]), n_te, seed=r["seed"])
+        final = (jnp.asarray(np.concatenate([full.x_test, full.x_train[rest]])),
+                 jnp.asarray(np.concatenate([full.y_test, full.y_train[rest]])))
+        return ds, final
     big = r.get("n_test_final")
     if not big:
         return load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
@@ -267,11 +314,12 @@ def seed_tag(tag: str, seed: int) -> str:
 
 
 def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, info: Mapping, *,
-              batch_size: Optional[int], eval_every: int, runs: dict) -> None:
+              batch_size: Optional[int], eval_every: int, runs: dict, loss_every: Optional[int] = None) -> None:
     """Train ``trainer`` once per seed of ``r`` (each from its own initialisation, with its own
     batch order), as runs ``"<tag> seed=<s>"``; records ``info`` plus the seed for each in ``runs``.
     A periodic trainer (:func:`schedule`) starts with the period ``info["K"]`` and the horizon
-    ``steps`` in its state.
+    ``steps`` in its state. ``loss_every``: keep the training loss averaged over that many steps
+    (default: :func:`itlin.fit`'s, every step up to 2,000 steps).
 
     The seeds run one after another with the same trainer, so it compiles once. (Vectorising
     them with ``jax.vmap`` was measured slower on the CPU for the LeNet's linearised step: 6.3x
@@ -283,7 +331,7 @@ def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, in
         name = seed_tag(tag, s)
         res = ctx.fit(name, trainer, init_state(trainer, params, model_state, info.get("K", 1), steps), setup.x, setup.y, steps,
                       batch_size=batch_size, eval_sets=setup.evals, eval_every=eval_every, seed=s,
-                      blowup=float(r["blowup"]))
+                      blowup=float(r["blowup"]), **({} if loss_every is None else {"loss_every": int(loss_every)}))
         runs[name] = {**info, "seed": s, "setting": tag}
         if setup.final is not None:
             runs[name].update(final_metrics(trainer, res.state, setup.final))

@@ -87,6 +87,12 @@ class UpdatesParams(S.SparseParams):
         None, "seed of the training and test subsets; None: seed (a record of several seeds draws one "
               "subset for all of them, so records of consecutive seeds that are to be pooled give this)",
         min=0)
+    train_pool: Optional[int] = param(
+        None, "draw the training subsets from a fixed, class-balanced pool of this many training examples and "
+              "test the final accuracies on the whole test split plus every training example outside the pool "
+              "(n_test_final is then ignored); None: the standard split", min=1)
+    loss_every: Optional[int] = param(
+        None, "keep the training loss averaged over this many steps; None: every step up to 2,000 steps", min=1)
 
     def check(self):
         r = self.resolved()
@@ -95,6 +101,9 @@ class UpdatesParams(S.SparseParams):
         missing = [u for u in r["mini_updates"] if u not in r["updates"]]
         if missing:
             raise ValueError(f"mini_updates must be among updates; {missing} are not in updates={r['updates']}")
+        if r.get("train_pool") is not None and r["train_pool"] < r["n_train"]:
+            raise ValueError(f"train_pool={r['train_pool']} is smaller than n_train={r['n_train']}: each training "
+                             "subset is drawn from the pool")
         too_many = [u for u in r["updates"] if u >= r["steps"]]
         if too_many:
             raise ValueError(f"updates {too_many} need more than steps={r['steps']} steps (K=1 makes steps updates)")
@@ -124,7 +133,7 @@ def run(r, ctx):
         trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": bs}
         S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, r, steps, info, batch_size=bs, eval_every=every,
-                    runs=runs)
+                    runs=runs, loss_every=r.get("loss_every"))
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 
