@@ -136,3 +136,25 @@ def test_a_training_pool_keeps_every_seeds_subset_out_of_the_enlarged_test_set()
         S.pool_split(full.y_train, full.n_train)
     with pytest.raises(ValueError, match="train_pool=50 is smaller than n_train"):
         FU.UpdatesParams.from_dict({"scale": "tiny", "train_pool": 50, "n_train": 256}).check()
+
+
+@pytest.mark.slow
+def test_subset_per_seed_gives_each_seed_its_own_subset_and_the_runs_of_the_one_subset_design(tmp_path):
+    """With subset_per_seed each seed trains on the subsets its own seed draws: the runs of seed s
+    are those of a one-seed run at seed s (whose subsets are drawn with s), bit for bit."""
+    import numpy as np
+
+    base = {"scale": "tiny", "updates": [1, 4], "steps": 20, "eval_every": 10}
+    both = runner.run("feature_updates", {**base, "seed": 5, "seeds": 2, "subset_per_seed": True},
+                      results_dir=tmp_path, progress=False, verbose=False)
+    one = runner.run("feature_updates", {**base, "seed": 6, "seeds": 1}, results_dir=tmp_path, progress=False,
+                     verbose=False)
+    shared = runner.run("feature_updates", {**base, "seed": 5, "seeds": 2}, results_dir=tmp_path, progress=False,
+                        verbose=False)
+    for tag in ("full K=1 seed=6", "full K=4 seed=6"):
+        assert np.array_equal(both.history(tag).loss, one.history(tag).loss)
+    # the one-subset design trains seed 6 on seed 5's subset: other numbers
+    assert not np.array_equal(both.history("full K=1 seed=6").loss, shared.history("full K=1 seed=6").loss)
+    with pytest.raises(ParameterError, match="data_seed"):
+        runner.run("feature_updates", {**base, "subset_per_seed": True, "data_seed": 3}, results_dir=tmp_path,
+                   progress=False, verbose=False)

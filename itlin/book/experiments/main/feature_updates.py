@@ -93,6 +93,9 @@ class UpdatesParams(S.SparseParams):
               "(n_test_final is then ignored); None: the standard split", min=1)
     loss_every: Optional[int] = param(
         None, "keep the training loss averaged over this many steps; None: every step up to 2,000 steps", min=1)
+    subset_per_seed: bool = param(
+        False, "each seed draws its own training (and test) subsets with its own seed, so that the interval over "
+               "seeds covers subset-to-subset variation (data_seed must then be None); False: one subset for all")
 
     def check(self):
         r = self.resolved()
@@ -101,6 +104,8 @@ class UpdatesParams(S.SparseParams):
         missing = [u for u in r["mini_updates"] if u not in r["updates"]]
         if missing:
             raise ValueError(f"mini_updates must be among updates; {missing} are not in updates={r['updates']}")
+        if r.get("subset_per_seed") and r.get("data_seed") is not None:
+            raise ValueError("subset_per_seed draws each seed's subsets with its own seed: leave data_seed at None")
         if r.get("train_pool") is not None and r["train_pool"] < r["n_train"]:
             raise ValueError(f"train_pool={r['train_pool']} is smaller than n_train={r['n_train']}: each training "
                              "subset is drawn from the pool")
@@ -112,8 +117,20 @@ class UpdatesParams(S.SparseParams):
 def run(r, ctx):
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r, batch_size=r["batch_size"] if r["mini_updates"] else None, data_seed=r["data_seed"])
-    runs = {}
+    batch = r["batch_size"] if r["mini_updates"] else None
+    # one setup per seed, from its own subsets (made as its turn comes), or one for every seed
+    parts = [{**r, "seed": s, "seeds": 1} for s in S.seed_list(r)] if r.get("subset_per_seed") else [r]
+    runs, trainers = {}, {}
+    for r_part in parts:
+        setup = S.prepare(r_part, batch_size=batch, data_seed=None if r.get("subset_per_seed") else r["data_seed"])
+        _fit_plan(r_part, ctx, setup, runs, trainers, iterative_linearisation)
+    return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
+
+
+def _fit_plan(r, ctx, setup, runs: dict, trainers: dict, iterative_linearisation) -> None:
+    """Every run of the plan (K=1 and each number of updates, full batch and mini-batch) for the
+    seeds of ``r`` on ``setup``; ``trainers`` (one per learning rate and K=1 or not) is shared
+    between calls, so each compiles once."""
     plan = [("full", 1, r["learning_rate"], r["steps"], r["eval_every"], None)]
     plan += [("full", period(u, r["steps"]), r["learning_rate"], r["steps"], r["eval_every"], None)
              for u in r["updates"]]
@@ -122,7 +139,7 @@ def run(r, ctx):
         plan.append(("mini", 1, r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f, r["batch_size"]))
         plan += [("mini", period(u, r["steps"] * f), r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f,
                   r["batch_size"]) for u in r["mini_updates"]]
-    done, trainers = set(), {}
+    done = set()
     for sweep, K, lr, steps, every, bs in plan:
         if (sweep, K) in done:  # two update counts that share a period
             continue
@@ -134,7 +151,6 @@ def run(r, ctx):
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": bs}
         S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, r, steps, info, batch_size=bs, eval_every=every,
                     runs=runs, loss_every=r.get("loss_every"))
-    return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 
 # ------------------------------------------------------------------------------ rows and claims
