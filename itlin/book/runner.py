@@ -228,13 +228,46 @@ def processor() -> str:
             f"(family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, flags {which})")
 
 
+def cores() -> Optional[int]:
+    """The number of cores this process may run on (its CPU affinity; all of the machine's where
+    the system does not say): XLA's CPU thread pool is sized from it, and the split of a
+    reduction over threads changes the last bits of its result.
+
+    >>> cores() >= 1
+    True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count()
+
+
+def jaxlib_build() -> Optional[str]:
+    """jaxlib's version and the commit it was built from (``"0.10.2 (990e6a0b8413)"``): the
+    compiler whose kernels give a CPU run its last bits."""
+    try:
+        import jaxlib.version as v
+    except ImportError:  # pragma: no cover
+        return None
+    commit = getattr(v, "_git_hash", None)
+    return v.__version__ + (f" ({commit[:12]})" if commit else "")
+
+
+def machine_fields() -> dict:
+    """What this machine records about itself besides its device, each of which can change a CPU
+    run's last bits: :func:`processor`, ``cores`` (:func:`cores`), ``xla_flags`` (the
+    ``XLA_FLAGS`` in force, ``""`` for none) and ``jaxlib`` (:func:`jaxlib_build`)."""
+    return {"processor": processor(), "cores": cores(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "jaxlib": jaxlib_build()}
+
+
 def _device() -> dict:
     try:
         import jax
 
         devs = jax.devices()
         d = devs[0]
-        return {"device": f"{d.platform} ({d.device_kind})", "device_count": len(devs), "processor": processor(),
+        return {"device": f"{d.platform} ({d.device_kind})", "device_count": len(devs), **machine_fields(),
                 "jax_version": jax.__version__, "x64": bool(jax.config.read("jax_enable_x64"))}
     except Exception as err:  # pragma: no cover
         return {"device": f"unknown ({err})", "device_count": None, "jax_version": None, "x64": None}
@@ -642,14 +675,35 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
 
 
 class SeedComparison(NamedTuple):
-    """How a run agrees with a record that repeats its seeds (:func:`compare_seeds`): ``arrays``
-    compared, the largest absolute and relative differences over them, and ``identical`` (every
-    compared number equal, NaNs included)."""
+    """How a run agrees with a record that repeats its seeds (:func:`compare_seeds`).
+
+    ``arrays``: numeric arrays compared; ``max_abs`` and ``max_rel``: the largest absolute and
+    relative differences of their floating-point entries finite on both sides (packed bits and
+    non-finite entries are not numbers to subtract: see below); ``identical``: every compared
+    number equal (NaNs included), every packed bit and every run's divergence step too.
+
+    ``max_spread``: the largest difference in units of the spread between seeds (each entry's
+    difference over the standard deviation of the same entry over the record's seeds; NaN when no
+    array has such a spread), found in ``spread_key``. ``max_flip``: the largest fraction of
+    examples whose per-example result (packed bits: ``np.packbits`` arrays, or the base64 text of
+    :func:`itlin.book.verdicts.pack_correct` in a run's meta) differs, found in ``flip_key``;
+    ``packed``: how many such results were compared (NaN ``max_flip`` when none). ``diverged``:
+    ``(tag, the record's step, this run's step)`` for each run that diverges on one side but not
+    the other or at another step (``None``: it did not); those runs' arrays are left out of the
+    differences. ``nonfinite``: ``(key, entries)`` for arrays whose non-finite entries sit
+    elsewhere (a run stacked over seeds that diverged at another step)."""
 
     arrays: int
     max_abs: float
     max_rel: float
     identical: bool
+    max_spread: float = math.nan
+    spread_key: str = ""
+    max_flip: float = math.nan
+    flip_key: str = ""
+    packed: int = 0
+    diverged: tuple = ()
+    nonfinite: tuple = ()
 
 
 def _is_timing(key: str) -> bool:
@@ -659,17 +713,76 @@ def _is_timing(key: str) -> bool:
     return name == "seconds" or name.endswith("_seconds")
 
 
+def _seed_axis(a_shape: tuple, b_shape: tuple, n: int, offset: int):
+    """Where ``b`` holds the seeds of ``a``: ``None`` for the same shape (a run of one seed),
+    the seed axis (one axis of length ``n`` in ``a`` against one of more seeds in ``b`` that has
+    ``a``'s at ``offset``), or ``False`` when the two cannot be matched seed for seed."""
+    if tuple(a_shape) == tuple(b_shape):
+        return None
+    if len(a_shape) != len(b_shape) or offset < 0:
+        return False
+    axes = [i for i, (p, q) in enumerate(zip(a_shape, b_shape)) if p != q]
+    if len(axes) != 1 or a_shape[axes[0]] != n or b_shape[axes[0]] < offset + n:
+        return False
+    return axes[0]
+
+
 def _seed_slices(a: np.ndarray, b: np.ndarray, n: int, offset: int):
     """``a`` and the part of ``b`` that holds ``a``'s seeds: the same shape (a run of one seed),
     or one axis of length ``n`` in ``a`` against one of more seeds in ``b`` (the seed axis)."""
-    if a.shape == b.shape:
+    axis = _seed_axis(a.shape, b.shape, n, offset)
+    if axis is False:
+        return None
+    if axis is None:
         return a, b
-    if a.ndim != b.ndim:
-        return None
-    axes = [i for i, (p, q) in enumerate(zip(a.shape, b.shape)) if p != q]
-    if len(axes) != 1 or a.shape[axes[0]] != n or b.shape[axes[0]] < offset + n:
-        return None
-    return a, np.take(b, np.arange(offset, offset + n), axis=axes[0])
+    return a, np.take(b, np.arange(offset, offset + n), axis=axis)
+
+
+_SEED_PART = re.compile(r"^(.*\bseed=)(-?\d+)$")
+
+
+def _per_run_group(key: str) -> Optional[tuple]:
+    """``(the key with its run's seed left out, that seed)`` for an array of one seed's run
+    (a path part ending in ``seed=N``, e.g. ``_fits/full K=1 seed=3/loss``), else ``None``."""
+    parts = key.split("/")
+    for i, part in enumerate(parts):
+        m = _SEED_PART.match(part)
+        if m:
+            return "/".join(parts[:i] + [m.group(1) + "*"] + parts[i + 1:]), int(m.group(2))
+    return None
+
+
+def _run_tag(key: str) -> Optional[str]:
+    """The run an array of ``_fits`` belongs to (``_fits/<tag>/...``)."""
+    parts = key.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == FITS_KEY else None
+
+
+def _spread(values: np.ndarray, axis: int) -> np.ndarray:
+    """The standard deviation over seeds along ``axis`` of the finite entries (NaN where fewer
+    than two are finite)."""
+    v = np.where(np.isfinite(values), values, np.nan)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanstd(v, axis=axis, ddof=1, keepdims=True)
+
+
+def _examples(other: Record, nbytes: int) -> int:
+    """How many examples a packed array of ``nbytes`` bytes on its last axis holds: the record's
+    test-set size when it fits (``np.packbits`` pads to whole bytes), else every bit."""
+    for key in ("n_test", "n_val"):
+        n = other.meta.get(key)
+        if isinstance(n, (int, np.integer)) and 8 * nbytes - 7 <= int(n) <= 8 * nbytes:
+            return int(n)
+    return 8 * nbytes
+
+
+def _flips(x: np.ndarray, y: np.ndarray, n: int) -> float:
+    """The largest fraction, over the rows of two packed arrays (the last axis packed), of the
+    ``n`` examples whose bit differs."""
+    x, y = np.asarray(x, np.uint8), np.asarray(y, np.uint8)
+    diff = np.unpackbits(np.bitwise_xor(x, y), axis=-1).sum(axis=-1)
+    return float(np.max(diff)) / n if diff.size else 0.0
 
 
 def compare_seeds(rec: Record, other: Record) -> SeedComparison:
@@ -677,31 +790,112 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
     numeric array of ``rec`` whose key ``other`` has too, either with the same shape (a training
     run of a seed both made) or with one axis of ``rec``'s seeds against ``other``'s (arrays
     stacked over seeds), is compared with ``other``'s values for the same seeds. Wall-clock times
-    are left out."""
+    are left out.
+
+    Packed per-example results (``uint8`` arrays of ``np.packbits``, and the ``*correct`` texts in
+    the runs' meta) are compared as the fraction of examples that flip; a run that diverges on one
+    side only, or at another step, is reported by its steps (and its arrays left out); non-finite
+    entries are compared by where they are, not subtracted. Each floating-point difference is also
+    measured against the spread between seeds of the same entry in ``other`` (along the seed axis
+    of a stacked array; over the other seeds' runs of the same key for a run's own array), the
+    largest of them is ``max_spread``. See :class:`SeedComparison`."""
     n = int(rec.meta["resolved"]["seeds"])
     offset = int(rec.meta["resolved"]["seed"]) - int(other.meta["resolved"]["seed"])
     count, max_abs, max_rel, same = 0, 0.0, 0.0, True
+    max_spread, spread_key, max_flip, flip_key, packed = math.nan, "", math.nan, "", 0
+    diverged, nonfinite = [], []
+    for tag in rec.runs:
+        if tag in other.runs:
+            a, b = rec.runs[tag].get("diverged_at"), other.runs[tag].get("diverged_at")
+            if a != b:
+                diverged.append((tag, b, a))
+    skip = {tag for tag, _, _ in diverged}
+    groups = None  # other's per-run arrays by key with the seed left out, built when first needed
+
+    def flip(value, key):
+        nonlocal max_flip, flip_key, same
+        if not value <= max_flip:  # NaN max_flip: the first
+            max_flip, flip_key = value, key
+        same = same and value == 0
+
     for key, a in rec.arrays.items():
         b = other.arrays.get(key)
-        if _is_timing(key):
+        if b is None or _is_timing(key) or _run_tag(key) in skip:
             continue
-        if b is None or not (np.issubdtype(np.asarray(a).dtype, np.number) and np.issubdtype(b.dtype, np.number)):
+        a, b = np.asarray(a), np.asarray(b)
+        if not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
             continue
-        pair = _seed_slices(np.asarray(a), np.asarray(b), n, offset)
-        if pair is None:
+        axis = _seed_axis(a.shape, b.shape, n, offset)
+        if axis is False:
             continue
-        x, y = (np.asarray(v, np.float64) for v in pair)
+        y_all = b
+        b = b if axis is None else np.take(b, np.arange(offset, offset + n), axis=axis)
         count += 1
-        both = np.isfinite(x) & np.isfinite(y)
-        if not np.array_equal(np.isfinite(x), np.isfinite(y)) or not np.array_equal(x[~both], y[~both], equal_nan=True):
-            same, max_abs, max_rel = False, math.inf, math.inf
+        if a.dtype == np.uint8 and b.dtype == np.uint8 and a.ndim >= 1 and a.shape[-1] > 0:
+            packed += 1
+            flip(_flips(a, b, _examples(other, a.shape[-1])), key)
             continue
-        if both.any():
-            d = np.abs(x[both] - y[both])
-            max_abs = max(max_abs, float(d.max()))
-            max_rel = max(max_rel, float((d / np.maximum(np.abs(y[both]), 1e-300)).max()))
-            same = same and not d.any()
-    return SeedComparison(count, max_abs, max_rel, same and count > 0)
+        x, y = a.astype(np.float64), b.astype(np.float64)
+        fx, fy = np.isfinite(x), np.isfinite(y)
+        both = fx & fy
+        if not np.array_equal(fx, fy) or not np.array_equal(x[~both], y[~both], equal_nan=True):
+            same = False
+            nonfinite.append((key, int(np.sum((fx != fy) | (~both & ~((x == y) | (np.isnan(x) & np.isnan(y))))))))
+        if not both.any():
+            continue
+        d = np.abs(x - y)
+        max_abs = max(max_abs, float(d[both].max()))
+        max_rel = max(max_rel, float((d[both] / np.maximum(np.abs(y[both]), 1e-300)).max()))
+        same = same and not d[both].any()
+        # the spread between seeds of each entry
+        if axis is not None:
+            scale = np.broadcast_to(_spread(y_all.astype(np.float64), axis), x.shape)
+        else:
+            group = _per_run_group(key)
+            if group is None:
+                continue
+            if groups is None:
+                groups = {}
+                for k in other.arrays:
+                    g = _per_run_group(k)
+                    if g is not None:
+                        groups.setdefault(g[0], []).append((g[1], k))
+            peers = [np.asarray(other.arrays[k], np.float64) for s, k in groups.get(group[0], ())
+                     if s != group[1] and np.shape(other.arrays[k]) == x.shape]
+            if len(peers) < 2:
+                continue
+            scale = _spread(np.stack(peers), 0)[0]
+        ok = both & np.isfinite(scale) & (scale > 0)
+        if ok.any():
+            units = float((d[ok] / scale[ok]).max())
+            if not units <= max_spread:
+                max_spread, spread_key = units, key
+    # per-example results kept as text in the runs' meta
+    mine, theirs = rec.meta.get("runs"), other.meta.get("runs")
+    if isinstance(mine, Mapping) and isinstance(theirs, Mapping):
+        from .verdicts import unpack_correct
+
+        for tag, m in mine.items():
+            t = theirs.get(tag)
+            if tag in skip or not (isinstance(m, Mapping) and isinstance(t, Mapping)):
+                continue
+            for field, bits in m.items():
+                if "correct" not in field or not isinstance(bits, str) or not isinstance(t.get(field), str):
+                    continue
+                try:
+                    u, v = unpack_correct(bits, 1 << 62), unpack_correct(t[field], 1 << 62)
+                except ValueError:
+                    continue
+                if u.shape != v.shape or not u.size:
+                    continue
+                packed += 1
+                try:
+                    examples = int(float(t.get("n_test_final", u.size)))
+                except (TypeError, ValueError):
+                    examples = u.size
+                flip(float(np.sum(u != v)) / max(min(examples, u.size), 1), f"{tag}/{field}")
+    return SeedComparison(count, max_abs, max_rel, same and not diverged and count + packed > 0,
+                          max_spread, spread_key, max_flip, flip_key, packed, tuple(diverged), tuple(nonfinite))
 
 
 # ---------------------------------------------------------------------------------- locking
@@ -1287,6 +1481,9 @@ __all__ = [
     "SeedComparison",
     "SeedProgress",
     "compare_seeds",
+    "cores",
+    "jaxlib_build",
+    "machine_fields",
     "load",
     "matching_record",
     "open_record",
