@@ -92,13 +92,18 @@ def test_seeds_compare_identical_and_a_changed_value_is_found(kept):
     assert runner.matching_record(live, recorded).path.name == "later-seeds"
     same = runner.compare_seeds(live, other)
     assert same.identical and same.arrays == 2 and same.max_abs == 0.0   # draws and constant; seconds left out
+    assert same.max_spread == 0.0 and same.spread_key == "draws"      # constant has no seed axis: no spread
     arrays = dict(live.arrays)
     arrays["draws"] = arrays["draws"].copy()
     arrays["draws"][1, 2] += 0.25
     changed = runner.compare_seeds(dataclasses.replace(live, arrays=arrays), other)
     assert not changed.identical and changed.max_abs == pytest.approx(0.25)
+    # in units of the spread of draws[:, 2] over the record's 20 seeds
+    assert changed.max_spread == pytest.approx(0.25 / np.std(other["draws"][:, 2], ddof=1))
+    # a non-finite entry where the record has a number is no infinite difference: it is counted where it sits
     arrays["draws"][1, 2] = np.nan
-    assert runner.compare_seeds(dataclasses.replace(live, arrays=arrays), other).max_abs == np.inf
+    nan = runner.compare_seeds(dataclasses.replace(live, arrays=arrays), other)
+    assert not nan.identical and nan.nonfinite == (("draws", 1),) and nan.max_abs == 0.0 and nan.max_rel == 0.0
 
 
 def test_evidence_judges_the_record_and_says_so(kept, monkeypatch):
@@ -107,36 +112,45 @@ def test_evidence_judges_the_record_and_says_so(kept, monkeypatch):
     live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
     judged, note = render.evidence(live)
     assert judged.path.name == "twelve" and render.judge(judged)["shifted"].gap.n == 12
-    assert "`twelve`" in note and "12 seeds (seeds 0-11)" in note and "identical" in note
+    assert "`twelve`" in note and "12 seeds (seeds 0-11)" in note
+    assert "**1 of 1 verdict unchanged** when this page's seeds replace the record's" in note
+    assert "Its arrays are bit-identical to the record's (2 compared)" in note and "\n" not in note
     assert "python benchmarks/record.py test_seeds '{\"seeds\": 12}'" in note
     mine, note = render.evidence(live, use_record=False)
     assert mine is live and "use_record=False" in note and render.judge(mine)["shifted"].gap.n == 2
 
 
-def test_evidence_says_how_far_the_re_run_seeds_are_from_the_record(kept, monkeypatch):
+def test_evidence_says_whether_the_re_run_seeds_reproduce_the_record_s_findings(kept, monkeypatch):
     results, recorded = kept
-    monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: runner.open_record(recorded / "twelve"))
+    twelve = runner.open_record(recorded / "twelve")
+    monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: twelve)
     live = runner.run("test_seeds", {"seeds": 2}, results_dir=results, verbose=False)
     arrays = dict(live.arrays)
-    for bump, words in ((1e-9, "agree with the record's to a relative"), (0.25, "they differ from the record's")):
-        arrays["draws"] = live.arrays["draws"] + bump
-        judged, note = render.evidence(dataclasses.replace(live, arrays=arrays))
-        assert judged.path.name == "twelve" and words in note and "identical" not in note
-    # the note names the processors where both runs do and they differ
-    assert live.info["processor"] == runner.processor()
-    twelve = runner.open_record(recorded / "twelve")
-    for theirs, words in ((None, "does not name its processor"), ("Other CPU (family 1)", "on another processor (Other "
-                                                                  "CPU (family 1); this page ran on "),
-                          (runner.processor(), "by other code, or with other threads or batch sizes")):
-        info = {k: v for k, v in twelve.info.items() if k != "processor"} | ({"processor": theirs} if theirs else {})
+    arrays["draws"] = live.arrays["draws"] + 0.25
+    _, note = render.evidence(dataclasses.replace(live, arrays=arrays))
+    assert "**1 of 1 verdict unchanged**" in note and "not bit-identical" in note and "relative" not in note
+    assert "standard deviations between seeds (`shifted`)" in note and "standard deviations between seeds (`draws`)" in note
+    # seeds far below zero turn "holds" into "cannot resolve", and the note lists the change
+    arrays["draws"] = live.arrays["draws"] - 40.0
+    _, note = render.evidence(dataclasses.replace(live, arrays=arrays))
+    assert "**0 of 1 verdict unchanged** when this page's seeds replace the record's (`shifted`: holds → " in note
+    # the note names what differs between the machines, of what both name
+    assert live.info["processor"] == runner.processor() and live.info["cores"] == runner.cores()
+    for theirs, words in (({}, "the record names nothing of its machine but its device"),
+                          ({"processor": "Other CPU (family 1)", "cores": 16},
+                           f"processor Other CPU (family 1), here {runner.processor()}; cores 16, here {runner.cores()}"),
+                          ({"processor": runner.processor(), "xla_flags": "--xla_cpu_fast_math"},
+                           f"XLA flags --xla_cpu_fast_math, here {live.info['xla_flags'] or 'none'}"),
+                          ({"processor": runner.processor()}, "of what both name of their machines, processor, nothing differs")):
+        info = {k: v for k, v in twelve.info.items() if k not in ("processor", "cores", "xla_flags", "jaxlib")} | theirs
         monkeypatch.setattr(runner, "matching_record", lambda rec, folder=None: dataclasses.replace(twelve, info=info))
         _, note = render.evidence(dataclasses.replace(live, arrays=arrays))
-        assert words in note
+        assert words in note, note
     assert render.machine(dataclasses.replace(twelve, info=info).info).endswith(f", processor {runner.processor()}")
     assert render.machine({"device": "cpu (cpu)"}) == "cpu (cpu)"
-    old = {k: v for k, v in live.info.items() if k != "processor"}       # a page's results made before today
+    old = {k: v for k, v in live.info.items() if k not in ("processor", "cores", "xla_flags", "jaxlib")}
     _, note = render.evidence(dataclasses.replace(live, arrays=arrays, info=old))
-    assert "this page's run, loaded from results made before runs named theirs, does not name its processor" in note
+    assert "this page's run, loaded from results made before runs named their machine, names only its device" in note
 
 
 def test_compiled_programs_are_shared_through_jax_s_own_cache(tmp_path, monkeypatch):

@@ -161,10 +161,14 @@ def evidence(rec, use_record: bool = True):
 
     With ``use_record`` and a recorded run kept with the book that repeats ``rec``'s settings
     with more seeds (:func:`itlin.book.runner.matching_record`, chosen on parameters alone),
-    ``judged`` is that record and the note names it, says how to make it again, and compares the
-    seeds this page re-ran with the record's (:func:`itlin.book.runner.compare_seeds`). Otherwise
-    ``judged`` is ``rec`` itself."""
-    from . import runner
+    ``judged`` is that record and the note names it, says how to make it again, and says whether
+    the seeds this page re-ran reproduce its findings (:func:`itlin.book.recheck.recheck`): how
+    many of its verdicts are unchanged when this page's seeds replace the record's, the largest
+    per-seed change of a claim's gap in units of the spread between seeds, and whether the arrays
+    are bit-identical (where not: what differs between the machines, and how far the arrays,
+    the per-example results and the runs' divergence differ). Otherwise ``judged`` is ``rec``
+    itself."""
+    from . import recheck, runner
 
     r = rec.meta.get("resolved", {})
     other = runner.matching_record(rec) if use_record else None
@@ -175,36 +179,66 @@ def evidence(rec, use_record: bool = True):
         seeds = "" if n is None else f"{n} seed{'s' if n != 1 else ''}; "
         return rec, f"**Judged on this page's run** ({seeds}{why})."
     o, info = other.meta["resolved"], other.info
-    cmp = runner.compare_seeds(rec, other)
+    check = recheck.recheck(rec, other)
     commit = (info.get("git_commit") or "?")[:7]
-    if cmp.identical:
-        agree = f"every one of the {cmp.arrays:,} arrays compared is identical to the record's"
-    elif cmp.arrays and cmp.max_rel <= 1e-6:
-        agree = (f"the {cmp.arrays:,} arrays compared agree with the record's to a relative "
-                 f"{cmp.max_rel:.0e} (floating-point order of operations)")
-    elif cmp.arrays:
-        mine, theirs = rec.info.get("processor"), info.get("processor")
-        if mine and theirs and mine != theirs:
-            where = (f"on another processor ({theirs}; this page ran on {mine}), whose instruction set changes the "
-                     "compiled code's last bits, which training makes grow")
-        elif mine and theirs:
-            where = "by other code, or with other threads or batch sizes"
-        else:
-            unnamed = ("the record does not name its processor" if not theirs else
-                       "this page's run, loaded from results made before runs named theirs, does not name its processor")
-            where = f"by other code, or on other hardware, threads or batch sizes ({unnamed})"
-        agree = (f"**they differ from the record's** (by up to {cmp.max_abs:.3g}, relative {cmp.max_rel:.2g}, over "
-                 f"{cmp.arrays:,} arrays): the record was made {where}, each of which changes the floating-point "
-                 "order of operations, and its verdicts are those of the run that made it")
-    else:
-        agree = "no array of the two could be compared seed for seed"
     return other, (
         f"**Judged on a recorded run.** The verdicts, tables and figures below are those of the recorded run "
         f"`{other.path.name}`: this experiment at this page's settings with {o['seeds']} seeds "
         f"({_seed_span(o)}), made on {machine(info)} at commit {commit} {cost(info)}. "
-        f"This page re-ran its {_seed_span(r)} ({rec.info.get('wall_seconds', 0):.0f} s): {agree}. "
+        f"This page re-ran its {_seed_span(r)} ({rec.info.get('wall_seconds', 0):.0f} s). {_agreement(check)} "
         f"To judge this page's own run instead, set `use_record=False`; to make the record again: "
         f"`{record_command(other)}`.")
+
+
+def _agreement(check) -> str:
+    """The sentences of :func:`evidence` on whether the page's seeds reproduce the record's
+    findings (a :class:`itlin.book.recheck.Recheck`)."""
+    words = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve"}
+    seeds = "seed" if check.seeds == 1 else "seeds"
+    text = f"**{check.agreement()}** when this page's {seeds} replace the record's"
+    if check.changed:
+        text += " (" + "; ".join(f"`{c.id}`: {words[c.before]} → {words[c.after]}" for c in check.changed) + ")"
+    if math.isfinite(check.per_seed):
+        text += (f"; a re-run seed moves a claim's measured gap by at most {check.per_seed:.2g} standard deviations "
+                 f"between seeds (`{check.per_seed_claim}`)")
+    text += "."
+    cmp = check.comparison
+    if cmp.identical:
+        return text + f" Its arrays are bit-identical to the record's ({cmp.arrays:,} compared)."
+    if not cmp.arrays and not cmp.packed:
+        return text + " No array of the two could be compared seed for seed."
+    differs = check.machines_text()
+    if differs:
+        where = f"the machines differ ({differs}), and XLA's CPU kernels give other last bits, which training makes grow"
+    elif not check.named:
+        where = ("the record names nothing of its machine but its device" if "processor" not in check.record.info else
+                 "this page's run, loaded from results made before runs named their machine, names only its device")
+        where += ", so what differs between the machines is not known"
+    else:
+        named = ", ".join(check.named[:-1]) + " and " + check.named[-1] if len(check.named) > 1 else check.named[0]
+        where = (f"of what both name of their machines, {named}, nothing differs: other code, threads or batch "
+                 "sizes, or something not recorded")
+    parts = []
+    if math.isfinite(cmp.max_spread):
+        parts.append(f"the largest array difference is {cmp.max_spread:.2g} standard deviations between seeds "
+                     f"(`{cmp.spread_key}`)")
+    elif cmp.max_abs > 0:
+        parts.append(f"arrays differ by up to {cmp.max_abs:.3g}")
+    if math.isfinite(cmp.max_flip):
+        parts.append(f"at most {100 * cmp.max_flip:.2g}% of the examples change their result (`{cmp.flip_key}`)"
+                     if cmp.max_flip > 0 else "no example changes its result")
+    if cmp.diverged:
+        step = lambda s: "not at all" if s is None else f"at step {s:,}"
+        shown = "; ".join(f"{tag} {step(theirs)} in the record, {step(mine)} here"
+                          for tag, theirs, mine in cmp.diverged[:3])
+        more = f", and {len(cmp.diverged) - 3} more" if len(cmp.diverged) > 3 else ""
+        parts.append(f"{len(cmp.diverged)} run{'s' if len(cmp.diverged) != 1 else ''} diverge{'s' if len(cmp.diverged) == 1 else ''} "
+                     f"at another step ({shown}{more})")
+    if cmp.nonfinite:
+        parts.append(f"non-finite entries sit elsewhere in {len(cmp.nonfinite)} array"
+                     f"{'s' if len(cmp.nonfinite) != 1 else ''} (a run that diverged at another step)")
+    detail = (": " + "; ".join(parts)) if parts else ""
+    return text + f" Its arrays are not bit-identical to the record's ({where}){detail}."
 
 
 _WORDS = {V.HOLDS: "holds", V.FAILS: "**does not hold**", V.UNRESOLVED: "*cannot resolve*"}

@@ -1,0 +1,176 @@
+"""Re-check the book's recorded runs on this machine: ``python -m itlin.book.verify [chapter ...]``.
+
+For each chapter (default: every chapter of ``_toc.yml`` that judges on a recorded run, i.e.
+calls :func:`itlin.book.render.evidence`) it runs the chapter's live runs at the chapter's own
+defaults, as the built book does (its parameters cell, then its runs cell up to the statement
+that calls ``render.evidence``; a run stored in the results folder, e.g. by a built book, is
+loaded, not recomputed), finds the recorded run each repeats
+(:func:`itlin.book.runner.matching_record`) and re-judges it with this machine's seeds in place
+of its own (:func:`itlin.book.recheck.recheck`). One line per record on standard output::
+
+    feature_updates-mnist1d-16seeds: cpu (cpu) vs cpu (cpu), processor ...; not bit-identical; largest per-seed change 0.17 seed-spreads (full.u30); 9 of 9 verdicts unchanged
+
+then a summary line. Progress goes to standard error. Exit status 0 when every verdict is
+unchanged, 1 when one changes, 2 (with a one-line error, before any work) for an unknown chapter.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from . import recheck as _recheck
+from . import render, runner
+
+TOC = "_toc.yml"
+
+
+def _root() -> Path:
+    root = runner._source_checkout()
+    if root is None:
+        raise FileNotFoundError("itlin.book.verify needs a source checkout of itlin (the chapters and book/recorded).")
+    return root
+
+
+def chapters_of_toc(root: Optional[Path] = None) -> list:
+    """The chapters listed in ``_toc.yml`` (names such as ``"feature_updates"``), in order."""
+    import yaml
+
+    root = _root() if root is None else root
+    toc = yaml.safe_load((root / TOC).read_text())
+    out = [Path(toc["root"]).stem] if isinstance(toc, dict) and isinstance(toc.get("root"), str) else []
+
+    def walk(node):
+        if isinstance(node, dict):
+            f = node.get("file")
+            if isinstance(f, str):
+                out.append(Path(f).stem)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(toc)
+    return out
+
+
+def judging_chapters(root: Optional[Path] = None) -> list:
+    """The chapters of ``_toc.yml`` that judge on a recorded run (call ``render.evidence``)."""
+    root = _root() if root is None else root
+    return [c for c in chapters_of_toc(root) if "render.evidence(" in (root / "book" / f"{c}.md").read_text()]
+
+
+def _runs_source(path: Path) -> tuple:
+    """``(parameters cell, the statements of the chapter's runs cell before it calls
+    render.evidence)``: the code that makes a chapter's live runs."""
+    from .run import _read, parameters_cell
+
+    nb = _read(path)
+    params = parameters_cell(nb).source
+    cell = next((c for c in nb.cells if c.cell_type == "code" and "render.evidence(" in c.source), None)
+    if cell is None:
+        raise ValueError(f"{path.name} does not call render.evidence: it judges on no recorded run.")
+    body = []
+    for node in ast.parse(cell.source).body:
+        if "evidence(" in (ast.get_source_segment(cell.source, node) or ""):
+            break
+        body.append(node)
+    return params, ast.unparse(ast.Module(body=body, type_ignores=[]))
+
+
+def live_runs(chapter: str, root: Optional[Path] = None, say=None) -> list:
+    """The live runs a chapter makes at its defaults, in order (each :func:`itlin.book.runner.run`
+    call of its runs cell; ``say(text)`` is told before each)."""
+    root = _root() if root is None else root
+    params, code = _runs_source(root / "book" / f"{chapter}.md")
+    made, real = [], runner.run
+
+    def run(experiment, params=None, **kw):
+        if say is not None:
+            p = runner.plan(experiment, params)
+            seeds = runner.seed_range(p.experiment.params.from_dict(p.params, experiment=p.experiment.name).resolved())
+            say(f"{chapter}: {getattr(experiment, 'name', experiment)}"
+                + ("" if not seeds else f" (seed {seeds.start})" if len(seeds) == 1
+                     else f" (seeds {seeds.start}-{seeds.stop - 1})"))
+        rec = real(experiment, params, **kw)
+        if all(rec.path != r.path for r in made):
+            made.append(rec)
+        return rec
+
+    namespace: dict = {"__name__": f"itlin_verify_{chapter}"}
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    runner.run = run
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            exec(compile(params, f"{chapter}.md:parameters", "exec"), namespace)
+            exec(compile(code, f"{chapter}.md:runs", "exec"), namespace)
+    finally:
+        runner.run = real
+    return made
+
+
+def line(check: _recheck.Recheck, live: runner.Record) -> str:
+    """The line :func:`check` prints for one record."""
+    cmp = check.comparison
+    bits = "bit-identical" if cmp.identical else "not bit-identical"
+    text = (f"{check.record.path.name}: {render.machine(check.record.info)} vs {render.machine(live.info)}; {bits}; "
+            f"largest per-seed change {check.per_seed_text()}; {check.agreement()}")
+    for c in check.changed:
+        text += f"\n    {c.id}: {c.before} -> {c.after} ({c.claim})"
+    return text
+
+
+def check(pairs: Iterable[tuple], out=None) -> int:
+    """Print a line per ``(live run, record)`` pair (:func:`line`) and a summary; 1 when a verdict
+    changes, else 0."""
+    out = sys.stdout if out is None else out
+    t0 = time.perf_counter()
+    n = same = total = identical = 0
+    for live, other in pairs:
+        r = _recheck.recheck(live, other)
+        print(line(r, live), file=out, flush=True)
+        n += 1
+        same += r.unchanged
+        total += r.verdicts
+        identical += bool(r.comparison.identical)
+    print(f"verify: {n} record{'s' if n != 1 else ''} re-checked, {identical} bit-identical; "
+          f"{same} of {total} verdicts unchanged ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
+    return 0 if same == total else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__.strip())
+        return 0
+    root = _root()
+    known, judging = chapters_of_toc(root), judging_chapters(root)
+    names = [Path(a).stem for a in argv]
+    for a, n in zip(argv, names):
+        if n not in judging:
+            what = "judges on no recorded run" if n in known else "is not a chapter of _toc.yml"
+            print(f"itlin.book.verify: {a!r} {what}; chapters that do: {', '.join(judging)}.", file=sys.stderr)
+            return 2
+    chapters = names or judging
+    say = lambda text: print(f"[verify] {text}", file=sys.stderr, flush=True)
+
+    def pairs():
+        for chapter in chapters:
+            for live in live_runs(chapter, root, say):
+                other = runner.matching_record(live)
+                if other is None:
+                    say(f"{chapter}: {live.experiment} ({live.path.name}): no recorded run repeats it; nothing to check")
+                    continue
+                yield live, other
+
+    return check(pairs())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
