@@ -93,9 +93,10 @@ class UpdatesParams(S.SparseParams):
               "(n_test_final is then ignored); None: the standard split", min=1)
     loss_every: Optional[int] = param(
         None, "keep the training loss averaged over this many steps; None: every step up to 2,000 steps", min=1)
-    subset_per_seed: bool = param(
-        False, "each seed draws its own training (and test) subsets with its own seed, so that the interval over "
-               "seeds covers subset-to-subset variation (data_seed must then be None); False: one subset for all")
+    subset_per_seed: Optional[bool] = param(
+        None, "True: each seed draws its own training (and test) subsets with its own seed, so that the interval "
+              "over seeds covers subset-to-subset variation (data_seed must then be None); None or False: one "
+              "subset for all seeds (None, the default, keeps the records made before this parameter matching)")
 
     def check(self):
         r = self.resolved()
