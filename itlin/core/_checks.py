@@ -127,3 +127,29 @@ def check_float_dtype(name: str, tree, what: str):
         if dt in (np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)):
             raise TypeError(f"{what} needs float32 or float64 {name}, got {dt} (LAPACK has no {dt} solver); cast with "
                             ".astype(jnp.float32).")
+
+
+def _dtype_of(leaf):
+    return np.dtype(leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype)
+
+
+def check_real_dtype(name: str, tree, what: str):
+    """Refuse leaves that are not real numbers (complex, bool, strings, objects): a one-line
+    TypeError naming ``name`` and the fix. Integers pass (the caller casts them)."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        dt = _dtype_of(leaf)
+        if dt.kind not in "iuf" and dt != np.dtype(jax.numpy.bfloat16):
+            fix = "take the real part or split it into two real features" if dt.kind == "c" else \
+                "cast with .astype(jnp.float32)"
+            raise TypeError(f"{what} needs real {name}, got dtype {dt}; {fix}.")
+
+
+def check_float_params(name: str, tree, what: str):
+    """Parameters to differentiate must be float32 or float64 (not integer, complex, bool, or half
+    precision where LAPACK is needed): a one-line TypeError naming ``name`` and the fix."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        dt = _dtype_of(leaf)
+        if dt.kind != "f" and dt != np.dtype(jax.numpy.bfloat16):
+            fix = "a complex model is not supported: split it into real and imaginary parts" if dt.kind == "c" else \
+                "cast with jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)"
+            raise TypeError(f"{what} differentiates {name}, which must be floating point, got dtype {dt}; {fix}.")

@@ -55,8 +55,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ._checks import (check_finite_array, check_float_dtype, check_nonempty, check_same_leading, check_scalar,
-                      check_steps, output_shape)
+from ._checks import (check_finite_array, check_float_dtype, check_float_params, check_nonempty, check_real_dtype,
+                      check_same_leading, check_scalar, check_steps, output_shape)
 from ._tree import tree_all_finite, tree_axpy, tree_select
 from .linearise import jacobian, linearise_at, ntk
 from .losses import _no_hessian, get_loss
@@ -188,7 +188,11 @@ def smallest_eigenvalue(a, squarings: int | None = None):
     ``2^-k``. Pure ``jnp``, a fixed number of operations: ``jit`` and ``vmap`` it.
 
     ``a`` must be PSD (a kernel system ``c K``); ``squarings`` ``None`` (the default above) or an
-    integer ``>= 1``.
+    integer ``>= 1``. A concrete ``a`` that is not is refused with a one-line ValueError: NaN or
+    Inf entries, an asymmetry beyond ``sqrt(eps) max |a|``, or a negative eigenvalue beyond what the
+    shift ``n eps tr a`` absorbs (the Cholesky factorisation then fails; the error names the
+    eigenvalue). Small negative eigenvalues within the shift are returned as they are. Inside
+    ``jit``/``vmap`` nothing can be checked, and an indefinite ``a`` gives NaN.
 
     >>> import jax.numpy as jnp
     >>> a = jnp.asarray([[2.0, 1.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 5.0]])   # eigenvalues 1, 3, 5
@@ -201,8 +205,30 @@ def smallest_eigenvalue(a, squarings: int | None = None):
     a = jnp.asarray(a)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise ValueError(f"a must be a square matrix, got shape {a.shape}.")
+    check_real_dtype("a", a, "smallest_eigenvalue")
+    check_float_dtype("a", a, "smallest_eigenvalue")
+    if a.shape[0] == 0:
+        raise ValueError("a must be a non-empty square matrix, got shape (0, 0).")
     if not jnp.issubdtype(a.dtype, jnp.floating):
         a = a.astype(jnp.result_type(float))
+    concrete = not isinstance(a, jax.core.Tracer)
+    if concrete:
+        check_finite_array("a", a)
+        host = np.asarray(a, np.float64)
+        tol, scale = float(np.sqrt(jnp.finfo(a.dtype).eps)), float(np.max(np.abs(host)))
+        if np.max(np.abs(host - host.T)) > tol * scale:
+            raise ValueError(f"a is not symmetric (max |a - a^T| = {np.max(np.abs(host - host.T)):.3g}); give a "
+                             "symmetric PSD matrix, e.g. (a + a.T) / 2.")
+    result = _smallest_eigenvalue(a, squarings)
+    if concrete and not bool(jnp.isfinite(result)):
+        low = float(np.linalg.eigvalsh(0.5 * (host + host.T))[0])
+        raise ValueError(f"a is not positive semi-definite: its smallest eigenvalue is {low:.3g}, beyond the shift "
+                         "that absorbs round-off; smallest_eigenvalue needs a PSD matrix (a kernel system c K): use "
+                         "jnp.linalg.eigvalsh for an indefinite one.")
+    return result
+
+
+def _smallest_eigenvalue(a, squarings):
     n, dtype = a.shape[0], a.dtype
     if squarings is None:
         squarings = jnp.finfo(dtype).nmant + 1
@@ -229,7 +255,7 @@ def _eigmin(a, nullity, eigmin: str, squarings: int | None = None):
     if eigmin == "inverse_squaring":
         if nullity is not None:  # refused by _validate; never silently wrong
             raise ValueError("eigmin='inverse_squaring' cannot skip a Hessian's null space; use eigmin='eigvalsh'.")
-        return smallest_eigenvalue(a, squarings)
+        return _smallest_eigenvalue(a, squarings)
     return _eigmin_on_range(jnp.linalg.eigvalsh(a), nullity)
 
 
