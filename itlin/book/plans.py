@@ -30,6 +30,7 @@ CONFIRMATORY = {
     "feature_updates-fashion-256-mini-u2-fresh-504seeds": Plan("8c39da3", "mini.u2", True),
     "arbel_steps-relu-gn2fullsteps-fresh-277seeds": Plan("6eaba4d", "gn.step_lrfit", False),
     "ortiz_eigenfunctions-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True),
+    "feature_updates-fashion-pool-u2-fresh-512seeds": Plan("955abd6", "full.suffices_u2", True),
 }
 
 
