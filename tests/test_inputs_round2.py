@@ -103,3 +103,28 @@ def test_smallest_eigenvalue_of_an_indefinite_matrix_is_refused():
     with pytest.raises(ValueError, match="non-finite"):
         itlin.smallest_eigenvalue(jnp.asarray([[jnp.nan, 0.0], [0.0, 1.0]]))
     assert abs(float(itlin.smallest_eigenvalue(jnp.asarray([[2.0, 1.0], [1.0, 2.0]]))) - 1.0) < 1e-5
+
+
+# ------------------------------------------------------------------------------ 2. Gauss-Newton solve and damping
+def test_cholesky_with_zero_damping_is_refused_up_front():
+    x1 = jnp.ones((3, 2))  # rank one: K singular
+    with pytest.raises(ValueError, match="solve='cholesky' needs damping > 0") as e:
+        itlin.gauss_newton_step(lin, jnp.zeros(2), x1, jnp.ones(3), solve="cholesky", damping=0.0)
+    _one_line(e)
+    with pytest.raises(ValueError, match=r"ArbelDamping\(eps0=0\)"):
+        itlin.gauss_newton_fit(lin, jnp.zeros(2), x1, jnp.ones(3), 2, solve="cholesky",
+                               damping=itlin.ArbelDamping(1.0, 0.0))
+
+
+def test_cholesky_that_fails_at_round_off_damping_raises_instead_of_nan():
+    x1 = jnp.ones((3, 2))
+    with pytest.raises(ValueError, match="solve='cholesky' failed") as e:
+        itlin.gauss_newton_step(lin, jnp.zeros(2), x1, jnp.ones(3), solve="cholesky", damping=1e-30)
+    _one_line(e)
+    # the same damping with eigh is the (damped) minimum-norm step, finite: x1 @ p = 1
+    p, _ = itlin.gauss_newton_step(lin, jnp.zeros(2), x1, jnp.ones(3), solve="eigh", damping=1e-30)
+    np.testing.assert_allclose(x1 @ p, jnp.ones(3), rtol=1e-5)
+    # a damping > 0 with Cholesky is the ridge step
+    p, _ = itlin.gauss_newton_step(lin, jnp.zeros(2), jnp.eye(2), jnp.ones(2), solve="cholesky", damping=1.0,
+                                   reduction="sum")
+    np.testing.assert_allclose(p, [0.5, 0.5], rtol=1e-6)

@@ -317,6 +317,35 @@ def _hessian_is_scalar(loss, out_shape, dtype, y) -> bool:
     return len(getattr(h, "shape", ())) == 0
 
 
+def _is_zero(v) -> bool:
+    """Whether ``v`` is a concrete 0 (a traced value is not known to be)."""
+    return not isinstance(v, jax.core.Tracer) and float(np.asarray(v)) == 0.0
+
+
+def _check_solve_damping(solve, damping):
+    """``solve="cholesky"`` needs ``lambda > 0``: refuse a damping that is 0 for sure (concrete)."""
+    if solve != "cholesky":
+        return
+    if isinstance(damping, ConstantDamping) and _is_zero(damping.lam):
+        raise ValueError("solve='cholesky' needs damping > 0 (the system is singular at lambda = 0 when the kernel "
+                         "is); pass solve='eigh' for damping 0 (the minimum-norm step) or a damping > 0.")
+    if isinstance(damping, ArbelDamping) and _is_zero(damping.eps0):
+        raise ValueError("solve='cholesky' needs damping > 0, but ArbelDamping(eps0=0) is 0 on a singular kernel; "
+                         "give eps0 > 0 (Arbel et al. use 1e-7) or pass solve='eigh'.")
+
+
+def _check_solved(direction, params, solve):
+    """After a concrete Cholesky solve from finite parameters: a non-finite direction means the
+    damped system was not positive definite (lambda at round-off of a singular kernel); raise
+    instead of returning NaN."""
+    leaves = jax.tree_util.tree_leaves((direction, params))
+    if solve != "cholesky" or any(isinstance(l, jax.core.Tracer) for l in leaves):
+        return
+    if bool(tree_all_finite(params)) and not bool(tree_all_finite(direction)):
+        raise ValueError("solve='cholesky' failed: the damped system c K + lambda I is not positive definite (a "
+                         "singular kernel with a damping at round-off); use solve='eigh' or a larger damping.")
+
+
 def _validate(f, params, x, y, loss, hessian, method, solve, eigmin="eigvalsh"):
     """Every check of the Gauss-Newton entry points, before any work (cheap; concrete inputs only)."""
     _check_args(hessian, method, solve, eigmin)
@@ -357,7 +386,10 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
       damping: ``lambda >= 0``, :class:`ConstantDamping` or :class:`ArbelDamping`.
       hessian: ``"loss"`` (the loss's own) or ``"identity"`` (``H = I`` whatever the loss and
         reduction: Arbel et al.'s update ``J^T (J J^T + eps I)^{-1} g``).
-      solve: ``"eigh"`` (any ``lambda >= 0``) or ``"cholesky"`` (``lambda > 0``, faster).
+      solve: ``"eigh"`` (any ``lambda >= 0``) or ``"cholesky"`` (``lambda > 0``, faster; a
+        damping that is 0 for sure, ``0`` or ``ArbelDamping(eps0=0)``, is refused up front, and a
+        solve that fails because ``lambda`` is at round-off of a singular kernel raises a
+        ValueError instead of returning NaN).
       eigmin: how ``solve="cholesky"`` gets ``sigma_min`` for :class:`ArbelDamping`:
         ``"eigvalsh"`` (default; the eigenvalues by a dense eigensolver) or
         ``"inverse_squaring"`` (:func:`smallest_eigenvalue`; no eigendecomposition, faster on an
@@ -378,9 +410,12 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
     """
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
+    _check_solve_damping(solve, damping)
     _validate(f, params, x, y, loss, hessian, method, solve, eigmin)
-    return _direction(f, params, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn,
-                      eigmin=eigmin)
+    direction, info = _direction(f, params, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve,
+                                 ntk_fn=ntk_fn, eigmin=eigmin)
+    _check_solved(direction, params, solve)
+    return direction, info
 
 
 @partial(jax.jit, static_argnums=(0,), static_argnames=("loss", "hessian", "method", "solve", "ntk_fn", "eigmin"))
@@ -500,6 +535,7 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
     steps = check_steps("steps", steps)
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
+    _check_solve_damping(solve, damping)
     _validate(f, params, x, y, loss, hessian, method, solve, eigmin)
     losses0 = jnp.full((steps,), jnp.nan, dtype=jnp.result_type(*jax.tree_util.tree_leaves(params)))
 
