@@ -128,3 +128,59 @@ def test_cholesky_that_fails_at_round_off_damping_raises_instead_of_nan():
     p, _ = itlin.gauss_newton_step(lin, jnp.zeros(2), jnp.eye(2), jnp.ones(2), solve="cholesky", damping=1.0,
                                    reduction="sum")
     np.testing.assert_allclose(p, [0.5, 0.5], rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ 3. dtypes other than floating point
+def _trainer(schedule=2, loss="squared"):
+    return itlin.iterative_linearisation(lin, optax.sgd(0.1), schedule, loss=loss)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.complex64])
+def test_integer_or_complex_parameters_are_refused_by_fit_gauss_newton_and_ntk(dtype):
+    p = jnp.zeros(2, dtype)
+    with pytest.raises(TypeError, match=f"needs floating-point params .*got dtype {jnp.dtype(dtype)}") as e:
+        _trainer().init(p)
+    _one_line(e)
+    with pytest.raises(TypeError, match="Gauss-Newton needs floating-point parameters"):
+        itlin.gauss_newton_step(lin, p, X, Y)
+    with pytest.raises(TypeError, match="ntk needs floating-point params"):
+        itlin.ntk_eigh(lin, p, X)
+    # a state whose parameters were swapped for integers after init is refused by fit as well
+    tr = _trainer()
+    state = tr.init(jnp.zeros(2))._replace(params=p)
+    with pytest.raises(TypeError, match="training needs floating-point parameters"):
+        itlin.fit(tr, state, X, Y, steps=2)
+
+
+def test_complex_inputs_are_refused_and_integer_inputs_give_the_float_answer():
+    tr = _trainer()
+    xc = X.astype(jnp.complex64)
+    with pytest.raises(TypeError, match="training needs real inputs x, got dtype complex64") as e:
+        itlin.fit(tr, tr.init(jnp.zeros(2)), xc, Y, steps=2)
+    _one_line(e)
+    with pytest.raises(TypeError, match="Gauss-Newton needs real inputs x"):
+        itlin.gauss_newton_step(lin, jnp.zeros(2), xc, Y)
+    with pytest.raises(TypeError, match="ntk needs real x"):
+        itlin.ntk_eigh(lin, jnp.zeros(2), xc)
+    with pytest.raises(TypeError, match="Gauss-Newton needs real targets y"):
+        itlin.gauss_newton_step(lin, jnp.zeros(2), X, Y.astype(jnp.complex64))
+    xi = X.astype(jnp.int32)
+    a = itlin.fit(tr, tr.init(jnp.zeros(2)), xi, Y, steps=3).state.params
+    b = itlin.fit(tr, tr.init(jnp.zeros(2)), X, Y, steps=3).state.params
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(itlin.ntk_eigh(lin, jnp.zeros(2), xi)[0], itlin.ntk_eigh(lin, jnp.zeros(2), X)[0],
+                               atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ 4. shapes of the NTK's pieces
+def test_ntk_with_the_wrong_feature_dimension_is_one_line():
+    with pytest.raises(ValueError, match=r"cannot be applied to x of shape \(3, 4\)") as e:
+        itlin.ntk(_mlp, _p1(), jnp.ones((3, 4)))
+    _one_line(e)
+
+
+def test_ntk_with_a_second_input_set_of_another_feature_size_is_refused():
+    with pytest.raises(ValueError, match=r"x1 and x2 must have the same feature shape, got \(2,\) and \(3,\)") as e:
+        itlin.ntk(lin, jnp.zeros(2), X, jnp.ones((2, 3)))
+    _one_line(e)
+    np.testing.assert_allclose(itlin.ntk(lin, jnp.zeros(2), X, X[:2]), X @ X[:2].T, rtol=1e-6)

@@ -150,6 +150,6 @@ def check_float_params(name: str, tree, what: str):
     for leaf in jax.tree_util.tree_leaves(tree):
         dt = _dtype_of(leaf)
         if dt.kind != "f" and dt != np.dtype(jax.numpy.bfloat16):
-            fix = "a complex model is not supported: split it into real and imaginary parts" if dt.kind == "c" else \
-                "cast with jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)"
-            raise TypeError(f"{what} differentiates {name}, which must be floating point, got dtype {dt}; {fix}.")
+            fix = "complex parameters are not supported: split them into real and imaginary parts" if dt.kind == "c" \
+                else "cast with jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)"
+            raise TypeError(f"{what} needs floating-point {name} (it differentiates them), got dtype {dt}; {fix}.")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ._checks import check_nonempty, check_positive_int
+from ._checks import check_float_params, check_nonempty, check_positive_int, check_real_dtype, output_shape
 from ._tree import tree_sub
 
 ApplyFn = Callable  # f(params, x) -> outputs
@@ -168,17 +168,31 @@ def ntk(f: ApplyFn, params, x1, x2=None, *, chunk_size: Optional[int] = None, tr
       ``(N1*C, N2*C)`` (example-major: row ``n*C + c`` is output ``c`` of example ``n``), or
       ``(N1, N2)`` if ``trace`` or ``C == 1``.
 
+    Refused with a one-line ValueError/TypeError: parameters that are not floating point, complex
+    inputs, ``x2`` of another feature shape than ``x1``, inputs the model cannot take.
+
     >>> import jax.numpy as jnp
     >>> f = lambda p, x: x @ p            # a linear model: the NTK is x x^T
     >>> ntk(f, jnp.zeros(2), jnp.eye(2) * 3.0).tolist()
     [[9.0, 0.0], [0.0, 9.0]]
     """
-    check_nonempty("x" if x2 is None else "x1", x1)
+    name1 = "x" if x2 is None else "x1"
+    check_nonempty(name1, x1)
+    check_float_params("params", params, "ntk")
+    check_real_dtype(name1, x1, "ntk")
     if x2 is not None:
         check_nonempty("x2", x2)
+        check_real_dtype("x2", x2, "ntk")
+        if tuple(np.shape(x1))[1:] != tuple(np.shape(x2))[1:]:
+            raise ValueError(f"x1 and x2 must have the same feature shape, got {tuple(np.shape(x1))[1:]} and "
+                             f"{tuple(np.shape(x2))[1:]}; give x2 the model's input features.")
     if chunk_size is not None:
         chunk_size = check_positive_int("chunk_size", chunk_size, none_means="one chunk")
-    return _ntk(f, params, x1, x2, chunk_size=chunk_size, trace=bool(trace), per_example=bool(per_example))
+    try:
+        return _ntk(f, params, x1, x2, chunk_size=chunk_size, trace=bool(trace), per_example=bool(per_example))
+    except (TypeError, ValueError):
+        output_shape(f, params, x1, name1)  # a one-line error when the model cannot take the inputs
+        raise
 
 
 @partial(jax.jit, static_argnums=(0,), static_argnames=("chunk_size", "trace", "per_example"))

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import (check_finite_array, check_nonempty, check_positive, check_positive_int, check_same_leading,
-                      check_seed, check_steps, output_shape)
+from ._checks import (check_finite_array, check_float_params, check_nonempty, check_positive, check_positive_int,
+                      check_real_dtype, check_same_leading, check_seed, check_steps, output_shape)
 from ._tree import tree_all_finite
 from .linearise import linearised_apply
 from .train import StepLog, Trainer, TrainState, _float_dtype
@@ -242,6 +242,9 @@ def _check_examples(trainer: Trainer, state: TrainState, x, y, what: str):
     check_nonempty(f"{what} x", x)
     check_nonempty(f"{what} y", y)
     check_same_leading(f"{what} x", x, f"{what} y", y)
+    check_float_params("parameters", state.params, what)
+    check_real_dtype("inputs x", x, what)
+    check_real_dtype("targets y", y, what)
     check_finite_array(f"{what} inputs x", x)
     check_finite_array(f"{what} targets y", y)
     out_shape = _output_shape(trainer.model, state.params, state.model_state, x, f"{what} x")

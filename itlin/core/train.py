@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ._checks import check_float_params
 from ._tree import tree_select
 from .linearise import Linearisation, linearise_at, linearised_apply
 from .losses import Loss, get_loss
@@ -189,6 +190,7 @@ def iterative_linearisation(model, optimizer: optax.GradientTransformation, sche
     gd_path = bool(exact_gd) and period == 1
 
     def init(params, model_state=None, **schedule_values) -> TrainState:
+        check_float_params("params", params, "trainer.init")
         model_state = {} if model_state is None else model_state
         zero = jnp.zeros((), jnp.int32)
         sched_state = sched.init(model.bind(model_state), params)
