@@ -19,6 +19,11 @@ book/'s files builds with it. It does three things Jupyter Book 1 has no setting
   shows no ipywidgets (its demos are static HTML; the live demo's output is removed), so that
   state, and the widget-manager scripts MyST-NB would load from a CDN to read it, are dropped
   from the pages and from the offered ``.ipynb``.
+* **Encrypted kernel transport.** jupyter_client leaves its kernels' ZeroMQ transport unencrypted
+  by default, and ipykernel then prints "Kernel is running over TCP without encryption" once per
+  executed chapter, burying real warnings in the build log. ipykernel's kernelspec declares
+  CurveZMQ support, so :func:`encrypt_kernel_transport` makes the kernels the build starts use it
+  (``KernelManager.transport_encryption = "auto"``, where pyzmq has Curve).
 """
 
 from __future__ import annotations
@@ -132,7 +137,21 @@ def _drop_widget_state(app, env):
             del files[key]
 
 
+def encrypt_kernel_transport() -> bool:
+    """Make every kernel jupyter_client starts from now on in this process encrypt its transport
+    with CurveZMQ when its kernelspec declares support (the policy ``"auto"``); ``False`` (and
+    nothing changed) when pyzmq lacks Curve."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    if not zmq.has("curve"):
+        return False
+    KernelManager.class_traits()["transport_encryption"].default_value = "auto"
+    return True
+
+
 def setup(app):
+    encrypt_kernel_transport()
     app.connect("env-updated", _drop_widget_state)
     register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)
     app.connect("html-page-context", _offer_executed_notebook, priority=500)
