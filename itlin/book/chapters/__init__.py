@@ -1,0 +1,51 @@
+"""What the book's chapters compute and glue, one module per chapter (issue 47: chapters read as prose).
+
+A chapter sets its parameters, runs its experiments through :mod:`itlin.book.runner`, and then
+calls the functions of its module here for the numbers and the short texts that its fixed prose
+reads with MyST ``{glue}``; figures are in :mod:`itlin.book.figures`. Each function returns what
+it computes (a dict of glue names and values where a section glues several), so that a chapter's
+code cells stay a few lines long and every name they use is public.
+
+This module holds what several chapters share: :func:`glue_all`, and the one-line provenance of a
+run (:func:`ran_here`, :func:`made`).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+__all__ = ["glue_all", "made", "ran_here"]
+
+
+def glue_all(values: Mapping) -> None:
+    """Glue every ``name: value`` of ``values`` for the chapter's prose (``myst_nb.glue`` with
+    ``display=False``), in order."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, value, display=False)
+
+
+def ran_here(live) -> str:
+    """The line a chapter prints under its first cell: how many training runs this page made, their
+    status, and the time and device of the run (for results loaded from the store, of the run that
+    made them).
+
+    >>> from types import SimpleNamespace as NS
+    >>> ran_here(NS(runs={"a": 0, "b": 0}, status="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
+    '2 training runs here, status: completed; 12 s on cpu'
+    """
+    return f"{len(live.runs)} training runs here, status: {live.status}; {live.info['wall_seconds']:.0f} s on {live.info['device']}"
+
+
+def made(rec) -> str:
+    """Where, with which JAX and at which commit a record was made, and its minutes.
+
+    >>> from types import SimpleNamespace as NS
+    >>> made(NS(info={"device": "cpu", "jax_version": "0.4.30", "git_commit": "abcdef123", "wall_seconds": 600}))
+    'recorded on cpu with JAX 0.4.30 at commit abcdef1; 10 minutes'
+    """
+    info = rec.info
+    return (f"recorded on {info['device']} with JAX {info.get('jax_version', '?')} at commit "
+            f"{(info.get('git_commit') or '?')[:7]}; {info['wall_seconds'] / 60:.0f} minutes")
+
