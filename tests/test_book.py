@@ -48,7 +48,7 @@ def toc_files():
 
 PAGES = toc_files()
 # pages without code: plain MyST, built but never executed (the API reference, from docstrings)
-PLAIN_PAGES = ["book/api", "book/adding_an_experiment"]
+PLAIN_PAGES = ["book/api", "book/methods", "book/adding_an_experiment"]
 CHAPTERS = [p for p in PAGES if p not in PLAIN_PAGES]
 
 
