@@ -184,3 +184,45 @@ def test_ntk_with_a_second_input_set_of_another_feature_size_is_refused():
         itlin.ntk(lin, jnp.zeros(2), X, jnp.ones((2, 3)))
     _one_line(e)
     np.testing.assert_allclose(itlin.ntk(lin, jnp.zeros(2), X, X[:2]), X @ X[:2].T, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ 5. schedules
+def test_at_steps_beyond_the_int32_counter_is_refused():
+    with pytest.raises(ValueError, match="AtSteps step 8589934592 is more steps than a run can count") as e:
+        itlin.AtSteps([3, 2 ** 33])
+    _one_line(e)
+    assert itlin.AtSteps([2 ** 31 - 1]).steps == (2 ** 31 - 1,)
+
+
+@pytest.mark.parametrize("rule", [lambda s: jnp.asarray([True, False]), lambda s: (s > 1, s > 2)])
+def test_a_rule_returning_an_array_is_refused_when_the_trainer_is_built(rule):
+    with pytest.raises(TypeError, match="a schedule rule must return one bool per step") as e:
+        _trainer(rule)
+    _one_line(e)
+
+
+def test_a_scalar_rule_function_is_the_same_as_every():
+    tr_rule, tr_every = _trainer(lambda s: s % 2 == 0), _trainer(itlin.Every(2))
+    a = itlin.fit(tr_rule, tr_rule.init(jnp.zeros(2)), X, Y, steps=5)
+    b = itlin.fit(tr_every, tr_every.init(jnp.zeros(2)), X, Y, steps=5)
+    np.testing.assert_allclose(a.state.params, b.state.params, rtol=1e-6)
+    assert a.state.feature_updates == b.state.feature_updates == 2
+
+
+def test_kernel_drift_with_a_probe_of_another_feature_size_is_refused_at_init():
+    tr = _trainer(itlin.kernel_drift(0.1, jnp.ones((2, 3))))
+    with pytest.raises(ValueError, match=r"cannot be applied to kernel_drift's probe of shape \(2, 3\)") as e:
+        tr.init(jnp.zeros(2))
+    _one_line(e)
+
+
+def test_a_run_past_the_int32_step_counter_is_refused_and_one_up_to_it_ends():
+    tr = _trainer()
+    with pytest.raises(ValueError, match="more steps than the int32 step counter can count") as e:
+        itlin.fit(tr, tr.init(jnp.zeros(2)), X, Y, steps=2 ** 31 + 5)
+    _one_line(e)
+    near = tr.init(jnp.zeros(2))._replace(step=jnp.asarray(2 ** 31 - 4, jnp.int32))
+    with pytest.raises(ValueError, match=r"state.step \+ steps"):
+        itlin.run(tr, near, X, Y, 5)
+    res = itlin.fit(tr, near, X, Y, steps=2 ** 31 - 1, eval_every=2)  # 3 steps up to the last countable one
+    assert int(res.state.step) == 2 ** 31 - 1 and res.status == "completed"

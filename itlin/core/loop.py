@@ -33,6 +33,7 @@ from ._checks import (check_finite_array, check_float_params, check_nonempty, ch
                       check_real_dtype, check_same_leading, check_seed, check_steps, output_shape)
 from ._tree import tree_all_finite
 from .linearise import linearised_apply
+from .schedules import MAX_PERIOD
 from .train import StepLog, Trainer, TrainState, _float_dtype
 
 #: steps per compiled loop (a trade between dispatch overhead and the size of the step logs)
@@ -296,6 +297,13 @@ def _check_batches(batches, n_examples, batch_size, needed):
     return arr.astype(np.int32), int(arr.shape[1])
 
 
+def _check_countable(last_step: int, what: str):
+    """The step counter is int32: a run may not go past ``MAX_PERIOD`` (it would wrap and never end)."""
+    if last_step > MAX_PERIOD:
+        raise ValueError(f"{what} = {last_step} is more steps than the int32 step counter can count ({MAX_PERIOD}); "
+                         "train for fewer steps.")
+
+
 def _prepare(trainer: Trainer, state: TrainState, x, y, *, batch_size, seed, chunk_size, batches, last_step):
     """Every check of :func:`run` and :func:`fit` before any work; returns ``(x, y, batch_size,
     batches)`` with arrays converted."""
@@ -343,6 +351,7 @@ def run(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     """
     steps = check_steps("steps", steps, allow_zero=True)
     target = int(state.step) + steps
+    _check_countable(target, f"state.step + steps ({int(state.step)} + {steps})")
     x, y, batch_size, batches = _prepare(trainer, state, x, y, batch_size=batch_size, seed=seed,
                                          chunk_size=chunk_size, batches=batches, last_step=target)
     r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size, batches=batches)
@@ -588,7 +597,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
       trainer, state: from :func:`itlin.iterative_linearisation` and ``trainer.init`` (or a
         checkpoint; then pass its ``history`` too).
       x, y: the training set (mini-batches are drawn from it).
-      steps: total steps of the run.
+      steps: total steps of the run (at most ``MAX_PERIOD``, ``2**31 - 1``: the step counter is int32).
       batch_size: mini-batch size; ``None`` for full batch.
       batches: a given batch order instead of the one drawn from ``seed``: an integer array
         ``(T, B)`` (or an iterable of index rows), row ``t`` the example indices of step
@@ -622,6 +631,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     ('completed', [0, 20, 40], True)
     """
     steps = check_steps("steps", steps, allow_zero=True)
+    _check_countable(steps, "steps")
     x, y, batch_size, batches = _prepare(trainer, state, x, y, batch_size=batch_size, seed=seed,
                                          chunk_size=chunk_size, batches=batches, last_step=steps)
     eval_sets = dict(eval_sets or {})

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import check_positive
+from ._checks import check_positive, output_shape
 
 #: the spellings of "never relinearise" (any case) that every parser of periods accepts: the
 #: trainer's, the book's parameters (lists included) and the stored records'
@@ -161,12 +161,16 @@ def _step_numbers(steps) -> tuple:
         if int(s) < 1:
             raise ValueError(f"AtSteps needs step numbers >= 1 (a relinearisation happens after a step), got "
                              f"{int(s)}.")
+        if int(s) > MAX_PERIOD:
+            raise ValueError(f"AtSteps step {int(s)} is more steps than a run can count ({MAX_PERIOD}); drop it "
+                             "(it would never be reached).")
         out.add(int(s))
     return tuple(sorted(out))
 
 
 class AtSteps(_AtStepsFields):
-    """Relinearise after each listed step (integers >= 1; sorted, repeats dropped).
+    """Relinearise after each listed step (integers from 1 to ``MAX_PERIOD``; sorted, repeats
+    dropped).
 
     >>> rule = AtSteps([5, 2])
     >>> rule.steps, [int(s) for s in range(1, 7) if rule(s)]
@@ -408,6 +412,7 @@ def kernel_drift(threshold: float, probe, check_every: int = 10, max_period=math
     def init(f, params):
         if f is None or params is None:
             raise ValueError("kernel_drift needs the network and the initial params to measure the anchor's kernel.")
+        output_shape(f, params, probe, "kernel_drift's probe")  # one line if the model cannot take the probe
         return kernel(f, params)
 
     def update(k_anchor, info):
@@ -422,6 +427,20 @@ def kernel_drift(threshold: float, probe, check_every: int = 10, max_period=math
     digest = hashlib.sha256(np.asarray(probe).tobytes()).hexdigest()[:16]
     return Schedule(init, update, None, f"kernel drift > {threshold:g}",
                     ("kernel_drift", threshold, check_every, max_period, tuple(probe.shape), digest))
+
+
+def _check_rule(rule):
+    """A rule ``step -> bool`` must give a scalar for a scalar step (abstract: no computation).
+    A rule that cannot be traced abstractly is left to the trainer."""
+    try:
+        out = jax.eval_shape(rule, jax.ShapeDtypeStruct((), jnp.int32))
+    except Exception:  # noqa: BLE001 - judged when the trainer traces it
+        return
+    shape = tuple(getattr(out, "shape", ())) if not isinstance(out, (tuple, list, dict)) else None
+    if shape != ():
+        what = f"shape {shape}" if shape is not None else type(out).__name__
+        raise TypeError(f"a schedule rule must return one bool per step (a scalar), got {what}; reduce it (e.g. "
+                        "jnp.any) or return step % K == 0.")
 
 
 def as_schedule(spec) -> Schedule:
@@ -441,8 +460,15 @@ def as_schedule(spec) -> Schedule:
     else:
         rule = Every.of(spec)
 
+    if not isinstance(rule, (Every, AtSteps)):
+        _check_rule(rule)
+
     def update(state, info):
-        return jnp.asarray(rule(info.step), bool), state
+        decision = jnp.asarray(rule(info.step))
+        if decision.shape != ():
+            raise TypeError(f"a schedule rule must return one bool per step, got shape {decision.shape}; reduce it "
+                            "(e.g. jnp.any) or return step % K == 0.")
+        return decision.astype(bool), state
 
     name = getattr(rule, "name", getattr(rule, "__name__", "rule"))
     spec_ = tuple(rule) if isinstance(rule, (Every, AtSteps)) else (name,)
