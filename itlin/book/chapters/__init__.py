@@ -6,7 +6,7 @@ reads with MyST ``{glue}``; figures are in :mod:`itlin.book.figures`. Each funct
 it computes (a dict of glue names and values where a section glues several), so that a chapter's
 code cells stay a few lines long and every name they use is public.
 
-This module holds what several chapters share: :func:`glue_all`, and the one-line provenance of a
+This module holds what several chapters share: :func:`glue_all`, :func:`print_lines`, and the one-line provenance of a
 run (:func:`ran_here`, :func:`made`).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["glue_all", "made", "ran_here"]
+__all__ = ["glue_all", "made", "print_lines", "ran_here"]
 
 
 def glue_all(values: Mapping) -> None:
@@ -24,6 +24,17 @@ def glue_all(values: Mapping) -> None:
 
     for name, value in values.items():
         glue(name, value, display=False)
+
+
+def print_lines(lines) -> None:
+    """Print each of ``lines`` (a table a chapter shows as text).
+
+    >>> print_lines(["a", "  b"])
+    a
+      b
+    """
+    for line in lines:
+        print(line)
 
 
 def ran_here(live) -> str:
