@@ -226,3 +226,29 @@ def test_a_run_past_the_int32_step_counter_is_refused_and_one_up_to_it_ends():
         itlin.run(tr, near, X, Y, 5)
     res = itlin.fit(tr, near, X, Y, steps=2 ** 31 - 1, eval_every=2)  # 3 steps up to the last countable one
     assert int(res.state.step) == 2 ** 31 - 1 and res.status == "completed"
+
+
+# ------------------------------------------------------------------------------ 6. losses
+@pytest.mark.parametrize("field", ["check", "hessian"])
+def test_a_loss_whose_check_or_hessian_is_not_callable_is_refused(field):
+    with pytest.raises(TypeError, match=f"{field} must be a function") as e:
+        itlin.Loss("mine", lambda o, t: 0.5 * (o - t) ** 2, **{field: 3})
+    _one_line(e)
+
+
+def test_a_per_example_loss_that_returns_one_scalar_is_refused_before_training():
+    reduced = itlin.Loss("reduced", lambda o, t: jnp.mean((o - t) ** 2))
+    tr = _trainer(1, loss=reduced)
+    with pytest.raises(ValueError, match=r"per_example must return one loss per example, shape \(3,\)") as e:
+        itlin.fit(tr, tr.init(jnp.zeros(2)), X, Y, steps=2)
+    _one_line(e)
+    with pytest.raises(ValueError, match="per_example must return one loss per example"):
+        itlin.gauss_newton_step(lin, jnp.zeros(2), X, Y, loss=reduced, hessian="identity")
+    # the per-example form trains and evaluates to the same loss as the built-in squared loss
+    mine = itlin.Loss("mine", lambda o, t: 0.5 * (o - t) ** 2)
+    tr_m, tr_s = _trainer(1, loss=mine), _trainer(1, loss="squared")
+    a = itlin.fit(tr_m, tr_m.init(jnp.zeros(2)), X, Y, steps=3)
+    b = itlin.fit(tr_s, tr_s.init(jnp.zeros(2)), X, Y, steps=3)
+    np.testing.assert_allclose(a.state.params, b.state.params, rtol=1e-6)
+    np.testing.assert_allclose(itlin.evaluate(tr_m, a.state, X, Y)["loss"], itlin.evaluate(tr_s, b.state, X, Y)["loss"],
+                               rtol=1e-6)

@@ -163,7 +163,10 @@ class Loss:
     ``per_example`` in one example's outputs, as per-example blocks ``(N, C, C)`` or a scalar
     ``c`` for ``c I``; Gauss-Newton (``hessian="loss"``) needs it and refuses a loss without one.
     ``check(out_shape, y)``: validates concrete targets against the outputs' shape before any
-    work starts (one-line ``ValueError``), or ``None``.
+    work starts (one-line ``ValueError``), or ``None``. ``hessian`` and ``check`` must be
+    functions or ``None`` (TypeError otherwise), and ``per_example`` must return shape ``(N,)``:
+    one that returns a scalar (a loss already reduced) or ``(N, C)`` is refused before training
+    or Gauss-Newton starts.
 
     >>> import jax.numpy as jnp
     >>> sq = get_loss("squared")                       # mean over examples of 0.5 ||f - y||^2
@@ -194,9 +197,16 @@ class Loss:
     def __post_init__(self):
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}.")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty string, got {self.name!r}.")
         if not callable(self.per_example):
             raise TypeError(f"per_example must be a function per_example(f, y) -> one loss per example, got "
                             f"{self.per_example!r}.")
+        for field_name, what in (("hessian", "hessian(f, y) -> (N, C, C) blocks or a scalar c"),
+                                 ("check", "check(out_shape, y) that raises ValueError on bad targets")):
+            value = getattr(self, field_name)
+            if value is not None and not callable(value):
+                raise TypeError(f"{field_name} must be a function {what}, or None; got {value!r}.")
 
     def __call__(self, f, y):
         """The training loss: mean or sum of ``per_example`` over the batch."""
@@ -226,16 +236,36 @@ class Loss:
 
     def check_targets(self, out_shape, y):
         """Validate concrete targets ``y`` against outputs of shape ``out_shape`` (no-op when
-        traced or when the loss has no ``check``): label range, shapes, finiteness.
+        traced): the loss's ``check`` (label range, shapes, finiteness), and that ``per_example``
+        returns one loss per example.
 
         >>> get_loss("cross_entropy").check_targets((2, 3), jnp.asarray([5, -1]))
         Traceback (most recent call last):
         ...
         ValueError: class labels must lie in 0..2 (the model has 3 outputs), got -1; fix the labels or give the model more outputs.
         """
-        if self.check is None or isinstance(y, jax.core.Tracer):
+        if isinstance(y, jax.core.Tracer):
             return
-        self.check(tuple(out_shape), y)
+        out_shape = tuple(out_shape)
+        if self.check is not None:
+            self.check(out_shape, y)
+        if out_shape:
+            self._check_per_example(out_shape, y)
+
+    def _check_per_example(self, out_shape, y):
+        """``per_example`` must give one loss per example, shape ``(N,)`` (abstract: no computation);
+        a scalar or ``(N, C)`` would make the mean and :func:`itlin.evaluate`'s sum disagree."""
+        spec = lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
+        try:
+            per = jax.eval_shape(self.per_example, jax.ShapeDtypeStruct(out_shape, jnp.float32),
+                                 jax.tree_util.tree_map(spec, y))
+        except Exception:  # noqa: BLE001 - a loss that cannot be traced abstractly fails where it is used
+            return
+        shape = tuple(getattr(per, "shape", ()))
+        if shape != out_shape[:1]:
+            raise ValueError(f"loss {self.name!r}: per_example must return one loss per example, shape "
+                             f"({out_shape[0]},) for outputs {out_shape}, got shape {shape}; sum over the outputs "
+                             "(e.g. jnp.sum(..., axis=-1)) and do not reduce over examples.")
 
     @property
     def classifies(self) -> bool:
