@@ -57,6 +57,14 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
     assert fig3.verdict.margin == 0.01 and fig3.premise in (V.HOLDS, V.FAILS)  # the paper's "under 1%"
     c = F.counts(found)
     assert sum(c.values()) == len(found)
+    # the README's line at a glance says what the records say
+    import re
+
+    glance = re.search(r"of (\d+) headline claims, (\d+) hold, (\d+) do not hold and (\d+) cannot\s+resolve",
+                       (ROOT / "README.md").read_text())
+    assert glance, "README.md lost its 'at a glance' line"
+    assert tuple(map(int, glance.groups())) == (len(found), c[V.HOLDS], c[V.FAILS], c[V.UNRESOLVED]), (
+        "README.md's counts at a glance differ from the records: update them from python -m itlin.book.findings")
     assert f"{len(found)} headline claims" in subprocess.run(
         ["python", "-m", "itlin.book.findings"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
 
