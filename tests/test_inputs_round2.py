@@ -252,3 +252,17 @@ def test_a_per_example_loss_that_returns_one_scalar_is_refused_before_training()
     np.testing.assert_allclose(a.state.params, b.state.params, rtol=1e-6)
     np.testing.assert_allclose(itlin.evaluate(tr_m, a.state, X, Y)["loss"], itlin.evaluate(tr_s, b.state, X, Y)["loss"],
                                rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ 7. sweeps
+def test_an_int64_grid_beyond_int32_is_refused_when_64_bit_mode_is_off():
+    assert not jax.config.jax_enable_x64
+    big = np.asarray([1, 2 ** 40], np.int64)
+    with pytest.raises(ValueError, match=r"grid leaf \['n'\] holds 1099511627776, which int64 -> 32 bits") as e:
+        itlin.sweep(lambda p: p["n"] + 1, {"n": big})
+    _one_line(e)
+    with pytest.raises(ValueError, match="float64 -> 32 bits"):
+        itlin.sweep(lambda p: p["v"] * 2, {"v": np.asarray([1.0, 1e300])})
+    # an int64 grid that fits is swept exactly
+    out = itlin.sweep(lambda p: p["n"] + 1, {"n": np.asarray([1, 2 ** 30], np.int64)})
+    assert out.tolist() == [2, 2 ** 30 + 1]

@@ -191,6 +191,7 @@ def _check_grid(grid):
         if a.ndim == 0:
             raise ValueError(f"grid leaf {name} is a scalar; every leaf needs the leading grid axis "
                              "(close over constants in fn instead)")
+        _check_fits_32_bits(name, a)
         leaves.append(a)
     sizes = {name: a.shape[0] for name, a in zip(names, leaves)}
     if len(set(sizes.values())) > 1:
@@ -199,6 +200,25 @@ def _check_grid(grid):
     if g == 0:
         raise ValueError("the grid is empty (leading axis of length 0)")
     return leaves, tree, g
+
+
+def _check_fits_32_bits(name, a):
+    """With 64-bit mode off, JAX stores int64/uint64/float64 leaves in 32 bits: refuse values that
+    would change on the way (wrapped integers, floats overflowing to inf) instead of sweeping
+    other points than the grid's."""
+    if jax.config.jax_enable_x64 or a.dtype.itemsize <= 4 or a.size == 0:
+        return
+    if a.dtype.kind in "iu":
+        info = np.iinfo(np.int32 if a.dtype.kind == "i" else np.uint32)
+        bad = a[(a < info.min) | (a > info.max)]
+    elif a.dtype.kind == "f":
+        bad = a[np.isfinite(a) & (np.abs(a) > np.finfo(np.float32).max)]
+    else:
+        return
+    if bad.size:
+        raise ValueError(f"grid leaf {name} holds {bad.ravel()[0].item()!r}, which {a.dtype} -> 32 bits would change (JAX's "
+                         "64-bit mode is off); enable it with jax.config.update('jax_enable_x64', True) or use values "
+                         "that fit in 32 bits.")
 
 
 def _fingerprint(leaves, tree) -> int:
@@ -244,7 +264,9 @@ def sweep(fn: Callable, grid, *, mesh: Optional[Mesh] = None, chunk: Optional[in
     same grid (checked) and gets the whole result.
 
     Returns ``fn``'s output tree of numpy arrays with a leading axis of ``G``, the same in every
-    process. ``mesh`` defaults to :func:`sweep_mesh` (every device).
+    process. ``mesh`` defaults to :func:`sweep_mesh` (every device). With JAX's 64-bit mode off,
+    a 64-bit leaf whose values do not fit in 32 bits (an int64 beyond int32, a float64 beyond
+    float32's range) is refused rather than silently truncated.
 
     >>> import jax.numpy as jnp
     >>> out = sweep(lambda p: {"sq": p["a"] ** 2, "v": p["a"] * jnp.ones(2)}, {"a": np.arange(3.0)})
