@@ -20,8 +20,10 @@ from ..experiments.main import feature_learning as fl
 from ..experiments.main._rows import as_K, select, updates
 from ..labels import K_label
 
-__all__ = ["FILTER_IDS", "PROBE_IDS", "fewest_text", "filter_values", "kernel_rows", "kernel_values", "much_values",
-           "n_test", "probe_values", "setting_values", "verdict_values"]
+__all__ = [
+    "fewest_text", "FILTER_IDS", "filter_values", "kernel_rows", "kernel_values", "much_values", "n_test",
+    "PROBE_IDS", "probe_values", "setting_values", "verdict_values",
+]
 
 #: the probes' claims, per layer: the large K's probe improves, more slowly than K=1's, and levels off lower
 PROBE_IDS = [f"probe.{layer}.{what}" for layer in fl.LAYERS for what in ("improves", "slower", "lower")]

@@ -21,9 +21,11 @@ from IPython.display import Markdown
 from .. import benchmarking as B
 from .. import runner
 
-__all__ = ["damping_lines", "damping_values", "floor_values", "gn_lines", "gn_values", "mesh_lines", "mesh_values",
-           "profile", "profiles_dir", "scale_report", "sweep_lines", "sweep_values", "targets_lines",
-           "h100_sweep_lines"]
+__all__ = [
+    "damping_lines", "damping_values", "floor_values", "gn_lines", "gn_values", "h100_sweep_lines",
+    "mesh_lines", "mesh_values", "profile", "profiles_dir", "scale_report", "sweep_lines", "sweep_values",
+    "targets_lines",
+]
 
 
 def profiles_dir() -> Path:

@@ -22,8 +22,10 @@ from ..experiments.main import fig4_resnet as fig4
 from ..experiments.main import fig5_data_scaling as fig5
 from ..experiments.main._setup import n_test_judged
 
-__all__ = ["can_hold", "decades", "fig4_ids", "fig4_values", "fig5_values", "flip_text", "margin_values", "n_test_judged",
-           "seed_price", "slope_margins", "test_term_values", "traded_values", "updates_text"]
+__all__ = [
+    "can_hold", "decades", "fig4_ids", "fig4_values", "fig5_values", "flip_text", "margin_values",
+    "n_test_judged", "seed_price", "slope_margins", "test_term_values", "traded_values", "updates_text",
+]
 
 
 # ------------------------------------------------------------------------------ Figure 4
