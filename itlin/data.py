@@ -43,7 +43,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from . import _io
-from .core._checks import check_positive_int
+from .core._checks import check_positive_int, check_seed
 
 # --------------------------------------------------------------------------------------------
 # the Dataset container
@@ -123,6 +123,7 @@ class Dataset:
         ``meta['train_index']``/``meta['test_index']``. ``load(name, n_train=n, seed=s)`` equals
         ``load(name).subset(n, seed=s)``.
         """
+        check_seed("seed", seed)
         meta = dict(self.meta)
         arrays = {}
         for split, n, stream in (("train", n_train, 0), ("test", n_test, 1)):
@@ -405,6 +406,30 @@ def quintic_function(x):
     return x ** 5 / 32.0 - x ** 3 / 2.0 + 2.0 * x - 1.0
 
 
+def _interval(interval) -> tuple:
+    """``(low, high)``: two finite real numbers with ``low < high`` whose quintic fits in float32;
+    a one-line ValueError naming ``interval`` otherwise."""
+    usage = "interval must be (low, high), two finite numbers with low < high"
+    try:
+        pair = tuple(interval)
+    except TypeError:
+        raise ValueError(f"{usage}, got {interval!r}.") from None
+    if len(pair) != 2 or any(isinstance(v, (bool, str, bytes)) for v in pair):
+        raise ValueError(f"{usage}, got {interval!r}.")
+    try:
+        lo, hi = (float(v) for v in pair)
+    except (TypeError, ValueError):
+        raise ValueError(f"{usage}, got {interval!r}.") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+        raise ValueError(f"{usage}, got {interval!r}.")
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = np.float32(np.max(np.abs(quintic_function(np.asarray([lo, hi], np.float64)))))
+    if not np.isfinite(top):
+        raise ValueError(f"interval {interval!r} is too wide: the quintic overflows float32 there; keep |x| below "
+                         "1e8 (the papers' outputs stay in [-4, 4]: |x| <= 3.626).")
+    return lo, hi
+
+
 def quintic(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0,
             interval: Sequence[float] = QUINTIC_INTERVAL, cache_dir=None) -> Dataset:
     """The 1-D quintic regression task (main paper Appendix C; workshop version Appendix D).
@@ -420,9 +445,7 @@ def quintic(*, n_train: Optional[int] = None, n_test: Optional[int] = None, seed
     deterministic grid: ``seed`` is accepted for a uniform API and ignored. Not cached (it takes
     microseconds).
     """
-    lo, hi = (float(v) for v in interval)
-    if not hi > lo:
-        raise ValueError(f"interval must be (low, high) with low < high, got {interval!r}.")
+    lo, hi = _interval(interval)
     n_tr = 20 if n_train is None else _check_count("n_train", n_train, 10 ** 9)
     n_te = 1000 if n_test is None else _check_count("n_test", n_test, 10 ** 9)
     x_tr = np.linspace(lo, hi, n_tr)
@@ -1189,8 +1212,13 @@ def load(name: str, *, n_train: Optional[int] = None, n_test: Optional[int] = No
     """Load a dataset by name (see :data:`DATASETS`); extra keyword arguments go to its loader.
 
     ``n_train``/``n_test``: sizes of the (class-balanced, nested) subsets, ``None`` for the
-    dataset's default size. ``seed``: subset choice, or generation for synthetic data.
+    dataset's default size. ``seed``: subset choice, or generation for synthetic data (an
+    integer from 0 to ``2**32 - 1``; anything else is a one-line error).
+
+    >>> load("quintic", n_train=5).x_train[:, 0].tolist()
+    [-3.5, -1.75, 0.0, 1.75, 3.5]
     """
+    check_seed("seed", seed)
     return DATASETS[dataset_name(name)](n_train=n_train, n_test=n_test, seed=seed, cache_dir=cache_dir, **kwargs)
 
 

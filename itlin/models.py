@@ -151,12 +151,23 @@ class LeNet(nn.Module):
         return nn.Dense(self.num_outputs)(x)
 
 
+def _positive_ints(name: str, values) -> tuple:
+    """A sequence of layer sizes as a tuple of ints, each >= 1; a one-line ValueError naming
+    ``name`` otherwise (a zero-size layer would divide by zero at ``init``)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of positive integers (layer sizes), got {values!r}.")
+    out = []
+    for i, v in enumerate(values):
+        out.append(check_positive_int(f"{name}[{i}]", v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v))
+    return tuple(out)
+
+
 def _lenet(ndim, num_outputs, channels, kernel_size, dense, pooling):
     num_outputs = check_positive_int("num_outputs", num_outputs)
     kernel_size = check_positive_int("kernel_size", kernel_size)
     if isinstance(channels, int):
         channels = (channels, channels)
-    channels, dense = tuple(int(c) for c in channels), tuple(int(d) for d in dense)
+    channels, dense = _positive_ints("channels", channels), _positive_ints("dense", dense)
     if pooling not in ("max", "avg", "none"):
         raise ValueError(f"pooling must be 'max', 'avg' or 'none', got {pooling!r}.")
     module = LeNet(num_outputs=num_outputs, channels=channels, kernel_size=kernel_size, dense=dense,
@@ -255,7 +266,7 @@ def mlp(num_outputs: int = 1, width: int = 50, depth: int = 5, widths=None, acti
         width = check_positive_int("width", width)
         depth = check_positive_int("depth", depth)
         widths = (width,) * depth
-    widths = tuple(int(w) for w in widths)
+    widths = _positive_ints("widths", widths)
     num_outputs = check_positive_int("num_outputs", num_outputs)
     get_activation(activation, beta)  # validate the name
     module = MLP(widths=widths, num_outputs=num_outputs, activation=activation, beta=float(beta), init_scheme=init)

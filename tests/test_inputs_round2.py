@@ -266,3 +266,44 @@ def test_an_int64_grid_beyond_int32_is_refused_when_64_bit_mode_is_off():
     # an int64 grid that fits is swept exactly
     out = itlin.sweep(lambda p: p["n"] + 1, {"n": np.asarray([1, 2 ** 30], np.int64)})
     assert out.tolist() == [2, 2 ** 30 + 1]
+
+
+# ------------------------------------------------------------------------------ 8. data and models
+@pytest.mark.parametrize("interval", [(0, np.inf), (1,), "ab", (2, 1), (0, float("nan")), None, (0, 1e9)])
+def test_malformed_or_infinite_quintic_intervals_are_refused(interval):
+    from itlin import data
+
+    with pytest.raises(ValueError, match="interval") as e:
+        data.load("quintic", interval=interval)
+    _one_line(e)
+
+
+def test_a_finite_quintic_interval_gives_finite_data():
+    from itlin import data
+
+    d = data.load("quintic", n_train=3, interval=(0, 2))
+    np.testing.assert_allclose(d.x_train[:, 0], [0.0, 1.0, 2.0])
+    np.testing.assert_allclose(d.y_train[:, 0], [-1.0, 1 / 32 - 0.5 + 2 - 1, 1.0 - 4.0 + 4.0 - 1.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2 ** 32, ValueError), (1.5, TypeError)])
+def test_bad_seeds_are_refused_by_load_and_subset(seed, error):
+    from itlin import data
+
+    with pytest.raises(error, match="seed must be an integer from 0 to 2\\*\\*32 - 1") as e:
+        data.load("quintic", seed=seed)
+    _one_line(e)
+    with pytest.raises(error, match="seed must be"):
+        data.load("quintic").subset(5, seed=seed)
+
+
+@pytest.mark.parametrize("build, name", [(lambda m: m.mlp(widths=(5, 0)), "widths\\[1\\]"),
+                                         (lambda m: m.lenet(channels=(5, 0)), "channels\\[1\\]"),
+                                         (lambda m: m.lenet1d(channels=0), "channels\\[0\\]"),
+                                         (lambda m: m.lenet(dense=(8, 0)), "dense\\[1\\]")])
+def test_zero_width_layers_are_refused_when_the_model_is_built(build, name):
+    from itlin import models
+
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer") as e:
+        build(models)
+    _one_line(e)
