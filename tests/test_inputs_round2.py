@@ -307,3 +307,55 @@ def test_zero_width_layers_are_refused_when_the_model_is_built(build, name):
     with pytest.raises(ValueError, match=f"{name} must be a positive integer") as e:
         build(models)
     _one_line(e)
+
+
+# ------------------------------------------------------------------------------ 9. the runner and the CLI
+BOOK = __import__("pathlib").Path(__file__).resolve().parent.parent / "book"
+
+
+def _files(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_batch_larger_than_the_training_set_is_refused_before_the_runner_writes(tmp_path):
+    from itlin.book import experiments as E
+    from itlin.book import runner
+
+    with pytest.raises(E.ParameterError, match="batch_size=256 is more than n_train=100") as e:
+        runner.run("fig2_k_sweep", {"scale": "tiny", "n_train": 100}, results_dir=tmp_path)
+    _one_line(e)
+    assert _files(tmp_path) == []  # no .lock, .lock.pid, params.json
+    # every experiment's own scales pass the shared check
+    for name in E.names():
+        for scale in ("tiny", "default", "paper"):
+            E.get(name).resolve({"scale": scale})
+
+
+def _cli(tmp_path, monkeypatch, capsys, *args):
+    from itlin.book import run
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("ITLIN_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out.ipynb"
+    rc = run.main([str(BOOK / "k_sweeps.md"), str(out), *args])
+    err = capsys.readouterr().err.strip()
+    return rc, err, out
+
+
+def test_cli_refuses_n_train_below_the_batch_size_with_exit_2_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    rc, err, out = _cli(tmp_path, monkeypatch, capsys, "-p", "scale", "tiny", "-p", "n_train", "100")
+    assert rc == 2 and "\n" not in err and "batch_size=256 is more than n_train=100" in err, err
+    assert not out.exists()
+    assert [f for f in _files(tmp_path) if not f.startswith("cache")] == []
+
+
+def test_cli_refuses_an_unknown_kernel_with_exit_2_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    rc, err, out = _cli(tmp_path, monkeypatch, capsys, "--kernel", "nosuchkernel")
+    assert rc == 2 and "\n" not in err and "no Jupyter kernel named 'nosuchkernel'" in err, err
+    assert not out.exists() and _files(tmp_path) == []
+
+
+def test_cli_refuses_a_parameter_given_twice(tmp_path, monkeypatch, capsys):
+    rc, err, out = _cli(tmp_path, monkeypatch, capsys, "-p", "seeds", "2", "-p", "seeds", "3")
+    assert rc == 2 and "\n" not in err and "parameter 'seeds' is given twice" in err, err
+    assert not out.exists() and _files(tmp_path) == []

@@ -177,6 +177,7 @@ def main(argv=None):
         _read(args.chapter)
         _check_output(args.output)
         _check_parameters(args.chapter, params)
+        _check_kernel(args.chapter, args.kernel)
         _check_results_folder()
         existed = Path(args.output).exists()
         out = execute_chapter(args.chapter, args.output, params, kernel_name=args.kernel, timeout=args.timeout,
@@ -222,8 +223,26 @@ def _parameters(args) -> dict:
         if not isinstance(params, dict):
             raise ValueError(f"--parameters-json must be a JSON object of parameter values such as "
                              f"'{{\"scale\": \"tiny\"}}', got {type(params).__name__} {args.parameters_json!r}.")
+    seen = {}
+    for k, v in args.parameter:
+        if k in seen:
+            raise _UsageError(f"parameter {k!r} is given twice (-p {k} {seen[k]} and -p {k} {v}); give it once.")
+        seen[k] = v
     params.update({k: parse_value(v) for k, v in args.parameter})
     return params
+
+
+def _check_kernel(chapter, kernel_name: Optional[str]) -> str:
+    """The Jupyter kernel the chapter will run on (``--kernel`` or its kernelspec), if installed."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    name = kernel_name or _read(chapter).metadata.get("kernelspec", {}).get("name", "python3")
+    installed = sorted(KernelSpecManager().find_kernel_specs())
+    if name not in installed:
+        where = "--kernel" if kernel_name else f"the kernelspec of {chapter}"
+        raise ValueError(f"no Jupyter kernel named {name!r} ({where}); installed: {', '.join(installed) or 'none'}; "
+                         "pass --kernel with one of them.")
+    return name
 
 
 def _check_parameters(chapter, params: dict) -> None:

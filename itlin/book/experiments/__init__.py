@@ -231,6 +231,17 @@ def _bounded(name, v, meta):
 
 
 # ------------------------------------------------------------------------------ Params
+def _check_batch_fits(resolved: Mapping) -> None:
+    """Every experiment with ``n_train`` and ``batch_size``: a mini-batch cannot hold more
+    examples than the training set (checked here, with the other parameters, so that a run is
+    refused before the runner writes anything, not when it reaches its data)."""
+    n, b = resolved.get("n_train"), resolved.get("batch_size")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (n, b))
+    if ints and b > n:
+        raise ValueError(f"batch_size={b} is more than n_train={n} training examples; lower batch_size to at most "
+                         f"{n} or raise n_train.")
+
+
 @dataclass(frozen=True)
 class Params:
     """Base of every experiment's parameters: a frozen dataclass with ``scale`` and ``seed``.
@@ -257,7 +268,8 @@ class Params:
     @classmethod
     def from_dict(cls, given: Optional[Mapping] = None, *, experiment: str = "?") -> "Params":
         """Validate ``given`` (missing names take their defaults): unknown names (with a "did
-        you mean" hint), types, bounds, then :meth:`check`. Raises :class:`ParameterError`."""
+        you mean" hint), types, bounds, then :meth:`check` and the checks every experiment shares
+        (a ``batch_size`` no larger than ``n_train``). Raises :class:`ParameterError`."""
         given = {} if given is None else given
         if not isinstance(given, Mapping):
             raise TypeError(f"params must be a dict of parameter values, got {type(given).__name__}.")
@@ -279,6 +291,7 @@ class Params:
                 raise ParameterError(f"{f.name} has repeated values: {list(v)}")
         try:
             obj.check()
+            _check_batch_fits(resolved)
         except ParameterError:
             raise
         except (ValueError, TypeError) as err:
