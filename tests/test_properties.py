@@ -239,3 +239,114 @@ def test_every_chapter_parameter_parser_raises_only_value_errors(field, value):
         E.get(experiment).params.from_dict({name: value}, experiment=experiment)
     except ValueError as err:
         assert str(err) and "\n" not in str(err)
+
+
+# ------------------------------------------------------------------------------ issue 46: the kernel validators
+KERNEL_KINDS = ("psd", "singular", "indefinite", "asymmetric", "round_off_asymmetric", "nan")
+KERNEL_DTYPES = ("float64", "float32", "int32", "complex64")
+
+
+def _kernel(draw):
+    """A kernel of a generated kind and dtype, its float64 value and whether the flow must take it."""
+    n = draw(st.integers(1, 4))
+    kind, dtype = draw(st.sampled_from(KERNEL_KINDS)), draw(st.sampled_from(KERNEL_DTYPES))
+    a = _array(draw, (n, n))
+    if dtype == "int32":
+        a = np.round(2 * a)
+    k = {"psd": a @ a.T + 0.5 * np.eye(n), "singular": a[:, :1] @ a[:, :1].T, "indefinite": 0.5 * (a + a.T),
+         "asymmetric": a @ a.T + np.triu(np.ones((n, n)), 1), "round_off_asymmetric": a @ a.T + 1e-13 * np.triu(a, 1),
+         "nan": a @ a.T}[kind]
+    if kind == "nan":
+        k = k.copy()
+        k[0, -1] = np.nan
+    kernel = jnp.asarray(k.astype({"float64": np.float64, "float32": np.float32, "int32": np.int32,
+                                   "complex64": np.complex64}[dtype]) if kind != "nan" or dtype != "int32" else k)
+    must_accept = kind in ("psd", "singular", "round_off_asymmetric") and dtype in ("float64", "float32") and (
+        kind != "round_off_asymmetric" or dtype == "float64")
+    must_refuse = kind in ("nan", "asymmetric") or dtype == "complex64"
+    if kind == "asymmetric" and n == 1:
+        must_refuse = dtype == "complex64"
+    return kernel, np.asarray(kernel, np.complex128).real if dtype == "complex64" else np.asarray(kernel, np.float64), \
+        must_accept, must_refuse
+
+
+@examples(60)
+@given(data=st.data(), t=st.sampled_from([0.0, 0.3, 2.0, math.inf]), reduction=st.sampled_from(["mean", "sum"]))
+def test_the_flow_on_any_kernel_is_right_or_refused_in_one_line(data, t, reduction):
+    kernel, k, must_accept, must_refuse = _kernel(data.draw)
+    n = k.shape[0]
+    f0, y = _array(data.draw, (n,)), _array(data.draw, (n,))
+    try:
+        flow = itlin.gradient_flow(kernel, f0, y, reduction=reduction)
+        got = np.asarray(flow.predict(t), np.float64)
+    except (ValueError, TypeError) as err:
+        assert str(err) and "\n" not in str(err)
+        assert not must_accept, (str(err), k)
+        return
+    assert not must_refuse, k
+    # the float64 reference: Eq. 14 on (K + K^T) / 2 with round-off negative eigenvalues at 0
+    s, v = np.linalg.eigh(0.5 * (k + k.T))
+    s = np.clip(s, 0.0, None)
+    r = 1.0 / n if reduction == "mean" else 1.0
+    if math.isinf(t):
+        decay = np.where(s > s.max() * n * np.finfo(np.asarray(flow.eigenvalues).dtype).eps, 0.0, 1.0)
+    else:
+        decay = np.exp(-r * s * t)
+    want = y + v @ (decay * (v.T @ (f0 - y)))
+    scale = 1.0 + np.max(np.abs(f0 - y))
+    eps = np.finfo(np.asarray(flow.eigenvalues).dtype).eps
+    np.testing.assert_allclose(got, want, atol=1e4 * eps * scale * max(1.0, np.max(np.abs(s)) * 10), rtol=0)
+
+
+@examples(60)
+@given(data=st.data())
+def test_smallest_eigenvalue_of_any_matrix_is_right_or_refused_in_one_line(data):
+    kernel, k, must_accept, must_refuse = _kernel(data.draw)
+    try:
+        got = float(itlin.smallest_eigenvalue(kernel))
+    except (ValueError, TypeError) as err:
+        assert str(err) and "\n" not in str(err)
+        assert not must_accept, (str(err), k)
+        return
+    assert not must_refuse, k
+    ref = float(np.linalg.eigvalsh(0.5 * (k + k.T))[0])
+    eps = np.finfo(np.float32 if kernel.dtype == jnp.float32 else np.float64).eps
+    assert abs(got - ref) <= 100 * k.shape[0] * eps * (1.0 + np.max(np.abs(k))), (got, ref)
+
+
+@examples(40)
+@given(data=st.data(), x_dtype=st.sampled_from(["float64", "float32", "int32", "complex64"]),
+       p_dtype=st.sampled_from(["float64", "float32", "int32", "complex64"]), d2=st.integers(1, 3))
+def test_ntk_and_the_flow_params_of_any_dtype_and_shape_are_right_or_refused(data, x_dtype, p_dtype, d2):
+    n, d = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    x = jnp.asarray(np.round(4 * _array(data.draw, (n, d))).astype(x_dtype))
+    x2 = jnp.asarray(_array(data.draw, (2, d2)))
+    p = jnp.zeros(d, p_dtype)
+    f = lambda p, x: x @ p
+    try:
+        k = itlin.ntk(f, p, x, x2)
+    except (ValueError, TypeError) as err:
+        assert str(err) and "\n" not in str(err)
+        assert d2 != d or "complex64" in (x_dtype, p_dtype) or p_dtype == "int32", str(err)
+    else:
+        assert d2 == d and "complex64" not in (x_dtype, p_dtype) and p_dtype != "int32"
+        np.testing.assert_allclose(np.asarray(k, np.float64), np.asarray(x, np.float64) @ np.asarray(x2).T,
+                                   rtol=1e-5, atol=1e-5)
+    if "complex64" in (x_dtype, p_dtype) or p_dtype == "int32":
+        return
+    xf = jnp.asarray(x, p.dtype)
+    lin = itlin.linearise_at(f, p, xf)
+    m = data.draw(st.integers(1, 3))
+    y = jnp.asarray(_array(data.draw, (m,)))
+    kernel = np.asarray(xf, np.float64) @ np.asarray(xf, np.float64).T
+    try:
+        flow = itlin.gradient_flow(jnp.eye(m) if m != n else jnp.asarray(kernel), jnp.zeros(m), y, reduction="sum")
+        params = itlin.flow_params(lin, flow, math.inf)
+    except (ValueError, TypeError) as err:
+        assert str(err) and "\n" not in str(err)
+        assert m != n, str(err)
+        return
+    assert m == n
+    # the limit is the minimum-norm least-squares solution
+    want = np.linalg.pinv(np.asarray(xf, np.float64), rcond=1e-10) @ np.asarray(y)
+    np.testing.assert_allclose(np.asarray(params, np.float64), want, atol=1e-3 * (1 + np.max(np.abs(want))))
