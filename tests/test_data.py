@@ -199,7 +199,7 @@ def test_mnist1d_generation_cache_and_global_rng(cache, monkeypatch):
     cached = [f for f in _files_under(cache) if f.startswith("mnist1d")]
     assert len(cached) == 1 and not any(f.endswith(".part") for f in _files_under(cache))
     # the second load reads the cache: generating again would fail here
-    monkeypatch.setattr(data, "_generate_mnist1d", lambda *a: pytest.fail("regenerated despite the cache"))
+    monkeypatch.setattr(data._synthetic, "_generate_mnist1d", lambda *a: pytest.fail("regenerated despite the cache"))
     again = data.mnist1d(num_samples=500)
     np.testing.assert_array_equal(again.x_train, ds.x_train)
     sub = data.mnist1d(num_samples=500, n_train=50, n_test=20, seed=1)

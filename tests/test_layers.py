@@ -45,7 +45,8 @@ def test_core_imports_only_jax_optax_numpy_and_itself(path):
             assert top in STDLIB or top in ("jax", "optax", "numpy", "__future__"), f"{path.name} imports {module}"
 
 
-@pytest.mark.parametrize("name", ["data.py", "models.py", "metrics.py", "augment.py", "_io.py"])
+@pytest.mark.parametrize("name", ["models.py", "metrics.py", "augment.py", "_io.py",
+                                  *sorted(str(p.relative_to(PKG)) for p in (PKG / "data").glob("*.py"))])
 def test_research_support_never_imports_the_book(name):
     path = PKG / name
     for top, level, module in _imports(path):
