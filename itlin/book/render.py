@@ -194,8 +194,8 @@ def _agreement(check) -> str:
     """The sentences of :func:`evidence` on whether the page's seeds reproduce the record's
     findings (a :class:`itlin.book.recheck.Recheck`)."""
     words = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve"}
-    seeds = "seed" if check.seeds == 1 else "seeds"
-    text = f"**{check.agreement()}** when this page's {seeds} replace the record's"
+    seeds = "seed replaces" if check.seeds == 1 else "seeds replace"
+    text = f"**{check.agreement()}** when this page's {seeds} the record's"
     if check.changed:
         text += " (" + "; ".join(f"`{c.id}`: {words[c.before]} → {words[c.after]}" for c in check.changed) + ")"
     if math.isfinite(check.per_seed):
