@@ -49,6 +49,7 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
             assert len(f.sensitivity) == (1 if f.headline.tolerance is not None else 2)
         if f.headline.plan is not None:  # a confirmatory test is judged alone, at 95%
             assert f.verdict.level == V.LEVEL
+    assert F.table(found).count("\n") == F.context_table(found).count("\n") == len(found) + 1
     # the sufficiency headlines are one-sided
     one_sided = {f.headline.key: f.verdict.rule for f in found}
     for key in ("main.fig2.full", "main.fig2.mini", "main.fig3", "main.2-3", "main.8-12"):
@@ -84,7 +85,7 @@ def test_counts_and_synthesis_on_constructed_findings():
     # the sensitivity column: half and twice the margin, or the paper's own tolerance
     assert F.sensitivity_text(found[2]) == "does not hold at 0.5x (1.0); holds at 2x (4.0)"
     tol = _finding("t", F.MAIN, g(-0.015, 0.003), tolerance=0.01)
-    assert F.sensitivity_text(tol) == "does not hold at the paper's 1 points"
+    assert F.sensitivity_text(tol) == "does not hold at the paper's 1 point"
     assert "exploratory" == plans.kind_of_test("rec", "c")
 
 

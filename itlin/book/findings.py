@@ -280,7 +280,8 @@ def sensitivity_text(f: Finding) -> str:
     v = f.verdict
     if f.headline.tolerance is not None:
         (m, r), = f.sensitivity
-        return f"{_WORD[r]} at the paper's {v.scale * m:g} {v.unit}".rstrip()
+        unit = v.unit[:-1] if v.scale * m == 1 and v.unit.endswith("s") else v.unit
+        return f"{_WORD[r]} at the paper's {v.scale * m:g} {unit}".rstrip()
     base = v.margin or 0.0
     return "; ".join(f"{_WORD[r]} at {m / base:g}x ({v.scale * m:.{v.digits}f})" for m, r in f.sensitivity)
 
@@ -326,9 +327,21 @@ def row(f: Finding) -> dict:
             "chapter": f"{{doc}}`{h.chapter}` (`{h.claim}`)"}
 
 
+VERDICT_COLUMNS = ("claim (paper's words)", "verdict", "gap vs margin", "at other margins", "premise", "test", "chapter")
+CONTEXT_COLUMNS = ("claim", "our setting", "other records", "could flip it")
+
+
 def table(found: Sequence[Finding]) -> str:
-    """The Findings table in Markdown (MyST roles for the chapter links)."""
-    return render.table([row(f) for f in found])
+    """The Findings table in Markdown (MyST roles for the chapter links): each claim's verdict,
+    gap, sensitivity, premise, kind of test and chapter (:data:`VERDICT_COLUMNS`)."""
+    return render.table([row(f) for f in found], VERDICT_COLUMNS)
+
+
+def context_table(found: Sequence[Finding]) -> str:
+    """The second table: for each claim, our setting, the other records judged on it and the
+    departure from the paper that could flip it (:data:`CONTEXT_COLUMNS`)."""
+    return render.table([{**row(f), "claim": f"{f.headline.figure}: {f.headline.short}"} for f in found],
+                        CONTEXT_COLUMNS)
 
 
 def plain_table(found: Sequence[Finding]) -> str:
@@ -421,7 +434,7 @@ def main(argv=None) -> int:
 
 
 __all__ = ["ARBEL", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "counts", "findings", "forest",
-           "gap_against_margin", "judge_headline", "plain_table", "row", "sensitivity_text", "setting", "synthesis",
+           "context_table", "gap_against_margin", "judge_headline", "plain_table", "row", "sensitivity_text", "setting", "synthesis",
            "table"]
 
 if __name__ == "__main__":  # pragma: no cover
