@@ -25,8 +25,10 @@ import importlib as _importlib
 
 from .core._tree import num_params
 from .core.flow import GradientFlow, flow_params, gradient_flow
-from .core.gauss_newton import (ArbelDamping, ConstantDamping, GNInfo, GNTrace, gauss_newton_direction,
-                                gauss_newton_fit, gauss_newton_step, get_damping, smallest_eigenvalue)
+from .core.gauss_newton import (ArbelDamping, Cholesky, ConstantDamping, Eigh, Eigvalsh, GNInfo, GNResult, GNTrace,
+                                IdentityHessian, InverseSquaring, KernelForm, LossHessian, PrimalForm,
+                                gauss_newton_direction, gauss_newton_fit, gauss_newton_step, get_damping,
+                                smallest_eigenvalue)
 from .core.linearise import (Linearisation, jacobian, kernel_distance, kernel_eigh, linearise, linearise_at,
                              linearised_apply, ntk, ntk_eigh)
 from .core.loop import FitResult, History, batch_indices, device_loop, evaluate, fit, run
@@ -51,9 +53,10 @@ def __getattr__(name):
 
 
 __all__ = [
-    "ArbelDamping", "AtSteps", "ConstantDamping", "Every", "FitResult", "GNInfo", "GNTrace", "GradientFlow",
-    "History", "Linearisation", "Loss", "Model", "PeriodState", "Schedule", "StepInfo", "StepLog", "TrainState",
-    "Trainer", "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit",
+    "ArbelDamping", "AtSteps", "Cholesky", "ConstantDamping", "Eigh", "Eigvalsh", "Every", "FitResult", "GNInfo",
+    "GNResult", "GNTrace", "GradientFlow", "History", "IdentityHessian", "InverseSquaring", "KernelForm",
+    "Linearisation", "Loss", "LossHessian", "Model", "PeriodState", "PrimalForm", "Schedule", "StepInfo", "StepLog",
+    "TrainState", "Trainer", "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit",
     "flow_params", "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
     "gradient_flow", "grid_product", "init_distributed", "is_main_process", "iterative_linearisation", "jacobian",
     "kernel_distance", "kernel_drift", "kernel_eigh", "linearise", "linearise_at", "linearised_apply", "loss_drift",

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .core._divergence import diverged as _diverged
+
 
 # ------------------------------------------------------------------------------ Arbel et al.
 def _unit_cosines(u, u_star, what: str):
@@ -640,8 +642,7 @@ def blown_up(trace, blowup: float) -> np.ndarray:
     array([False,  True,  True])
     """
     t = np.asarray(trace, float)
-    first = np.maximum(t[..., :1] ** 2, np.finfo(float).tiny)
-    return (~np.isnan(t) & (~np.isfinite(t) | (t ** 2 > float(blowup) * first))).any(axis=-1)
+    return (~np.isnan(t) & _diverged(t ** 2, t[..., :1] ** 2, float(blowup), floor=np.finfo(float).tiny)).any(axis=-1)
 
 
 __all__ += ["blown_up"]

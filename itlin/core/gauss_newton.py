@@ -5,7 +5,7 @@ Main paper Eq. 5-6 and Arbel et al. Section 3.2::
     theta <- theta - eta * (J^T H J + lambda I)^{-1} J^T g,     g = dL/df,  H = d^2L/df^2
 
 ``H = c I`` for the squared loss (``c = 1/N`` for the mean over examples, ``1`` for the sum;
-``hessian="identity"`` forces ``c = 1`` as Arbel et al. do) and the softmax Hessian
+``IdentityHessian()`` forces ``c = 1`` as Arbel et al. do) and the softmax Hessian
 ``diag(p) - p p^T`` per example for cross-entropy (generalised Gauss-Newton). The Hessian is
 data of the loss (``itlin.Loss.hessian``): a loss of one's own brings its own, or is refused. With the
 push-through (Woodbury) identity the step is computed in *kernel form*::
@@ -22,30 +22,39 @@ composed from three parts:
    squared loss): :class:`ConstantDamping` ``lambda``, or :class:`ArbelDamping`
    ``alpha * sigma_min(S K S)`` (on the range of ``H``) floored at ``c * eps0`` (Arbel et al.
    Eq. 5). The Arbel step is then the same for either reduction;
-3. a symmetric linear solve, chosen explicitly: ``solve="eigh"`` (default; exact for every
+3. a symmetric linear solve, chosen explicitly: :class:`Eigh` (default; exact for every
    ``lambda >= 0``, with the pseudo-inverse at ``lambda = 0``: the minimum-norm step, Eq. 5) or
-   ``solve="cholesky"`` (faster, for ``lambda > 0``; singular at ``lambda = 0``). Nothing
+   :class:`Cholesky` (faster, for ``lambda > 0``; singular at ``lambda = 0``). Nothing
    depends on whether ``lambda`` is a concrete number, so ``jax.vmap`` over damping values,
    ``0`` included, gives the same steps as one call per value.
 
-With ``solve="cholesky"`` the Arbel damping still needs ``sigma_min`` (part 2), and ``eigmin``
-says how it is computed: ``"eigvalsh"`` (default: the eigenvalues alone, a dense
-eigendecomposition) or ``"inverse_squaring"`` (:func:`smallest_eigenvalue`: a Cholesky inverse
+With :class:`Cholesky` the Arbel damping still needs ``sigma_min`` (part 2), and its ``eigmin``
+says how it is computed: :class:`Eigvalsh` (default: the eigenvalues alone, a dense
+eigendecomposition) or :class:`InverseSquaring` (:func:`smallest_eigenvalue`: a Cholesky inverse
 squared ``squarings`` times, then a Rayleigh quotient; no eigendecomposition). Both are exact to
 rounding, ``O(n eps ||a||)``. The second is meant for accelerators: it is made of matrix
 products, which they run at full speed, where a dense eigensolver is latency-bound (on an H100
 the ``500 x 500`` ``eigvalsh`` is most of a step); a CPU runs it several times slower than
-``eigvalsh``. It needs ``H = c I`` (the squared loss, or ``hessian="identity"``): it cannot skip
+``eigvalsh``. It needs ``H = c I`` (the squared loss, or :class:`IdentityHessian`): it cannot skip
 the structural zeros of a Hessian with a null space.
 
-``method="primal"`` forms the ``P x P`` system instead (small ``P``; the tests use it to check
+:class:`PrimalForm` forms the ``P x P`` system instead of :class:`KernelForm`'s (small ``P``; the tests use it to check
 the identity). Solving the linearised squared-loss problem with ``eta = 1`` and ``lambda = 0``
 gives the minimum-norm interpolating step (Eq. 5, Appendix B Eq. 19); ``lambda > 0`` gives the
 minimiser of ``L(f_lin(theta)) + 0.5 lambda ||theta - theta_s||^2`` (Eq. 6).
+
+Each part is a small immutable object (:mod:`itlin.core.gn_parts`: the Hessian
+:class:`LossHessian` / :class:`IdentityHessian`, the form, the solve, the damping
+:class:`ConstantDamping` / :class:`ArbelDamping`); invalid combinations cannot be built. The
+strings of earlier versions (``hessian="identity"``, ``solve="cholesky"``,
+``eigmin="inverse_squaring"``, ``method="primal"``) are kept as a short form, mapped to the
+objects in one place (``gn_parts.SHORT_FORMS``). :func:`gauss_newton_fit` says how it stopped
+with a :class:`GNResult` code.
 """
 
 from __future__ import annotations
 
+import enum
 import numbers
 from functools import partial
 from typing import Callable, NamedTuple, Optional
@@ -53,85 +62,16 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from ._checks import (check_finite_array, check_float_dtype, check_float_params, check_nonempty, check_real_dtype,
                       check_same_leading, check_scalar, check_steps, output_shape)
+from ._divergence import diverged
 from ._tree import tree_all_finite, tree_axpy, tree_select
-from .linearise import jacobian, linearise_at, ntk
+from .gn_parts import (SHORT_FORMS, ArbelDamping, Cholesky, ConstantDamping, Eigh, Eigvalsh, IdentityHessian,
+                       InverseSquaring, KernelForm, LossHessian, PrimalForm, _smallest_eigenvalue, _strategies,
+                       get_damping)
+from .linearise import linearise_at
 from .losses import _no_hessian, get_loss
-
-
-class ConstantDamping(NamedTuple):
-    """A fixed damping ``lambda >= 0`` (Eq. 6).
-
-    >>> float(ConstantDamping(0.5).value(5.0))
-    0.5
-    """
-
-    lam: float
-
-    def value(self, eigmin, scale=1.0):
-        """``lam``, whatever the system's smallest eigenvalue and the reduction's scale."""
-        return jnp.asarray(self.lam)
-
-
-class ArbelDamping(NamedTuple):
-    """Arbel et al. Eq. 5: ``lambda = max(alpha * sigma_min, c * eps0)``.
-
-    ``sigma_min`` is the smallest eigenvalue of the system solved **on the range of the loss's
-    Hessian** (``J J^T`` for their ``H = I``; ``c K`` for the squared loss; ``S K S`` for
-    cross-entropy, whose softmax Hessian blocks are singular: the eigenvalues that are zero
-    because of that null space, one per example, are skipped, so ``sigma_min`` is not
-    structurally zero). ``c`` is the scale the reduction puts on the Hessian (``1/N`` for the
-    mean, ``1`` for the sum or ``hessian="identity"``), so ``eps0`` is in the sum's units and
-    the step is the same for either reduction. Their runs use ``alpha = 1``, ``eps0 = 1e-7``.
-
-    >>> float(ArbelDamping().value(2.0)), float(ArbelDamping(eps0=0.25).value(0.0))
-    (2.0, 0.25)
-    >>> float(ArbelDamping(eps0=0.25).value(0.0, scale=0.5))     # the mean over 2 examples
-    0.125
-    """
-
-    alpha: float = 1.0
-    eps0: float = 1e-7
-
-    def value(self, eigmin, scale=1.0):
-        """``max(alpha * eigmin, scale * eps0)``."""
-        return jnp.maximum(self.alpha * eigmin, scale * self.eps0)
-
-
-def get_damping(spec):
-    """A damping rule from a number (constant ``lambda``; a Python, NumPy or JAX scalar, or a
-    traced one in a vmapped sweep), a dict ``{"kind": "constant" | "arbel", ...}`` or a damping
-    object. Every value is checked the same way: concrete values must be finite and ``>= 0``;
-    traced ones (``jax.vmap`` over ``lambda``, ``alpha`` or ``eps0``) are taken as they are.
-
-    >>> get_damping(0.5), get_damping({"kind": "arbel", "alpha": 2.0})
-    (ConstantDamping(lam=0.5), ArbelDamping(alpha=2.0, eps0=1e-07))
-    >>> get_damping(ArbelDamping(alpha=-1.0))
-    Traceback (most recent call last):
-    ...
-    ValueError: damping alpha must be >= 0, got -1.0; pass 0 for no damping alpha.
-    """
-    if isinstance(spec, ConstantDamping):
-        check_scalar("damping lambda", spec.lam, allow_zero=True)
-        return spec
-    if isinstance(spec, ArbelDamping):
-        check_scalar("damping alpha", spec.alpha, allow_zero=True)
-        check_scalar("damping eps0", spec.eps0, allow_zero=True)
-        return spec
-    if isinstance(spec, dict):
-        spec = dict(spec)
-        kind = spec.pop("kind", "constant")
-        if kind not in ("constant", "arbel"):
-            raise ValueError(f"unknown damping kind {kind!r}; choose 'constant' or 'arbel'.")
-        return get_damping(ConstantDamping(**spec) if kind == "constant" else ArbelDamping(**spec))
-    if isinstance(spec, numbers.Real) and not isinstance(spec, bool):
-        return get_damping(ConstantDamping(float(spec)))
-    if isinstance(spec, (jax.Array, np.ndarray)):
-        return get_damping(ConstantDamping(spec))
-    raise TypeError(f"damping must be a number >= 0, ConstantDamping or ArbelDamping, got {spec!r}.")
 
 
 class GNInfo(NamedTuple):
@@ -149,22 +89,6 @@ class GNInfo(NamedTuple):
     loss: jax.Array
     damping: jax.Array
     eigmin: jax.Array
-
-
-def _sym_solve(a, u, lam, solve: str, eig=None):
-    """``(a + lam I)^{-1} u`` for symmetric PSD ``a``; the pseudo-inverse where ``a + lam I`` is
-    singular (``solve="eigh"``, with ``eig = (s, v)`` if already computed)."""
-    if solve == "cholesky":
-        eye = jnp.eye(a.shape[0], dtype=a.dtype)
-        return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a + lam * eye), u)
-    s, v = eig if eig is not None else jnp.linalg.eigh(a)
-    d = s + lam
-    tol = jnp.max(jnp.abs(d)) * a.shape[0] * jnp.finfo(a.dtype).eps
-    inv = jnp.where(jnp.abs(d) > tol, 1.0 / jnp.where(jnp.abs(d) > tol, d, 1.0), 0.0)
-    return v @ (inv * (v.T @ u))
-
-
-_EIGMIN_METHODS = ("eigvalsh", "inverse_squaring")
 
 
 def smallest_eigenvalue(a, squarings: int | None = None):
@@ -228,89 +152,6 @@ def smallest_eigenvalue(a, squarings: int | None = None):
     return result
 
 
-def _smallest_eigenvalue(a, squarings):
-    n, dtype = a.shape[0], a.dtype
-    if squarings is None:
-        squarings = jnp.finfo(dtype).nmant + 1
-    a = 0.5 * (a + a.T)
-    trace = jnp.trace(a)
-    unit = a / jnp.where(trace > 0, trace, 1.0)  # unit trace: no over/underflow in the inverse, any scale
-    eye = jnp.eye(n, dtype=dtype)
-    tau = n * jnp.finfo(dtype).eps
-    inverse = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(unit + tau * eye), eye)
-    b = 0.5 * (inverse + inverse.T)
-    b = b / jnp.trace(b)
-
-    def square(_, b):
-        b = b @ b
-        b = 0.5 * (b + b.T)
-        return b / jnp.trace(b)
-
-    b = jax.lax.fori_loop(0, squarings, square, b)
-    return jnp.sum(a * b)
-
-
-def _eigmin(a, nullity, eigmin: str, squarings: int | None = None):
-    """``sigma_min`` of the system ``a`` on the range of ``S`` by the ``eigmin`` method."""
-    if eigmin == "inverse_squaring":
-        if nullity is not None:  # refused by _validate; never silently wrong
-            raise ValueError("eigmin='inverse_squaring' cannot skip a Hessian's null space; use eigmin='eigvalsh'.")
-        return _smallest_eigenvalue(a, squarings)
-    return _eigmin_on_range(jnp.linalg.eigvalsh(a), nullity)
-
-
-def _hessian_root(h_blocks):
-    """``S = H^{1/2}``, ``S^+`` (block by block; ``H`` per example PSD, ``(N, C, C)``) and the
-    dimension of ``H``'s null space (the structural zeros of ``S K S``)."""
-    c = h_blocks.shape[-1]
-    hs, hv = jnp.linalg.eigh(h_blocks)
-    hs = jnp.clip(hs, 0.0, None)
-    tol = jnp.max(hs) * c * jnp.finfo(h_blocks.dtype).eps
-    root = jnp.sqrt(hs)
-    inv_root = jnp.where(hs > tol, 1.0 / jnp.where(hs > tol, root, 1.0), 0.0)
-    sq = jnp.einsum("nce,ne,nde->ncd", hv, root, hv)
-    sq_pinv = jnp.einsum("nce,ne,nde->ncd", hv, inv_root, hv)
-    nullity = jnp.sum(hs <= tol)
-    return jax.scipy.linalg.block_diag(*sq), jax.scipy.linalg.block_diag(*sq_pinv), nullity
-
-
-def _eigmin_on_range(eigenvalues, nullity):
-    """The smallest eigenvalue of ``S K S`` on the range of ``S``: ``S K S`` is zero on ``S``'s
-    null space (``nullity`` eigenvalues), so that is the ``nullity``-th in ascending order."""
-    if nullity is None:
-        return eigenvalues[0]
-    return eigenvalues[jnp.minimum(nullity, eigenvalues.shape[0] - 1)]
-
-
-def _system(loss, f, y, hessian):
-    """``g`` (flattened) and ``H`` as a scalar ``c`` (``H = c I``) or per-example blocks, plus
-    the reduction's scale on ``H`` (the Arbel floor's units)."""
-    g = loss.grad_outputs(f, y).reshape(-1)
-    if hessian == "identity":
-        return g, 1.0, None, 1.0
-    n = f.shape[0]
-    scale = loss.scale(n)
-    h = loss.hessian(f, y)
-    if jnp.ndim(h) == 0:
-        return g, scale * h, None, scale
-    c = g.shape[0] // n
-    return g, None, scale * jnp.asarray(h, f.dtype).reshape(n, c, c), scale
-
-
-def _check_args(hessian, method, solve, eigmin="eigvalsh"):
-    if hessian not in ("loss", "identity"):
-        raise ValueError(f"hessian must be 'loss' or 'identity', got {hessian!r}.")
-    if method not in ("kernel", "primal"):
-        raise ValueError(f"method must be 'kernel' or 'primal', got {method!r}.")
-    if solve not in ("eigh", "cholesky"):
-        raise ValueError(f"solve must be 'eigh' (any damping >= 0) or 'cholesky' (damping > 0), got {solve!r}.")
-    if eigmin not in _EIGMIN_METHODS:
-        raise ValueError(f"eigmin must be 'eigvalsh' or 'inverse_squaring', got {eigmin!r}.")
-    if eigmin != "eigvalsh" and solve == "eigh":
-        raise ValueError(f"eigmin={eigmin!r} is for solve='cholesky'; solve='eigh' already has sigma_min from its "
-                         "decomposition: drop eigmin or pass solve='cholesky'.")
-
-
 def _hessian_is_scalar(loss, out_shape, dtype, y) -> bool:
     """Whether the loss's Hessian is ``c I`` (a scalar), from its shape alone (no computation)."""
     h = jax.eval_shape(loss.hessian, jax.ShapeDtypeStruct(out_shape, dtype), y)
@@ -323,8 +164,8 @@ def _is_zero(v) -> bool:
 
 
 def _check_solve_damping(solve, damping):
-    """``solve="cholesky"`` needs ``lambda > 0``: refuse a damping that is 0 for sure (concrete)."""
-    if solve != "cholesky":
+    """:class:`Cholesky` needs ``lambda > 0``: refuse a damping that is 0 for sure (concrete)."""
+    if not isinstance(solve, Cholesky):
         return
     if isinstance(damping, ConstantDamping) and _is_zero(damping.lam):
         raise ValueError("solve='cholesky' needs damping > 0 (the system is singular at lambda = 0 when the kernel "
@@ -339,17 +180,17 @@ def _check_solved(direction, params, solve):
     damped system was not positive definite (lambda at round-off of a singular kernel); raise
     instead of returning NaN."""
     leaves = jax.tree_util.tree_leaves((direction, params))
-    if solve != "cholesky" or any(isinstance(l, jax.core.Tracer) for l in leaves):
+    if not isinstance(solve, Cholesky) or any(isinstance(l, jax.core.Tracer) for l in leaves):
         return
     if bool(tree_all_finite(params)) and not bool(tree_all_finite(direction)):
         raise ValueError("solve='cholesky' failed: the damped system c K + lambda I is not positive definite (a "
                          "singular kernel with a damping at round-off); use solve='eigh' or a larger damping.")
 
 
-def _validate(f, params, x, y, loss, hessian, method, solve, eigmin="eigvalsh"):
-    """Every check of the Gauss-Newton entry points, before any work (cheap; concrete inputs only)."""
-    _check_args(hessian, method, solve, eigmin)
-    if hessian == "loss" and loss.hessian is None:
+def _validate(f, params, x, y, loss, hessian, solve):
+    """Every check of the Gauss-Newton entry points that needs the data, before any work (cheap;
+    concrete inputs only; the strategies are checked by :func:`_strategies`)."""
+    if isinstance(hessian, LossHessian) and loss.hessian is None:
         raise ValueError(_no_hessian(loss))
     check_nonempty("x", x)
     check_nonempty("y", y)
@@ -362,17 +203,17 @@ def _validate(f, params, x, y, loss, hessian, method, solve, eigmin="eigvalsh"):
     check_finite_array("inputs x", x)
     out_shape = output_shape(f, params, x)
     loss.check_targets(out_shape, y)
-    if eigmin == "inverse_squaring" and hessian == "loss":
+    if isinstance(solve, Cholesky) and isinstance(solve.eigmin, InverseSquaring) and isinstance(hessian, LossHessian):
         dtype = jnp.result_type(*jax.tree_util.tree_leaves(params))
         if not _hessian_is_scalar(loss, out_shape, dtype, y):
-            raise ValueError("eigmin='inverse_squaring' needs a Hessian c*I (the squared loss, or "
+            raise ValueError("eigmin='inverse_squaring' (InverseSquaring) needs a Hessian c*I (the squared loss, or "
                              f"hessian='identity'); loss {loss.name!r} has per-example Hessian blocks, whose null "
-                             "space sigma_min must skip: use eigmin='eigvalsh'.")
+                             "space sigma_min must skip: use eigmin='eigvalsh' (Cholesky(eigmin=Eigvalsh())).")
 
 
 def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reduction: str = "mean", damping=0.0,
-                           hessian: str = "loss", solve: str = "eigh", method: str = "kernel",
-                           ntk_fn: Optional[Callable] = None, eigmin: str = "eigvalsh"):
+                           hessian=LossHessian(), solve=Eigh(), form=KernelForm(), ntk_fn: Optional[Callable] = None,
+                           method: Optional[str] = None, eigmin: Optional[str] = None):
     """The damped Gauss-Newton direction ``(J^T H J + lambda I)^{-1} J^T g`` (Eq. 5-6).
 
     Args:
@@ -387,18 +228,22 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
         is ``N lambda`` with ``"sum"``; the Arbel damping gives the same step for both (its
         floor ``eps0`` is scaled with the reduction).
       damping: ``lambda >= 0``, :class:`ConstantDamping` or :class:`ArbelDamping`.
-      hessian: ``"loss"`` (the loss's own) or ``"identity"`` (``H = I`` whatever the loss and
-        reduction: Arbel et al.'s update ``J^T (J J^T + eps I)^{-1} g``).
-      solve: ``"eigh"`` (any ``lambda >= 0``) or ``"cholesky"`` (``lambda > 0``, faster; a
-        damping that is 0 for sure, ``0`` or ``ArbelDamping(eps0=0)``, is refused up front, and a
-        solve that fails because ``lambda`` is at round-off of a singular kernel raises a
-        ValueError instead of returning NaN).
-      eigmin: how ``solve="cholesky"`` gets ``sigma_min`` for :class:`ArbelDamping`:
-        ``"eigvalsh"`` (default; the eigenvalues by a dense eigensolver) or
-        ``"inverse_squaring"`` (:func:`smallest_eigenvalue`; no eigendecomposition, faster on an
-        accelerator, slower on a CPU; needs ``H = c I``: the squared loss or
-        ``hessian="identity"``). Refused with ``solve="eigh"``, whose decomposition gives it.
-      method: ``"kernel"`` (Woodbury, an ``NC x NC`` system) or ``"primal"`` (``P x P``).
+      hessian: :class:`LossHessian` (default, the loss's own) or :class:`IdentityHessian`
+        (``H = I`` whatever the loss and reduction: Arbel et al.'s update ``J^T (J J^T + eps I)^{-1} g``).
+      solve: :class:`Eigh` (default; any ``lambda >= 0``) or :class:`Cholesky` (``lambda > 0``,
+        faster; a damping that is 0 for sure, ``0`` or ``ArbelDamping(eps0=0)``, is refused up
+        front, and a solve that fails because ``lambda`` is at round-off of a singular kernel
+        raises a ValueError instead of returning NaN). ``Cholesky(eigmin=...)`` says how it gets
+        ``sigma_min`` for :class:`ArbelDamping`: :class:`Eigvalsh` (default) or
+        :class:`InverseSquaring` (no eigendecomposition, faster on an accelerator, slower on a
+        CPU; needs ``H = c I``: the squared loss or :class:`IdentityHessian`).
+      form: :class:`KernelForm` (default; Woodbury, an ``NC x NC`` system) or :class:`PrimalForm`
+        (``P x P``).
+      method, eigmin, and strings for ``hessian`` / ``solve`` / ``form``: the short forms, kept
+        for existing callers and mapped to the objects in one place (``gn_parts.SHORT_FORMS``):
+        ``hessian="loss" | "identity"``, ``solve="eigh" | "cholesky"``, ``method="kernel" |
+        "primal"`` (the form), ``eigmin="eigvalsh" | "inverse_squaring"`` (with
+        ``solve="cholesky"``; refused with ``"eigh"``, whose decomposition gives ``sigma_min``).
       ntk_fn: optional ``ntk_fn(params, x) -> K`` (a closed form); default :func:`itlin.ntk`.
 
     Returns:
@@ -410,64 +255,35 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
     >>> d, info = gauss_newton_direction(f, jnp.zeros(2), x, y)
     >>> (x @ (jnp.zeros(2) - d)).tolist(), float(info.damping)
     ([3.0], 0.0)
+    >>> d2, _ = gauss_newton_direction(f, jnp.zeros(2), x, y, damping=ArbelDamping(), solve=Cholesky(),
+    ...                                hessian=IdentityHessian(), form=PrimalForm())
+    >>> d3, _ = gauss_newton_direction(f, jnp.zeros(2), x, y, damping=ArbelDamping(), solve="cholesky",
+    ...                                hessian="identity", method="primal")       # the short form: the same
+    >>> bool((d2 == d3).all())
+    True
     """
+    hessian, form, solve = _strategies(hessian, form, solve, method, eigmin)
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
     _check_solve_damping(solve, damping)
-    _validate(f, params, x, y, loss, hessian, method, solve, eigmin)
-    direction, info = _direction(f, params, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve,
-                                 ntk_fn=ntk_fn, eigmin=eigmin)
+    _validate(f, params, x, y, loss, hessian, solve)
+    direction, info = _direction(f, params, x, y, damping, loss=loss, hessian=hessian, form=form, solve=solve,
+                                 ntk_fn=ntk_fn)
     _check_solved(direction, params, solve)
     return direction, info
 
 
-@partial(jax.jit, static_argnums=(0,), static_argnames=("loss", "hessian", "method", "solve", "ntk_fn", "eigmin"))
-def _direction(f, params, x, y, damping, *, loss, hessian, method, solve, ntk_fn, eigmin="eigvalsh"):
+@partial(jax.jit, static_argnums=(0,), static_argnames=("loss", "hessian", "form", "solve", "ntk_fn"))
+def _direction(f, params, x, y, damping, *, loss, hessian, form, solve, ntk_fn):
+    """One step's direction, composed: the linearisation, the Hessian part, the form (which calls
+    the damping and the solve)."""
     lin = linearise_at(f, params, x)
     out = lin.outputs
     if loss.name == "squared" and out.shape != y.shape:
         raise ValueError(f"targets must be shaped like the outputs: outputs {out.shape}, targets {y.shape}.")
     loss_value = loss(out, y)
-    g, scale, h_blocks, floor_scale = _system(loss, out, y, hessian)
-    arbel = isinstance(damping, ArbelDamping)
-    nan = jnp.asarray(jnp.nan, out.dtype)
-    if method == "kernel":
-        kernel = ntk_fn(params, x) if ntk_fn is not None else ntk(f, params, x)
-        if kernel.shape != (g.shape[0], g.shape[0]):
-            raise ValueError(f"the NTK must be {g.shape[0]} x {g.shape[0]} (examples x outputs), got {kernel.shape}.")
-        kernel = 0.5 * (kernel + kernel.T)
-        nullity = None
-        if h_blocks is None:
-            a, u, root = scale * kernel, g, None
-        else:
-            root, root_pinv, nullity = _hessian_root(h_blocks)
-            a, u = root @ kernel @ root, root_pinv @ g
-            a = 0.5 * (a + a.T)
-        eig = jnp.linalg.eigh(a) if solve == "eigh" else None
-        if eig is not None:
-            sigma_min = _eigmin_on_range(eig[0], nullity)
-        else:
-            sigma_min = _eigmin(a, nullity, eigmin) if arbel else nan
-        lam = damping.value(sigma_min, floor_scale).astype(a.dtype)
-        z = _sym_solve(a, u, lam, solve, eig)
-        if root is not None:
-            z = root @ z
-        return lin.vjp(z.reshape(out.shape).astype(out.dtype)), GNInfo(loss_value, lam, sigma_min)
-    flat, unravel = ravel_pytree(params)
-    jac = jacobian(f, params, x)  # (NC, P)
-    nullity = None
-    if h_blocks is None:
-        h_jac = scale * jac
-        kernel_system = scale * (jac @ jac.T)
-    else:
-        h_full = jax.scipy.linalg.block_diag(*h_blocks)
-        h_jac = h_full @ jac
-        root, _, nullity = _hessian_root(h_blocks)
-        kernel_system = root @ (jac @ jac.T) @ root
-    sigma_min = _eigmin(0.5 * (kernel_system + kernel_system.T), nullity, eigmin) if arbel else nan
-    lam = damping.value(sigma_min, floor_scale).astype(flat.dtype)
-    d = _sym_solve(jac.T @ h_jac, jac.T @ g, lam, solve)
-    return unravel(d), GNInfo(loss_value, lam, sigma_min)
+    direction, lam, sigma_min = form(f, params, x, lin, hessian(loss, out, y), damping, solve, ntk_fn)
+    return direction, GNInfo(loss_value, lam, sigma_min)
 
 
 def _check_learning_rate(learning_rate):
@@ -492,26 +308,47 @@ def gauss_newton_step(f: Callable, params, x, y, *, learning_rate: float = 1.0, 
     return tree_axpy(-learning_rate, direction, params), info
 
 
+class GNResult(enum.IntEnum):
+    """How :func:`gauss_newton_fit` stopped, as the code in ``GNTrace.result`` (an int32 array, so
+    that it is ``jit``/``vmap``-able; ``GNResult(int(trace.result))`` reads one):
+
+    * ``converged`` (0): the training loss fell below ``tol``;
+    * ``max_steps`` (1): the step budget ran out first;
+    * ``diverged`` (2): a non-finite loss or step, or a loss above ``blowup`` times the first.
+
+    >>> GNResult(0).name, int(GNResult.diverged)
+    ('converged', 2)
+    """
+
+    converged = 0
+    max_steps = 1
+    diverged = 2
+
+
 class GNTrace(NamedTuple):
     """Per-iteration record of :func:`gauss_newton_fit`: the training loss before each step
-    (NaN after the run stopped), the number of steps taken, and whether the run diverged (a
-    non-finite loss or step; the parameters are those before it).
+    (NaN after the run stopped), the number of steps taken, whether the run diverged (a
+    non-finite loss or step; the parameters are those before it), and how it stopped
+    (``result``, a :class:`GNResult` code).
 
     >>> import jax.numpy as jnp
     >>> _, trace = gauss_newton_fit(lambda p, x: x @ p, jnp.zeros(2), jnp.eye(2), jnp.ones(2), 4, tol=1e-12)
     >>> int(trace.steps), bool(trace.diverged), trace.loss.tolist()     # one step interpolates
     (1, False, [0.5, 0.0, nan, nan])
+    >>> GNResult(int(trace.result)).name
+    'converged'
     """
 
     loss: jax.Array
     steps: jax.Array
     diverged: jax.Array
+    result: jax.Array
 
 
 def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: float = 1.0, tol: float = 0.0,
                      blowup: Optional[float] = None, loss="squared", reduction: str = "mean", damping=0.0,
-                     hessian: str = "loss", solve: str = "eigh", method: str = "kernel",
-                     ntk_fn: Optional[Callable] = None, eigmin: str = "eigvalsh"):
+                     hessian=LossHessian(), solve=Eigh(), form=KernelForm(), ntk_fn: Optional[Callable] = None,
+                     method: Optional[str] = None, eigmin: Optional[str] = None):
     """Full-batch damped Gauss-Newton for at most ``steps`` iterations (``steps >= 1``).
 
     Stops early when the training loss falls below ``tol`` or diverges: becomes non-finite or,
@@ -536,15 +373,15 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
         if not float(blowup) > 1:
             raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
     steps = check_steps("steps", steps)
+    hessian, form, solve = _strategies(hessian, form, solve, method, eigmin)
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
     _check_solve_damping(solve, damping)
-    _validate(f, params, x, y, loss, hessian, method, solve, eigmin)
+    _validate(f, params, x, y, loss, hessian, solve)
     losses0 = jnp.full((steps,), jnp.nan, dtype=jnp.result_type(*jax.tree_util.tree_leaves(params)))
 
     def direction_at(p):
-        return _direction(f, p, x, y, damping, loss=loss, hessian=hessian, method=method, solve=solve, ntk_fn=ntk_fn,
-                          eigmin=eigmin)
+        return _direction(f, p, x, y, damping, loss=loss, hessian=hessian, form=form, solve=solve, ntk_fn=ntk_fn)
 
     def cond(carry):
         i, p, losses, stop, bad = carry
@@ -554,19 +391,19 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
         i, p, losses, stop, _ = carry
         direction, info = direction_at(p)
         new_p = tree_axpy(-learning_rate, direction, p)
-        bad = jnp.logical_or(~jnp.isfinite(info.loss), ~tree_all_finite(new_p))
-        if blowup is not None:
-            first = jnp.where(i == 0, info.loss, losses[0])
-            bad = jnp.logical_or(bad, jnp.abs(info.loss) > blowup * jnp.maximum(jnp.abs(first), 1e-30))
+        first = None if blowup is None else jnp.where(i == 0, info.loss, losses[0])
+        bad = jnp.logical_or(diverged(info.loss, first, blowup, floor=1e-30), ~tree_all_finite(new_p))
         keep = jnp.logical_or(bad, info.loss < tol)
         new_p = tree_select(keep, p, new_p)
         losses = losses.at[i].set(info.loss.astype(losses.dtype))
         return i + jnp.where(keep, 0, 1), new_p, losses, keep, bad
 
-    i, params, losses, _, bad = jax.lax.while_loop(
+    i, params, losses, stop, bad = jax.lax.while_loop(
         cond, body, (jnp.zeros((), jnp.int32), params, losses0, jnp.asarray(False), jnp.asarray(False)))
-    return params, GNTrace(losses, i, bad)
+    result = jnp.where(bad, int(GNResult.diverged), jnp.where(stop, int(GNResult.converged), int(GNResult.max_steps)))
+    return params, GNTrace(losses, i, bad, result.astype(jnp.int32))
 
 
-__all__ = ["ArbelDamping", "ConstantDamping", "GNInfo", "GNTrace", "gauss_newton_direction", "gauss_newton_fit",
-           "gauss_newton_step", "get_damping", "smallest_eigenvalue"]
+__all__ = ["ArbelDamping", "Cholesky", "ConstantDamping", "Eigh", "Eigvalsh", "GNInfo", "GNResult", "GNTrace",
+           "IdentityHessian", "InverseSquaring", "KernelForm", "LossHessian", "PrimalForm", "gauss_newton_direction",
+           "gauss_newton_fit", "gauss_newton_step", "get_damping", "smallest_eigenvalue"]

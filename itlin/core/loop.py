@@ -31,6 +31,7 @@ import numpy as np
 
 from ._checks import (check_finite_array, check_float_params, check_nonempty, check_positive, check_positive_int,
                       check_real_dtype, check_same_leading, check_seed, check_steps, output_shape)
+from ._divergence import diverged
 from ._tree import tree_all_finite
 from .linearise import linearised_apply
 from .schedules import MAX_PERIOD
@@ -674,9 +675,8 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         new_state, log = r.chunk(state, n)
         if first is None and log.loss.size:
             first = float(log.loss[0])
-        good = np.isfinite(log.loss)
-        if blowup is not None and first is not None and math.isfinite(first):
-            good &= ~(np.abs(log.loss) > float(blowup) * max(abs(first), np.finfo(np.float32).tiny))
+        factor = float(blowup) if blowup is not None and first is not None and math.isfinite(first) else None
+        good = ~diverged(log.loss, first, factor, floor=np.finfo(np.float32).tiny)
         if not good.all():
             bad = int(np.argmin(good))
             if bad == 0:  # this chunk's starting parameters already give a bad loss

@@ -186,6 +186,7 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
     import jax.numpy as jnp
 
     from .... import models
+    from ....core._divergence import diverged
     from ....core._tree import tree_all_finite, tree_select
     from ....core.gauss_newton import ArbelDamping, gauss_newton_direction
     from ....core.losses import get_loss
@@ -230,7 +231,7 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
             # that made ``p`` diverged: go back to ``prev``, the parameters before it.
             p, prev, k, conv, div, end = c
             value, d = step(p)
-            bad = ~jnp.isfinite(value) | (value > blowup * loss0)
+            bad = diverged(value, loss0, blowup)
             reached = (value <= stop_rtol * loss0) & ~bad
             new = jax.tree_util.tree_map(lambda a, b: a - lr * b, p, d)
             bad_step = ~tree_all_finite(new) & ~bad & ~reached
