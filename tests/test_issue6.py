@@ -473,9 +473,9 @@ def test_bad_parameters_fail_before_any_compute(name, params, message, tmp_path)
 
 @pytest.mark.parametrize("name", ["fig2_k_sweep", "fig3_augmentation", "fig8_adam"])
 def test_batch_larger_than_the_training_set_fails_before_training(name, tmp_path):
-    # the shared set-up checks it once the data is loaded, before the first run trains (fig2's
-    # full-batch runs would otherwise train before its mini-batch runs found out)
-    with pytest.raises(ValueError, match="batch_size=512 is more than the 100 training examples"):
+    # the parameters' own check refuses it before anything runs or is written (fig2's full-batch
+    # runs would otherwise train before its mini-batch runs found out)
+    with pytest.raises(ValueError, match="batch_size=512 is more than n_train=100 training examples"):
         runner.run(name, {"scale": "tiny", "n_train": 100, "batch_size": 512}, results_dir=tmp_path)
 
 

@@ -239,11 +239,12 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
         CPU; needs ``H = c I``: the squared loss or :class:`IdentityHessian`).
       form: :class:`KernelForm` (default; Woodbury, an ``NC x NC`` system) or :class:`PrimalForm`
         (``P x P``).
-      method, eigmin, and strings for ``hessian`` / ``solve`` / ``form``: the short forms, kept
-        for existing callers and mapped to the objects in one place (``gn_parts.SHORT_FORMS``):
-        ``hessian="loss" | "identity"``, ``solve="eigh" | "cholesky"``, ``method="kernel" |
-        "primal"`` (the form), ``eigmin="eigvalsh" | "inverse_squaring"`` (with
-        ``solve="cholesky"``; refused with ``"eigh"``, whose decomposition gives ``sigma_min``).
+      method: the short form of ``form``, ``"kernel"`` or ``"primal"``. Short forms are kept for
+        existing callers and mapped to the objects in one place (``gn_parts.SHORT_FORMS``); so
+        are ``hessian="loss" | "identity"`` and ``solve="eigh" | "cholesky"``.
+      eigmin: the short form of a Cholesky solve's smallest-eigenvalue method, ``"eigvalsh"`` or
+        ``"inverse_squaring"`` (with ``solve="cholesky"``; refused with ``"eigh"``, whose
+        decomposition gives ``sigma_min``).
       ntk_fn: optional ``ntk_fn(params, x) -> K`` (a closed form); default :func:`itlin.ntk`.
 
     Returns:
