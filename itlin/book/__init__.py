@@ -2,7 +2,15 @@
 
 * :mod:`~itlin.book.experiments` — the registry of named experiments with typed parameters;
 * :mod:`~itlin.book.runner` — run an experiment once: cached results, checkpoints and resume,
-  divergence status, provenance;
+  divergence status; by concern in :mod:`~itlin.book.store` (records on disk, checksums,
+  locks), :mod:`~itlin.book.checkpoints`, :mod:`~itlin.book.records` (recorded runs, matching,
+  pooling, seed comparison) and :mod:`~itlin.book.provenance`;
+* :mod:`~itlin.book.verdicts`, :mod:`~itlin.book.render`, :mod:`~itlin.book.plans` — claims
+  judged over seeds, their tables, and which records were planned in advance;
+  :mod:`~itlin.book.recheck` and :mod:`~itlin.book.verify` (``python -m itlin.book.verify``)
+  re-judge the records with this machine's seeds; :mod:`~itlin.book.findings` — the Findings
+  page (``python -m itlin.book.findings``);
+* :mod:`~itlin.book.chapters` — the computations and texts of the chapters that read as prose;
 * :mod:`~itlin.book.run` — execute a chapter with other parameters (``python -m itlin.book.run``);
 * :mod:`~itlin.book.plotting`, :mod:`~itlin.book.widgets`, :mod:`~itlin.book.diagrams` — figures,
   static and live demos;
