@@ -6,7 +6,8 @@
   locks), :mod:`~itlin.book.checkpoints`, :mod:`~itlin.book.records` (recorded runs, matching,
   pooling, seed comparison) and :mod:`~itlin.book.provenance`;
 * :mod:`~itlin.book.verdicts`, :mod:`~itlin.book.render`, :mod:`~itlin.book.plans` — claims
-  judged over seeds, their tables, and which records were planned in advance;
+  judged over seeds (on the gaps and intervals of :mod:`~itlin.book.intervals`), their tables,
+  and which records were planned in advance;
   :mod:`~itlin.book.recheck` and :mod:`~itlin.book.verify` (``python -m itlin.book.verify``)
   re-judge the records with this machine's seeds; :mod:`~itlin.book.findings` — the Findings
   page (``python -m itlin.book.findings``);
