@@ -1,0 +1,268 @@
+"""Figures on the quintic regression of the main paper (Goldwaser & Ge): Fig. 9, damped
+Gauss-Newton against its damping (:func:`fig9`, with the learned functions, the training and a
+comparison of implementations), and the iterative-linearisation demo on the same task (one
+setting, :func:`quintic_setting`; its static frames and the live demo with sliders for ``K``
+and the learning rate).
+
+:mod:`itlin.book.figures.main` re-exports every name here, so chapters reach them as
+``figures.fig9`` after ``from itlin.book.figures import main as figures``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..plotting import COLUMN_WIDTH
+
+
+# --- Fig 9: damped Gauss-Newton on the quintic
+def _fig9_colours(lams):
+    """One colour per damping (viridis on a log scale), the same in every Fig. 9 panel."""
+    lams = np.asarray(lams, float)
+    norm = plt.matplotlib.colors.LogNorm(lams.min(), lams.max() if lams.max() > lams.min() else lams.min() * 10)
+    cmap = plt.get_cmap("viridis")
+    return {float(v): cmap(norm(v)) for v in lams}, norm, cmap
+
+
+def fig9(rec, title: str = "Test RMSE of damped Gauss-Newton on the quintic"):
+    """Main paper Fig. 9 (top): the test RMSE of every kept run against the damping (spread
+    sideways), the mean (diamonds), the 25th-75th percentile (grey bars) and, in red above each
+    column, how many runs the paper's rule dropped; log axes."""
+    from matplotlib.lines import Line2D
+
+    from ..experiments.main import fig9_damping as f9
+
+    lams, kept = np.asarray(rec["dampings"], float), f9.masks(rec)[0]
+    colour = _fig9_colours(lams)[0]
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.4))
+    for d, lam in enumerate(lams):
+        te = np.asarray(rec["test_rmse"][d], float)[kept[d]]
+        ax.scatter(lam * 10 ** rng.uniform(-0.13, 0.13, te.size), te, s=14, color=colour[float(lam)], alpha=0.65,
+                   linewidths=0, zorder=2)
+        if te.size:
+            ax.plot([lam, lam], np.quantile(te, [0.25, 0.75]), color="0.45", lw=6, alpha=0.35, solid_capstyle="butt")
+            ax.plot(lam, te.mean(), "D", color="k", ms=5, zorder=3)
+        if (~kept[d]).sum():
+            ax.annotate(f"{(~kept[d]).sum()}", (lam, 1.0), xycoords=("data", "axes fraction"), ha="center",
+                        va="bottom", fontsize=9.5, color="firebrick")
+    ax.set(xscale="log", yscale="log", xlabel=r"damping $\lambda$", ylabel="test RMSE")
+    ax.set_title(title, loc="left", pad=14)
+    ax.legend(handles=[Line2D([], [], marker="o", ls="", color="0.5", alpha=0.65, label="one run"),
+                       Line2D([], [], marker="D", ls="", color="k", ms=5, label="mean"),
+                       Line2D([], [], color="0.45", lw=6, alpha=0.35, label="25th-75th percentile"),
+                       Line2D([], [], ls="", marker="$n$", ms=7, color="firebrick", label="runs dropped (top)")],
+              frameon=False, fontsize=9.5, loc="upper right", bbox_to_anchor=(1, 0.94))
+    fig.tight_layout()
+    return fig
+
+
+def fig9_functions(rec, every: bool = False, dampings=None):
+    """Main paper Fig. 9 (bottom): the learnt functions of the first initialisations (the same
+    networks in every panel) for four ``dampings`` (default: the smallest, the largest and two
+    spread between; ``every``: every damping, smaller), with the quintic (black) and the training
+    points; a dropped run is dashed."""
+    from ..experiments.main import fig9_damping as f9
+
+    lams, kept = np.asarray(rec["dampings"], float), f9.masks(rec)[0]
+    colour = _fig9_colours(lams)[0]
+    xg, yg = rec["x_test"], rec["y_test"]
+    lo, hi = yg.min() - 1.5, yg.max() + 1.5
+    spread = sorted({round(j * (len(lams) - 1) / 3) for j in range(4)})
+    idx = list(range(len(lams))) if every else spread if dampings is None else \
+        [int(np.argmin(np.abs(np.log(lams) - np.log(v)))) for v in dampings]
+    ncol = 3 if every else min(len(idx), 2)
+    nrow = -(-len(idx) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(COLUMN_WIDTH, (2.1 if every else 3.0) * nrow), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax in axes.flat[len(idx):]:
+        ax.axis("off")
+    for ax, d in zip(axes.flat, idx):
+        for s, fs in enumerate(rec["functions"][d]):
+            ax.plot(xg, np.clip(fs, lo - 1, hi + 1), color=colour[float(lams[d])], lw=0.8 if every else 1.1,
+                    alpha=0.8, ls="-" if kept[d, s] else "--")
+        ax.plot(xg, yg, color="k", lw=1.2, zorder=3)
+        ax.plot(rec["x_train"], rec["y_train"], "o", color="k", ms=3, zorder=4)
+        ax.set_ylim(lo, hi)
+        ax.set_title(rf"$\lambda$ = {f9.fmt_lam(lams[d])}", fontsize=9.5 if every else 11)
+    plt.setp(axes[-1], xlabel="x")
+    plt.setp(axes[:, 0], ylabel="f(x)")
+    fig.tight_layout()
+    return fig
+
+
+def fig9_training(rec):
+    """Top: every run's final train RMSE against the damping, by how it ended (reached the
+    tolerance, stalled, still descending, diverged), the median, the dropping threshold and
+    ``train_tol``. Bottom: the median train RMSE over the Gauss-Newton steps, one line per damping."""
+    from ..experiments.main import fig9_damping as f9
+
+    r, lams = f9.resolved(rec), np.asarray(rec["dampings"], float)
+    colour, norm, cmap = _fig9_colours(lams)
+    div = f9.diverged(rec)
+    outcome = {"reached train_tol": (rec["reached_tol"], "tab:green", "o"),
+               "stalled": (~rec["reached_tol"] & ~rec["still_descending"] & ~div, "0.45", "o"),
+               "still descending": (rec["still_descending"], "tab:orange", "o"), "diverged": (div, "firebrick", "x")}
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 8.4))
+    rng, floor = np.random.default_rng(1), max(r["train_tol"] / 10, 1e-9)
+    for name, (mask, col, marker) in outcome.items():
+        dd, ss = np.nonzero(mask)
+        if dd.size:
+            ax.scatter(lams[dd] * 10 ** rng.uniform(-0.13, 0.13, dd.size), np.maximum(rec["train_rmse"][dd, ss], floor),
+                       s=14, color=col, marker=marker, alpha=0.7, linewidths=1 if marker == "x" else 0,
+                       label=f"{name} ({dd.size})")
+    ax.plot(lams, np.nanmedian(rec["train_rmse"], axis=1), "D-", color="k", ms=4, lw=1, label="median")
+    ax.axhline(r["rmse_threshold"], color="firebrick", lw=0.8, ls=":")
+    ax.text(lams[0], r["rmse_threshold"] * 1.15, "dropping threshold", fontsize=9.5, color="firebrick")
+    if r["train_tol"] > 0:
+        ax.axhline(r["train_tol"], color="tab:green", lw=0.8, ls=":")
+    ax.set(xscale="log", yscale="log", xlabel=r"damping $\lambda$", ylabel="final train RMSE")
+    ax.legend(frameon=False, fontsize=9.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    traces = np.array(rec["train_rmse_trace"], dtype=float)  # a run stopped at train_tol keeps its final value
+    done = rec["reached_tol"][:, :, None] & (rec["trace_steps"][None, None, :] >= rec["steps"][:, :, None])
+    traces[done] = np.broadcast_to(np.asarray(rec["train_rmse"], float)[:, :, None], traces.shape)[done]
+    for d, lam in enumerate(lams):
+        with np.errstate(all="ignore"):
+            bx.plot(rec["trace_steps"] + 1, np.nanmedian(traces[d], axis=0), color=colour[float(lam)], lw=1.6)
+    bx.set(xscale="log", yscale="log", xlabel="Gauss-Newton steps + 1", ylabel="train RMSE",
+           title="median over the runs")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=bx, label=r"damping $\lambda$", pad=0.02)
+    fig.tight_layout()
+    return fig
+
+
+def fig9_compare(records, labels):
+    """The mean test RMSE of the kept runs against the damping for several records (a band from
+    the 25th to the 75th percentile), one line each."""
+    from ..experiments.main import fig9_damping as f9
+
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.0))
+    for (rec, label), style in zip(zip(records, labels), ("o-", "s-", "^-", "v-")):
+        keep = f9.masks(rec)[0]
+        te = [np.asarray(rec["test_rmse"][d], float)[keep[d]] for d in range(len(rec["dampings"]))]
+        q = np.array([np.quantile(t, [0.25, 0.75]) if t.size else [np.nan] * 2 for t in te])
+        line, = ax.plot(rec["dampings"], [t.mean() if t.size else np.nan for t in te], style, ms=4, lw=1.2,
+                        label=f"mean, {label}")
+        ax.fill_between(rec["dampings"], q[:, 0], q[:, 1], color=line.get_color(), alpha=0.15)
+    ax.set(xscale="log", yscale="log", xlabel=r"damping $\lambda$", ylabel="test RMSE (kept runs)")
+    ax.set_title("Mean test RMSE of the kept runs (band: 25th to 75th percentile)", loc="left")
+    ax.legend(frameon=False, fontsize=9.5)
+    fig.tight_layout()
+    return fig
+
+
+# the quintic demo: colours, the figure of one setting, the static frames and the live demo
+_NET, _LIN, _TRUTH, _RELIN = "#1f5fa8", "#e07b00", "0.15", "#7a3fa0"
+#: the live demo's slider values (finer than the static grid: it trains on demand)
+LIVE_KS = [1, 3, 10, 30, 100, 300, 1000, 3000, math.inf]
+LIVE_LEARNING_RATES = [0.0005, 0.001, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.03]
+
+
+def quintic_caption(run) -> str:
+    """One line for a setting of the quintic demo: K, learning rate, feature updates, final RMSEs, status."""
+    from ..labels import fmt_value
+
+    parts = [f"K = {fmt_value(run.K)}", f"learning rate {run.lr:g}",
+             f"{run.feature_updates:,} feature updates in {run.steps:,} steps"]
+    tr, tr_lin, te = run.final("train/rmse"), run.final("train/rmse_lin"), run.final("test/rmse")
+    if run.diverged:
+        parts.append(f"{run.status} (curves stop there)")
+    if math.isfinite(tr):
+        parts.append(f"train RMSE {tr:.3f} (linearised model {tr_lin:.3f}), test RMSE {te:.3f}")
+    return " · ".join(parts)
+
+
+def quintic_loss_limits(runs) -> tuple:
+    """Shared y-limits for the loss panels of several settings (so frames do not jump)."""
+    vals = [v[np.isfinite(v) & (v > 0)] for r in runs for v in
+            (r.history.eval_array("train/loss"), r.history.eval_array("train/loss_lin"))]
+    v = np.concatenate(vals) if vals else np.zeros(0)
+    lo, hi = (float(np.min(v)), float(np.max(v))) if v.size else (1e-3, 1.0)
+    lo = max(lo, hi * 1e-4)  # a run that reaches zero loss leaves through the bottom
+    return 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi) + 0.3)
+
+
+def quintic_setting(run, fig=None, *, loss_ylim=None, title: bool = True):
+    """One setting of the quintic demo. Top: the true quintic, the training points, the network at
+    initialisation, the trained network and the linearised model it was training at the end.
+    Bottom: the training loss (``0.5 mean squared error``) of the network and of the linearised
+    model over steps (log scale), relinearisations marked along the top (a note when there are
+    more than 60). A diverged run stops at its last finite evaluation."""
+    from ..labels import fmt_value
+    from ..plotting import plot_history
+
+    if fig is None:  # the column's width, panels stacked: legible on the page and on a phone
+        fig = plt.figure(figsize=(COLUMN_WIDTH, 7.2), layout="constrained")
+    ax_f, ax_l = fig.subplots(2, 1)
+    ax_f.plot(run.x_grid, run.y_grid, color=_TRUTH, lw=1.2, label="true quintic")
+    ax_f.plot(run.x_grid, run.f_init, color="0.6", lw=1.0, ls=":", label="network at initialisation")
+    ax_f.plot(run.x_grid, run.f_lin, color=_LIN, lw=2.0, ls="--", label="linearised model at the last anchor")
+    ax_f.plot(run.x_grid, run.f_net, color=_NET, lw=1.8, label="network $f_{\\theta_T}$")
+    ax_f.plot(run.x_train, run.y_train, "o", ms=4.5, mfc="white", mec=_TRUTH, mew=1.3, label="training points",
+              zorder=5)
+    ax_f.set_ylim(-4.5, 2.5)
+    if run.diverged and (~np.isfinite(run.f_net) | (np.abs(run.f_net) > 1e3)).any():
+        ax_f.text(0.03, 0.97, f"{run.status}:\nthe network's outputs\nare no longer finite", transform=ax_f.transAxes,
+                  ha="left", va="top", fontsize=10, color="#b00020")
+    ax_f.set(xlim=(run.x_grid[0], run.x_grid[-1]), xlabel="input $x$", ylabel="output")
+    ax_f.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9.5, frameon=False)
+    ax_f.set_title("fitted function after training", fontsize=11)
+    h = run.history
+    plot_history(ax_l, h, "train/loss", label="network $f_{\\theta_t}$", color=_NET, lw=1.8)
+    plot_history(ax_l, h, "train/loss_lin", label="linearised model $f^{\\mathrm{lin}}_{s,t}$", color=_LIN, lw=1.6,
+                 linestyle="--" if not run.diverged else ":")
+    ax_l.set_yscale("log")
+    if loss_ylim is not None:
+        ax_l.set_ylim(*loss_ylim)
+    ax_l.set(xlim=(0, run.steps), xlabel="step $t$", ylabel="training loss  $\\frac{1}{2}\\,$mean$(f-y)^2$")
+    relin = np.asarray(h.relin_steps)
+    if 0 < relin.size <= 60:
+        ax_l.plot(relin, np.ones_like(relin, dtype=float), transform=ax_l.get_xaxis_transform(), marker="|",
+                  ls="none", ms=9, mew=1.4, color=_RELIN, clip_on=False, label="feature update (relinearisation)")
+    else:
+        every = "after every step" if run.K == 1 else f"every {fmt_value(run.K)} steps"
+        note = f"features updated {every} ({relin.size:,} times)" if relin.size else \
+            ("no feature update (K = ∞)" if math.isinf(run.K) else "no feature update yet")
+        ax_l.text(0.99, 0.97, note, transform=ax_l.transAxes, ha="right", va="top", fontsize=10, color=_RELIN)
+    ax_l.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9.5, frameon=False)
+    ax_l.set_title("training loss: network vs its linearisation", fontsize=11)
+    if title:
+        fig.suptitle(f"K = {fmt_value(run.K)},  learning rate {run.lr:g}:  {run.feature_updates:,} feature updates"
+                     + (f"  ({run.status})" if run.diverged else ""), fontsize=11)
+    return fig
+
+
+def quintic_frames(record, *, dpi: float = 200) -> tuple:
+    """Every setting of a ``quintic_demo`` record drawn for :func:`itlin.book.widgets.static_demo`:
+    ``(frames, captions, runs)``, ``{(K, lr): png bytes}``, ``{(K, lr): caption}`` and
+    ``{(K, lr): DemoRun}``; the frames share the loss axis. Column-wide figures: ``dpi=200`` goes
+    with ``static_demo(..., pixel_ratio=2)``."""
+    from ..experiments.main import quintic_demo as Q
+    from ..widgets import figure_to_png
+
+    runs = Q.runs_of(record)
+    ylim = quintic_loss_limits(runs.values())
+    frames = {key: figure_to_png(quintic_setting(run, loss_ylim=ylim), dpi=dpi) for key, run in runs.items()}
+    return frames, {key: quintic_caption(run) for key, run in runs.items()}, runs
+
+
+def quintic_live_demo(*, steps: int = 5000, seed: int = 0, Ks=None, learning_rates=None, initial=(100, 0.003)):
+    """The ipywidgets version (local Jupyter): sliders for K and the learning rate; every change
+    trains the setting with :func:`~itlin.book.experiments.main.quintic_demo.train_setting`
+    (``steps`` steps) and redraws."""
+    from ..experiments.main import quintic_demo as Q
+    from ..labels import fmt_value
+    from ..widgets import Slider, live_demo
+
+    Ks, lrs = list(LIVE_KS if Ks is None else Ks), list(LIVE_LEARNING_RATES if learning_rates is None else learning_rates)
+    sliders = [Slider("K", Ks, [fmt_value(k) for k in Ks], initial=initial[0] if initial[0] in Ks else Ks[0]),
+               Slider("lr", lrs, [f"{v:g}" for v in lrs], initial=initial[1] if initial[1] in lrs else lrs[0])]
+    return live_demo(lambda K, lr: Q.train_setting(K, lr, steps, seed=seed, evals=100), quintic_setting, sliders,
+                     description=f"Each change trains the 5x50 ReLU MLP for {steps:,} full-batch steps (seed {seed}).")
+
+
+__all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "fig9", "fig9_compare", "fig9_functions", "fig9_training",
+           "quintic_caption", "quintic_frames", "quintic_live_demo", "quintic_loss_limits", "quintic_setting"]
