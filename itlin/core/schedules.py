@@ -95,14 +95,37 @@ def parse_period(value, name: str = "K"):
 
 
 # ------------------------------------------------------------------------------ rules
+class _Rule:
+    """What the rules :class:`Every` and :class:`AtSteps` share: one field, parsed by ``_parse``
+    whether the rule is built by its constructor or by ``of``, and the answer of a rule that
+    never fires (:meth:`_never`). Mixed in before the rule's ``NamedTuple`` of fields."""
+
+    __slots__ = ()
+
+    def __new__(cls, value):
+        return super().__new__(cls, cls._parse(value))
+
+    @classmethod
+    def of(cls, value):
+        """The rule from its one argument, parsed as the constructor does (``Every.of(K)`` is
+        ``Every(K)``, ``AtSteps.of(steps)`` is ``AtSteps(steps)``)."""
+        return cls(value)
+
+    @staticmethod
+    def _never(step):
+        """False for every step in ``step`` (a scalar or an array of steps)."""
+        return jnp.zeros(jnp.shape(step), bool)
+
+
 class _EveryFields(NamedTuple):
     K: Any
 
 
-class Every(_EveryFields):
+class Every(_Rule, _EveryFields):
     """Relinearise after every ``K``-th step (Algorithm 1); ``K = inf`` never.
 
-    ``K`` is parsed by :func:`parse_period` (an integer >= 1 or ``"inf"``) and is a static
+    ``K`` is parsed by :func:`parse_period` (an integer >= 1 or ``"inf"``; ``Every.of(K)`` is
+    ``Every(K)``) and is a static
     field: a trainer on ``Every(K)`` is compiled once per ``K``. To serve every ``K`` of a sweep
     with one compiled program, use :func:`periodic` (``K`` in the schedule's state).
 
@@ -118,18 +141,11 @@ class Every(_EveryFields):
     """
 
     __slots__ = ()
-
-    def __new__(cls, K):
-        return super().__new__(cls, parse_period(K))
-
-    @classmethod
-    def of(cls, K) -> "Every":
-        """``Every`` with ``K`` parsed by :func:`parse_period` (as the constructor does)."""
-        return cls(K)
+    _parse = staticmethod(parse_period)
 
     def __call__(self, step):
         if math.isinf(self.K):
-            return jnp.zeros(jnp.shape(step), bool)
+            return self._never(step)
         return step % int(self.K) == 0
 
     @property
@@ -168,9 +184,9 @@ def _step_numbers(steps) -> tuple:
     return tuple(sorted(out))
 
 
-class AtSteps(_AtStepsFields):
+class AtSteps(_Rule, _AtStepsFields):
     """Relinearise after each listed step (integers from 1 to ``MAX_PERIOD``; sorted, repeats
-    dropped).
+    dropped). ``AtSteps.of(steps)`` is ``AtSteps(steps)``.
 
     >>> rule = AtSteps([5, 2])
     >>> rule.steps, [int(s) for s in range(1, 7) if rule(s)]
@@ -178,18 +194,11 @@ class AtSteps(_AtStepsFields):
     """
 
     __slots__ = ()
-
-    def __new__(cls, steps):
-        return super().__new__(cls, _step_numbers(steps))
-
-    @classmethod
-    def of(cls, steps) -> "AtSteps":
-        """``AtSteps`` from any iterable of steps (as the constructor does)."""
-        return cls(steps)
+    _parse = staticmethod(_step_numbers)
 
     def __call__(self, step):
         if not self.steps:
-            return jnp.zeros(jnp.shape(step), bool)
+            return self._never(step)
         return jnp.any(jnp.asarray(self.steps, jnp.int32) == step)
 
     @property
