@@ -5,7 +5,8 @@
 * :mod:`~itlin.core.schedules` — when to relinearise (rules ``step -> bool`` and adaptive
   ``init``/``update`` schedules);
 * :mod:`~itlin.core.train` — iterative linearised training: a pure ``init``/``step`` trainer;
-* :mod:`~itlin.core.loop` — drivers: compiled loops, mini-batches, evaluation, history;
+* :mod:`~itlin.core.loop` — drivers: compiled loops, mini-batches, evaluation; the history a
+  run records in :mod:`~itlin.core.history`;
 * :mod:`~itlin.core.gauss_newton` — damped Gauss-Newton in kernel form;
 * :mod:`~itlin.core.flow` — the closed-form gradient flow of a linearised model;
 * :mod:`~itlin.core.losses`, :mod:`~itlin.core.model`, :mod:`~itlin.core.parallel`.
