@@ -115,3 +115,31 @@ def test_confirmatory_plans_are_what_the_history_shows():
         before = _git("merge-base", "--is-ancestor", plan.commit, first).returncode == 0 and not same
         assert plan.verifiable == before, (name, plan)
         assert plan.verifiable or same, f"{name}: neither before its runs nor in their commit"
+
+
+def test_a_confirmatory_record_in_parts_is_not_read_until_every_planned_seed_is_in(monkeypatch):
+    """Beside a headline, a planned record that is still being made shows how far it has come and
+    nothing else: no part of it is pooled or judged (that would be a look at the data that judges)."""
+    name = "feature_updates-fashion-pool-u2-fresh-512seeds"
+    parts = runner.open_records(name)
+    made = sum(int(p.meta["resolved"]["seeds"]) for p in parts)
+    plan = plans.CONFIRMATORY[name]
+    # one planned seed more than the parts hold: the record is incomplete whatever has been made
+    wider = plan._replace(seeds=range(plan.seeds.start, plan.seeds.start + made + 1))
+    monkeypatch.setitem(plans.CONFIRMATORY, name, wider)
+    assert F._in_progress(name) == f"in progress, not read yet ({made:,} of {made + 1:,} planned seeds)"
+    h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2", others=(name,))
+    judged = V.Verdicts([V.judge("full.suffices_u2", "c", "p", V.paired_gap([0.5, 0.6, 0.7], [0.5, 0.6, 0.7]),
+                                 "not_worse", 0.02)])
+
+    def opened(n, cache):
+        assert n == "rec", f"{n} was opened"
+        return parts[0], judged
+
+    monkeypatch.setattr(F, "_opened", opened)
+    monkeypatch.setattr(F, "setting", lambda rec: "setting")
+    f = F.judge_headline(h)
+    assert f.others == ((name, F._in_progress(name)),)
+    assert "in progress, not read yet" in F.row(f)["other records"]
+    # a record that is not planned in parts is never in progress
+    assert F._in_progress("fig2_k_sweep-mnist1d-10seeds") == ""

@@ -122,7 +122,7 @@ HEADLINES = (
              "\"after 2-3 feature updates, each run seems to have approximately caught up with the K=1 baseline\" "
              "(workshop version, §4)", "feature_updates", "feature_updates-mnist1d-16seeds", "full.suffices_u2",
              others=("feature_updates-fashion-256-u2-fresh-100seeds", "feature_updates-fashion-256-mini-u2-fresh-504seeds",
-                     "feature_updates-fashion-256-10seeds"),
+                     "feature_updates-fashion-pool-u2-fresh-512seeds", "feature_updates-fashion-256-10seeds"),
              departure="the book's budget is far shorter than the paper's; on Fashion-MNIST the gap sits on the margin", short="2 updates suffice"),
     Headline("main.8-12", MAIN, "\"8-12 updates\"",
              "\"we get enough feature learning in 8-12 feature updates to achieve comparable generalisation\" (§4.1)",
@@ -187,7 +187,8 @@ HEADLINES = (
 
 class Finding(NamedTuple):
     """A :class:`Headline` judged: ``verdict`` on its deciding record, the ``others`` as
-    ``(record, verdict)`` pairs (``None`` where the record lacks the claim), ``sensitivity`` as
+    ``(record, verdict)`` pairs (``None`` where the record lacks the claim; a text saying how far
+    it has come for a confirmatory record still being made), ``sensitivity`` as
     ``(margin, verdict)`` pairs, ``premise`` the premise's verdict (``""`` when there is none),
     ``setting`` the deciding record's setting (:func:`setting`)."""
 
@@ -210,6 +211,17 @@ def _open(name: str):
     from .experiments.main import _rows
 
     return _rows.pool_seeds(recs)
+
+
+def _in_progress(name: str) -> str:
+    """For a confirmatory record made in parts whose planned seeds are not all in: how far it has
+    come (nothing else of it is opened: a look at part of it would be a look at the data that
+    judges). ``""`` for any other record."""
+    plan = CONFIRMATORY.get(name)
+    if plan is None or plan.seeds is None:
+        return ""
+    progress = runner.seed_progress([p.meta["resolved"] for p in runner.open_records(name)], plan.seeds)
+    return "" if progress.complete else f"in progress, not read yet ({progress.made:,} of {len(plan.seeds):,} planned seeds)"
 
 
 def _judged(name: str, cache: dict) -> V.Verdicts:
@@ -242,8 +254,16 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
         v = v.judged_at(V.LEVEL)  # the planned test, alone
     others = []
     for name in h.others:
+        waiting = _in_progress(name)
+        if waiting:
+            others.append((name, waiting))
+            continue
         o = _judged(name, cache)
-        others.append((name, o[h.claim] if h.claim in o.ids else None))
+        ov = o[h.claim] if h.claim in o.ids else None
+        plan = CONFIRMATORY.get(name)
+        if ov is not None and plan is not None and plan.claim == h.claim:
+            ov = ov.judged_at(V.LEVEL)  # the planned test, alone
+        others.append((name, ov))
     margins = [h.tolerance] if h.tolerance is not None else [f * (v.margin or 0.0) for f in margin_factors]
     sens = tuple(V.margin_sensitivity(v, margins)) if v.tested and (v.margin or h.tolerance is not None) else ()
     premise = judged[h.premise].verdict if h.premise else ""
@@ -312,7 +332,8 @@ def setting(rec) -> str:
 def row(f: Finding) -> dict:
     """One row of the Findings table."""
     h, v = f.headline, f.verdict
-    others = "; ".join(f"`{n}`: {_WORD[o.verdict] if o is not None else 'not judged'}"
+    others = "; ".join(f"`{n}`: {o}" if isinstance(o, str) else
+                       f"`{n}`: {_WORD[o.verdict] if o is not None else 'not judged'}"
                        + (f" ({o.gap_text()})" if o is not None and o.tested else "")
                        + (f" [{kind_of_test(n, h.claim)}]" if n in CONFIRMATORY else "") for n, o in f.others)
     return {"claim (paper's words)": f"**{h.paper}, {h.figure}**: {h.words}",

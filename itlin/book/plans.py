@@ -17,20 +17,22 @@ from typing import NamedTuple, Optional, Sequence
 
 class Plan(NamedTuple):
     """A confirmatory record's plan: the ``commit`` that fixed its settings, seeds and one
-    ``claim`` before its runs, and whether the history shows that (``verifiable``)."""
+    ``claim`` before its runs, whether the history shows that (``verifiable``), and, for a
+    record made in parts, the planned ``seeds`` (nothing of it is read until every one is in)."""
 
     commit: str
     claim: str
     verifiable: bool
+    seeds: Optional[range] = None
 
 
 #: the confirmatory records kept with the book, by folder of ``book/recorded``
 CONFIRMATORY = {
     "feature_updates-fashion-256-u2-fresh-100seeds": Plan("dce7965", "full.u2", False),
-    "feature_updates-fashion-256-mini-u2-fresh-504seeds": Plan("8c39da3", "mini.u2", True),
+    "feature_updates-fashion-256-mini-u2-fresh-504seeds": Plan("8c39da3", "mini.u2", True, range(1100, 1604)),
     "arbel_steps-relu-gn2fullsteps-fresh-277seeds": Plan("6eaba4d", "gn.step_lrfit", False),
     "ortiz_eigenfunctions-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True),
-    "feature_updates-fashion-pool-u2-fresh-512seeds": Plan("955abd6", "full.suffices_u2", True),
+    "feature_updates-fashion-pool-u2-fresh-512seeds": Plan("955abd6", "full.suffices_u2", True, range(2000, 2512)),
 }
 
 

@@ -281,12 +281,12 @@ def fresh_fashion(fm4, v_fm4, rows_fm4, intervals, rows_fm2, rows_fm3) -> dict:
 # ------------------------------------------------------------------------------ records still being made
 #: the mini-batch record of two updates on fresh seeds, fixed before any run in commit 8c39da3
 FM5 = "feature_updates-fashion-256-mini-u2-fresh-504seeds"
-FM5_PLANNED = range(1100, 1604)
+FM5_PLANNED = plans.CONFIRMATORY[FM5].seeds
 FM5_PLAN = {"dataset": "fashion_mnist", "n_train": 256, "n_eval_train": 256, "channels": 4, "learning_rate": 0.003,
             "updates": [2], "mini_updates": [2], "rescale": 10, "batch_size": 64, "data_seed": 1100}
 #: the record of two updates with each seed its own subset, fixed before any run in commit 955abd6
 FM6 = "feature_updates-fashion-pool-u2-fresh-512seeds"
-FM6_PLANNED = range(2000, 2512)
+FM6_PLANNED = plans.CONFIRMATORY[FM6].seeds
 FM6_PLAN = {"dataset": "fashion_mnist", "n_train": 256, "n_eval_train": 256, "channels": 4, "learning_rate": 0.003,
             "updates": [2], "loss_every": 10, "train_pool": 4000, "subset_per_seed": True}
 
