@@ -310,8 +310,9 @@ def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
     _, plain = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, learning_rate=30.0, damping=1.0)
     assert not bool(plain.diverged) and int(plain.steps) == 20 and float(plain.loss[-1]) > 1e10  # non-finite only
     _, tr = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, learning_rate=30.0, damping=1.0, blowup=100.0)
-    # loss 0.5 -> 40.5 -> 3280.5: the third exceeds 100 x 0.5, so the run stops there, diverged
-    assert bool(tr.diverged) and int(tr.steps) == 2
+    # loss 0.5 -> 40.5 -> 3280.5: the third exceeds 100 x 0.5, so the run stops there, diverged, and
+    # the step that made it is undone (the parameters before the bad step: one step taken)
+    assert bool(tr.diverged) and int(tr.steps) == 1
     _, ok = gauss_newton_fit(f, jnp.zeros(2), x, y, 20, learning_rate=1.0, damping=1e-3, blowup=100.0)
     assert not bool(ok.diverged)
     with pytest.raises(ValueError, match="blowup"):

@@ -1,7 +1,8 @@
 """The one divergence test of the library: a loss that is not finite or has blown up.
 
-Used by :func:`itlin.gauss_newton_fit`, :func:`itlin.fit` (``core/loop.py``), Arbel et al.'s
-engine and :func:`itlin.metrics.blown_up`. Each keeps its own floor on the reference loss (the
+Used by the one descent loop (``Stop.diverged`` of :class:`itlin.core.gauss_newton.Descent`:
+:func:`itlin.gauss_newton_fit` and Arbel et al.'s engine, GN and GD), :func:`itlin.fit`
+(``core/loop.py``) and :func:`itlin.metrics.blown_up`. Each keeps its own floor on the reference loss (the
 number it was written with), so that no decision changes.
 """
 

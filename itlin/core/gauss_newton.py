@@ -48,16 +48,18 @@ Each part is a small immutable object (:mod:`itlin.core.gn_parts`: the Hessian
 :class:`ConstantDamping` / :class:`ArbelDamping`); invalid combinations cannot be built. The
 strings of earlier versions (``hessian="identity"``, ``solve="cholesky"``,
 ``eigmin="inverse_squaring"``, ``method="primal"``) are kept as a short form, mapped to the
-objects in one place (``gn_parts.SHORT_FORMS``). :func:`gauss_newton_fit` says how it stopped
-with a :class:`GNResult` code.
+objects in one place (``gn_parts.SHORT_FORMS``). :func:`gauss_newton_fit` is the library's one
+descent loop (:class:`Descent`, which also runs gradient descent with :class:`GradientDirection`)
+with :class:`GaussNewtonDirection`, and says how it stopped with a :class:`GNResult` code.
 """
 
 from __future__ import annotations
 
 import enum
 import numbers
+from dataclasses import dataclass
 from functools import partial
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -309,12 +311,31 @@ def gauss_newton_step(f: Callable, params, x, y, *, learning_rate: float = 1.0, 
     return tree_axpy(-learning_rate, direction, params), info
 
 
-class GNResult(enum.IntEnum):
-    """How :func:`gauss_newton_fit` stopped, as the code in ``GNTrace.result`` (an int32 array, so
-    that it is ``jit``/``vmap``-able; ``GNResult(int(trace.result))`` reads one):
+# ------------------------------------------------------------------------------ the descent loop
+# One full-batch loop, optimistix-style, for Gauss-Newton and gradient descent: a small state
+# (DescentState), the direction as a strategy (``direction(params) -> (loss, d)``:
+# GaussNewtonDirection or GradientDirection), the step size and the stop rule (Stop); pure
+# ``init``, and ``run(state, until)`` continues a state, so a caller that records metrics at
+# checkpoints runs the same loop in segments (to 3, then to 7, is to 7). One step:
+#
+#     loss, d = direction(params)                 the loss at params, and the direction there
+#     loss not finite or above blowup * first  -> diverged: back to the params before the step
+#                                                 that made these (step count - 1)
+#     loss < tol or loss <= rtol * first       -> converged: params kept
+#     params - learning_rate * d not finite    -> diverged: params kept
+#     otherwise params <- params - learning_rate * d (step count + 1)
+#
+# The divergence test is _divergence.diverged, the one of the library. Used by gauss_newton_fit
+# and by Arbel et al.'s engine (GN and GD): there is no other loop.
 
-    * ``converged`` (0): the training loss fell below ``tol``;
-    * ``max_steps`` (1): the step budget ran out first;
+
+class GNResult(enum.IntEnum):
+    """How :func:`gauss_newton_fit` (a :class:`Descent` run) stopped, as the code in
+    ``GNTrace.result`` / ``DescentState.result`` (an int32 array, so that it is ``jit``/``vmap``-able;
+    ``GNResult(int(trace.result))`` reads one):
+
+    * ``converged`` (0): the training loss fell below ``tol`` (or to ``rtol`` times the first);
+    * ``max_steps`` (1): the step budget ran out first (also the code of a run still going);
     * ``diverged`` (2): a non-finite loss or step, or a loss above ``blowup`` times the first.
 
     >>> GNResult(0).name, int(GNResult.diverged)
@@ -326,10 +347,159 @@ class GNResult(enum.IntEnum):
     diverged = 2
 
 
+class DescentState(NamedTuple):
+    """Where a descent run stands: ``params``; ``prev``, the parameters before the step that made
+    them (where a divergence goes back to); ``step``, the steps taken (int32); ``first``, the loss
+    the relative rules compare with (NaN until the first step when :meth:`Descent.init` is not given
+    one); ``result``, a :class:`GNResult` code (``max_steps`` while running); ``losses``, the loss
+    before each step (NaN where none was taken) or None.
+
+    >>> s = Descent(GradientDirection(lambda p: 0.5 * p ** 2), 0.5).init(jnp.asarray(4.0))
+    >>> int(s.step), GNResult(int(s.result)).name, bool(jnp.isnan(s.first))
+    (0, 'max_steps', True)
+    """
+
+    params: Any
+    prev: Any
+    step: jax.Array
+    first: jax.Array
+    result: jax.Array
+    losses: Optional[jax.Array] = None
+
+
+class Stop(NamedTuple):
+    """When a run stops: converged at ``loss < tol`` (absolute) or ``loss <= rtol * first``
+    (relative), each left out when None; diverged at a loss that :func:`~itlin.core._divergence.diverged`
+    calls so: not finite or, with ``blowup`` set, ``|loss| > blowup * max(|first|, floor)``
+    (``floor`` None: ``blowup * |first|``). Values may be traced (``vmap`` over ``tol``).
+
+    >>> rule = Stop(tol=1e-3, blowup=10.0)
+    >>> bool(rule.converged(jnp.asarray(1e-4), 1.0)), bool(rule.diverged(jnp.asarray(11.0), 1.0))
+    (True, True)
+    >>> bool(Stop(rtol=0.5).converged(jnp.asarray(0.5), jnp.asarray(1.0)))
+    True
+    """
+
+    tol: Optional[Any] = None
+    rtol: Optional[Any] = None
+    blowup: Optional[Any] = None
+    floor: Optional[float] = None
+
+    def converged(self, loss, first):
+        """Whether ``loss`` meets the absolute or the relative rule (False when neither is set)."""
+        out = jnp.zeros(jnp.shape(loss), bool)
+        if self.tol is not None:
+            out = out | (loss < self.tol)
+        if self.rtol is not None:
+            out = out | (loss <= self.rtol * first)
+        return out
+
+    def diverged(self, loss, first):
+        """Whether ``loss`` is not finite or has blown up (:func:`~itlin.core._divergence.diverged`)."""
+        return diverged(loss, None if self.blowup is None else first, self.blowup, floor=self.floor)
+
+
+@dataclass(frozen=True)
+class GradientDirection:
+    """The plain gradient as the direction: ``params -> (loss_fn(params), grad loss_fn(params))``.
+
+    >>> loss, d = GradientDirection(lambda p: 0.5 * p ** 2)(jnp.asarray(3.0))
+    >>> float(loss), float(d)
+    (4.5, 3.0)
+    """
+
+    loss_fn: Callable
+
+    def __call__(self, params):
+        return jax.value_and_grad(self.loss_fn)(params)
+
+
+@dataclass(frozen=True)
+class Descent:
+    """The descent loop: ``direction(params) -> (loss, d)`` (:class:`GradientDirection`, or
+    :class:`GaussNewtonDirection`), the step ``params - learning_rate * d`` and the :class:`Stop`
+    rule (one step: the comment above). Pure and jittable: call :meth:`init`, then :meth:`run` to a
+    step count, as often as wanted.
+
+    >>> loop = Descent(GradientDirection(lambda p: 0.5 * jnp.sum(p ** 2)), 0.5, Stop(rtol=1e-6))
+    >>> s = loop.run(loop.init(jnp.asarray([4.0]), record=30), 30)
+    >>> int(s.step), GNResult(int(s.result)).name, s.losses[:3].tolist()   # the loss falls 4x a step
+    (10, 'converged', [8.0, 2.0, 0.5])
+    """
+
+    direction: Callable
+    learning_rate: Any = 1.0
+    stop: Stop = Stop()
+
+    def init(self, params, first=None, *, record: Optional[int] = None) -> DescentState:
+        """The state before any step: ``first``, the loss the relative rules compare with (default:
+        the loss at the first step's parameters, taken then); ``record``, the number of steps whose
+        losses are kept (``DescentState.losses``; None: none)."""
+        dtype = jnp.result_type(*jax.tree_util.tree_leaves(params))
+        first = jnp.asarray(jnp.nan, dtype) if first is None else jnp.asarray(first)
+        losses = None if record is None else jnp.full((int(record),), jnp.nan, dtype)
+        return DescentState(params, params, jnp.zeros((), jnp.int32), first,
+                            jnp.asarray(int(GNResult.max_steps), jnp.int32), losses)
+
+    def step(self, state: DescentState) -> DescentState:
+        """One step (whatever the state's result: :meth:`run` stops at a code other than ``max_steps``)."""
+        p, prev, k = state.params, state.prev, state.step
+        value, d = self.direction(p)
+        # a value that is NaN only before the first step: the first loss is the first step's
+        first = jnp.where(jnp.isnan(state.first), value, state.first)
+        # ``value`` is the loss at ``p``; a bad value means the step that made ``p`` diverged: go
+        # back to ``prev``, the parameters before it
+        bad = self.stop.diverged(value, first)
+        reached = self.stop.converged(value, first) & ~bad
+        lr = self.learning_rate
+        new = jax.tree_util.tree_map(lambda a, b: a - lr * b, p, d)
+        bad_step = ~tree_all_finite(new) & ~bad & ~reached
+        halt = bad | reached | bad_step
+        losses = state.losses if state.losses is None else state.losses.at[k].set(value.astype(state.losses.dtype))
+        result = jnp.where(bad | bad_step, int(GNResult.diverged),
+                           jnp.where(reached, int(GNResult.converged), int(GNResult.max_steps)))
+        return DescentState(tree_select(bad, prev, tree_select(halt, p, new)), tree_select(halt, prev, p),
+                            jnp.maximum(k + jnp.where(halt, jnp.where(bad, -1, 0), 1), 0),
+                            first.astype(state.first.dtype), result.astype(jnp.int32), losses)
+
+    def run(self, state: DescentState, until) -> DescentState:
+        """Steps until ``state.step`` reaches ``until`` (a number, possibly traced) or the run has
+        converged or diverged; a stopped state is returned as it is."""
+        return jax.lax.while_loop(lambda s: (s.step < until) & (s.result == int(GNResult.max_steps)), self.step,
+                                  state)
+
+
+@dataclass(frozen=True, init=False)
+class GaussNewtonDirection:
+    """The damped Gauss-Newton direction as the strategy of the descent loop
+    (:class:`Descent`): ``params -> (loss at params, direction)``, with the keyword
+    arguments of :func:`gauss_newton_direction` (checked when called with concrete parameters).
+
+    >>> import jax.numpy as jnp
+    >>> loss, d = GaussNewtonDirection(lambda p, x: x @ p, jnp.eye(2), jnp.ones(2), damping=1.0)(jnp.zeros(2))
+    >>> float(loss), [round(v, 6) for v in d.tolist()]     # mean loss 0.5; (I / 2 + I)^{-1} (f - y) / 2
+    (0.5, [-0.333333, -0.333333])
+    """
+
+    f: Callable
+    x: Any
+    y: Any
+    options: dict
+
+    def __init__(self, f: Callable, x, y, **options):
+        for name, value in (("f", f), ("x", x), ("y", y), ("options", options)):
+            object.__setattr__(self, name, value)
+
+    def __call__(self, params):
+        d, info = gauss_newton_direction(self.f, params, self.x, self.y, **self.options)
+        return info.loss, d
+
+
 class GNTrace(NamedTuple):
     """Per-iteration record of :func:`gauss_newton_fit`: the training loss before each step
-    (NaN after the run stopped), the number of steps taken, whether the run diverged (a
-    non-finite loss or step; the parameters are those before it), and how it stopped
+    (NaN after the run stopped; a diverged run's last entry is the bad loss), the number of
+    steps taken (not counting a step undone), whether the run diverged (a non-finite or blown-up
+    loss, or a non-finite step; the parameters are those before it), and how it stopped
     (``result``, a :class:`GNResult` code).
 
     >>> import jax.numpy as jnp
@@ -353,8 +523,11 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
     """Full-batch damped Gauss-Newton for at most ``steps`` iterations (``steps >= 1``).
 
     Stops early when the training loss falls below ``tol`` or diverges: becomes non-finite or,
-    with ``blowup`` set, exceeds ``blowup`` times the initial loss (the parameters before the
-    bad step are kept; ``trace.diverged`` is set). Pure and jittable; ``jax.vmap`` over initial
+    with ``blowup`` set, exceeds ``blowup`` times the initial loss, or the next step is not
+    finite. The parameters before the bad step are returned (``trace.diverged`` is set): a bad
+    loss at the parameters of step ``k`` undoes that step (``trace.steps`` is ``k - 1``), a
+    non-finite step is not taken. The loop is :class:`Descent` with the :class:`GaussNewtonDirection`, the
+    library's one loop. Pure and jittable; ``jax.vmap`` over initial
     parameters and damping values runs a whole sweep as one program. The other keyword
     arguments are those of :func:`gauss_newton_direction`.
 
@@ -379,32 +552,14 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
     damping = get_damping(damping)
     _check_solve_damping(solve, damping)
     _validate(f, params, x, y, loss, hessian, solve)
-    losses0 = jnp.full((steps,), jnp.nan, dtype=jnp.result_type(*jax.tree_util.tree_leaves(params)))
-
-    def direction_at(p):
-        return _direction(f, p, x, y, damping, loss=loss, hessian=hessian, form=form, solve=solve, ntk_fn=ntk_fn)
-
-    def cond(carry):
-        i, p, losses, stop, bad = carry
-        return jnp.logical_and(i < steps, ~stop)
-
-    def body(carry):
-        i, p, losses, stop, _ = carry
-        direction, info = direction_at(p)
-        new_p = tree_axpy(-learning_rate, direction, p)
-        first = None if blowup is None else jnp.where(i == 0, info.loss, losses[0])
-        bad = jnp.logical_or(diverged(info.loss, first, blowup, floor=1e-30), ~tree_all_finite(new_p))
-        keep = jnp.logical_or(bad, info.loss < tol)
-        new_p = tree_select(keep, p, new_p)
-        losses = losses.at[i].set(info.loss.astype(losses.dtype))
-        return i + jnp.where(keep, 0, 1), new_p, losses, keep, bad
-
-    i, params, losses, stop, bad = jax.lax.while_loop(
-        cond, body, (jnp.zeros((), jnp.int32), params, losses0, jnp.asarray(False), jnp.asarray(False)))
-    result = jnp.where(bad, int(GNResult.diverged), jnp.where(stop, int(GNResult.converged), int(GNResult.max_steps)))
-    return params, GNTrace(losses, i, bad, result.astype(jnp.int32))
+    direction = GaussNewtonDirection(f, x, y, loss=loss, reduction=loss.reduction, damping=damping, hessian=hessian,
+                                     form=form, solve=solve, ntk_fn=ntk_fn)
+    loop = Descent(direction, learning_rate, Stop(tol=tol, blowup=blowup, floor=1e-30))
+    state = loop.run(loop.init(params, record=steps), steps)
+    return state.params, GNTrace(state.losses, state.step, state.result == int(GNResult.diverged), state.result)
 
 
-__all__ = ["ArbelDamping", "Cholesky", "ConstantDamping", "Eigh", "Eigvalsh", "GNInfo", "GNResult", "GNTrace",
-           "IdentityHessian", "InverseSquaring", "KernelForm", "LossHessian", "PrimalForm", "gauss_newton_direction",
-           "gauss_newton_fit", "gauss_newton_step", "get_damping", "smallest_eigenvalue"]
+__all__ = ["ArbelDamping", "Cholesky", "ConstantDamping", "Descent", "DescentState", "Eigh", "Eigvalsh", "GNInfo",
+           "GNResult", "GNTrace", "GaussNewtonDirection", "GradientDirection", "IdentityHessian", "InverseSquaring",
+           "KernelForm", "LossHessian", "PrimalForm", "Stop", "gauss_newton_direction", "gauss_newton_fit",
+           "gauss_newton_step", "get_damping", "smallest_eigenvalue"]

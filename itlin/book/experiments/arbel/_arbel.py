@@ -186,9 +186,7 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
     import jax.numpy as jnp
 
     from .... import models
-    from ....core._divergence import diverged
-    from ....core._tree import tree_all_finite, tree_select
-    from ....core.gauss_newton import ArbelDamping, gauss_newton_direction
+    from ....core.gauss_newton import ArbelDamping, Descent, GaussNewtonDirection, GNResult, GradientDirection, Stop
     from ....core.losses import get_loss
     from ....metrics import cosine_distance_jax, refit_test_loss_jax
 
@@ -213,42 +211,25 @@ def make_runner(method: str, *, width: int, dim: int, outputs: int = 1, activati
                 "sigma_min": eig[0], "sigma_rel": eig[0] / jnp.mean(eig)}
 
     def one(z, x, y, xv, yv, xt, yt, ustar, tau0, lr, eps0):
-        damping = ArbelDamping(alpha, eps0)
         xl, yl = x.astype(dt), y.astype(dt)
         p0 = {"u": (tau0 * z).astype(dt), "v": jnp.zeros((width, outputs), dt)}
-        loss0 = loss(f(p0, xl), yl)
-        lr = lr.astype(dt)
+        if method == "gn":
+            direction = GaussNewtonDirection(f, xl, yl, loss="squared", reduction="mean",
+                                             damping=ArbelDamping(alpha, eps0), hessian="identity", solve="eigh",
+                                             ntk_fn=model.ntk_fn)
+        else:
+            direction = GradientDirection(lambda q: loss(f(q, xl), yl))
+        # the library's one loop: a loss that is not finite or above ``blowup`` times the first
+        # undoes the step that made it (diverged), one at or below ``stop_rtol`` times the first stops
+        loop = Descent(direction, lr.astype(dt), Stop(rtol=stop_rtol, blowup=blowup))
 
-        def step(p):
-            if method == "gn":
-                d, info = gauss_newton_direction(f, p, xl, yl, loss="squared", reduction="mean", damping=damping,
-                                                 hessian="identity", solve="eigh", ntk_fn=model.ntk_fn)
-                return info.loss, d
-            return jax.value_and_grad(lambda q: loss(f(q, xl), yl))(p)
+        def segment(state, end):  # run to the checkpoint ``end``, then record every metric there
+            state = loop.run(state, end)
+            return state, metrics(state.params, x, y, xv, yv, xt, yt, ustar)
 
-        def body(c):
-            # ``value`` is the loss at ``p``; a bad value (not finite, or blown up) means the step
-            # that made ``p`` diverged: go back to ``prev``, the parameters before it.
-            p, prev, k, conv, div, end = c
-            value, d = step(p)
-            bad = diverged(value, loss0, blowup)
-            reached = (value <= stop_rtol * loss0) & ~bad
-            new = jax.tree_util.tree_map(lambda a, b: a - lr * b, p, d)
-            bad_step = ~tree_all_finite(new) & ~bad & ~reached
-            halt = bad | reached | bad_step
-            p_out = tree_select(bad, prev, tree_select(halt, p, new))
-            k_out = k + jnp.where(halt, jnp.where(bad, -1, 0), 1)
-            return (p_out, tree_select(halt, prev, p), k_out, conv | reached, div | bad | bad_step, end)
-
-        def segment(carry, end):
-            p, prev, k, conv, div = carry
-            p, prev, k, conv, div, _ = jax.lax.while_loop(lambda c: (c[2] < c[5]) & ~c[3] & ~c[4], body,
-                                                          (p, prev, k, conv, div, end))
-            return (p, prev, k, conv, div), metrics(p, x, y, xv, yv, xt, yt, ustar)
-
-        init = (p0, p0, jnp.zeros((), jnp.int32), jnp.asarray(False), jnp.asarray(False))
-        (p, _, k, conv, div), trace = jax.lax.scan(segment, init, ends)
-        return {"steps": k, "converged": conv, "diverged": div, **trace}
+        state, trace = jax.lax.scan(segment, loop.init(p0, loss(f(p0, xl), yl)), ends)
+        return {"steps": state.step, "converged": state.result == int(GNResult.converged),
+                "diverged": state.result == int(GNResult.diverged), **trace}
 
     # lax.map, not vmap: a batched LAPACK eigh in this loop deadlocks XLA's CPU pool (jaxlib 0.10.2)
     return jax.jit(lambda *args: jax.lax.map(lambda a: one(*a), args))
