@@ -25,9 +25,9 @@ import importlib as _importlib
 
 from .core._tree import num_params
 from .core.flow import GradientFlow, flow_params, gradient_flow
-from .core.gauss_newton import (ArbelDamping, Cholesky, ConstantDamping, Eigh, Eigvalsh, GNInfo, GNResult, GNTrace,
-                                IdentityHessian, InverseSquaring, KernelForm, LossHessian, PrimalForm,
-                                gauss_newton_direction, gauss_newton_fit, gauss_newton_step, get_damping,
+from .core.gauss_newton import (ArbelDamping, Cholesky, ConstantDamping, Descent, DescentState, Eigh, Eigvalsh,
+                                GaussNewtonDirection, GNInfo, GNResult, GNTrace, GradientDirection, IdentityHessian,
+                                InverseSquaring, KernelForm, LossHessian, PrimalForm, Stop, gauss_newton_direction, gauss_newton_fit, gauss_newton_step, get_damping,
                                 smallest_eigenvalue)
 from .core.linearise import (Linearisation, jacobian, kernel_distance, kernel_eigh, linearise, linearise_at,
                              linearised_apply, ntk, ntk_eigh)
@@ -53,9 +53,9 @@ def __getattr__(name):
 
 
 __all__ = [
-    "ArbelDamping", "AtSteps", "Cholesky", "ConstantDamping", "Eigh", "Eigvalsh", "Every", "FitResult", "GNInfo",
-    "GNResult", "GNTrace", "GradientFlow", "History", "IdentityHessian", "InverseSquaring", "KernelForm",
-    "Linearisation", "Loss", "LossHessian", "Model", "PeriodState", "PrimalForm", "Schedule", "StepInfo", "StepLog",
+    "ArbelDamping", "AtSteps", "Cholesky", "ConstantDamping", "Descent", "DescentState", "Eigh", "Eigvalsh", "Every",
+    "FitResult", "GNInfo", "GNResult", "GNTrace", "GaussNewtonDirection", "GradientDirection", "GradientFlow", "History", "IdentityHessian", "InverseSquaring", "KernelForm",
+    "Linearisation", "Loss", "LossHessian", "Model", "PeriodState", "PrimalForm", "Schedule", "StepInfo", "StepLog", "Stop",
     "TrainState", "Trainer", "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit",
     "flow_params", "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
     "gradient_flow", "grid_product", "init_distributed", "is_main_process", "iterative_linearisation", "jacobian",
