@@ -1,6 +1,8 @@
 """The book's machinery, on top of the library: experiments, the runner, plots and widgets.
 
-* :mod:`~itlin.book.experiments` — the registry of named experiments with typed parameters;
+* :mod:`~itlin.book.study` — the contract between an experiment and its chapter: typed
+  parameters (:class:`~itlin.book.study.Params`), :class:`~itlin.book.study.Experiment`, the
+  registry; :mod:`~itlin.book.experiments` — the experiments, one module each, grouped by paper;
 * :mod:`~itlin.book.runner` — run an experiment once: cached results, checkpoints and resume,
   divergence status; by concern in :mod:`~itlin.book.store` (records on disk, checksums,
   locks), :mod:`~itlin.book.checkpoints`, :mod:`~itlin.book.records` (recorded runs, matching,

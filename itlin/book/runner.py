@@ -231,7 +231,7 @@ def _run_here(p: Plan, *, force: bool, checkpoint_every_steps, checkpoint_every_
         if (p.path / WORK_DIR).is_dir() and any((p.path / WORK_DIR).iterdir()):
             say(f"found checkpoints of {exp.name}/{p.hash}; resuming")
         t0 = time.perf_counter()
-        out = exp.run(exp.params.from_dict(p.params, experiment=exp.name).resolved(), ctx)
+        out = exp.run(exp.params.from_dict(p.params, experiment=exp.name).resolve(), ctx)
         wall = time.perf_counter() - t0
         rec = _finish(p, ctx, out, wall=wall, started=started, first_started=first_started or started)
         shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)

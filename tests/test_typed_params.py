@@ -1,0 +1,111 @@
+"""Typed parameters (issue 47): ``run`` receives its experiment's Params instance, resolved; the
+instance reads as a mapping too; the stored records keep their hashes."""
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Optional
+
+import pytest
+
+from itlin.book import experiments as E
+from itlin.book import runner
+from itlin.book.experiments import CLOSE_MARGIN, Experiment, ParameterError, Params, param, register, unregister
+from itlin.book.store import run_hash
+
+RECORDED = Path(__file__).resolve().parents[1] / "book" / "recorded"
+
+
+@dataclass(frozen=True)
+class ToyParams(Params):
+    SCALES = {"tiny": {"steps": 3, "sizes": [1, 2], "extra": 7}, "default": {"steps": 30, "sizes": (4,)}}
+    steps: Optional[int] = param(None, "steps; None: from scale", min=1)
+    sizes: Optional[tuple[int, ...]] = param(None, "sizes; None: from scale", min=1)
+    rate: float = param(0.5, "a rate", gt=0)
+    extra: ClassVar[Optional[int]] = None  # a scale-only setting, not a parameter
+
+
+def test_run_receives_its_params_instance_resolved(tmp_path):
+    got = []
+
+    def run(params, ctx):
+        got.append(params)
+        return {"x": [params.steps * params.rate, params["steps"], len(params.sizes)]}
+
+    register(Experiment("test_typed_toy", ToyParams, run), replace=True)
+    try:
+        rec = runner.run("test_typed_toy", {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+    finally:
+        unregister("test_typed_toy")
+    (p,) = got
+    assert type(p) is ToyParams and all(getattr(p, f.name) is not None for f in dataclasses.fields(p))
+    assert p.sizes == (1, 2) and p.extra == 7 and p["extra"] == 7 and list(rec["x"]) == [1.5, 3, 2]
+    assert rec.meta["resolved"] == {**ToyParams.from_dict({"scale": "tiny"}).resolved()}
+
+
+def test_attribute_and_mapping_access_agree_and_resolve_matches_resolved():
+    p = ToyParams.from_dict({"scale": "default"}).resolve()
+    assert p.extra is None and "extra" not in p and p.get("extra", 1) == 1  # the class's value for the other scales
+    assert isinstance(hash(p), int) and dict(p) == {**p} and len(p) == len(list(p))
+    with pytest.raises(KeyError):
+        p["SCALES"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.steps = 1
+    for name in E.names():
+        cls = E.get(name).params
+        for scale in ("tiny", "default", "paper"):
+            given = cls.from_dict({"scale": scale})
+            inst, plain = given.resolve(), given.resolved()
+            assert type(inst) is cls and list(inst) == list(plain), (name, scale)
+            for k, v in plain.items():
+                assert inst[k] == getattr(inst, k) and (list(inst[k]) if isinstance(inst[k], tuple) else inst[k]) == v
+                assert not isinstance(inst[k], list), (name, k)  # tuples stay tuples
+
+
+def test_every_stored_record_keeps_its_params_hash():
+    """The folder's hash of every recorded run, recomputed from its stored parameters as validated
+    today (the keys it was made with: parameters added since take their defaults)."""
+    files = sorted(RECORDED.glob("**/params.json"))
+    assert files
+    for f in files:
+        d = json.loads(f.read_text())
+        exp = E.get(d["experiment"])
+        assert run_hash(exp.name, d["version"], d["params"]) == d["hash"], f
+        resolved = exp.resolve(d["params"])
+        assert run_hash(exp.name, d["version"], {k: resolved[k] for k in d["params"]}) == d["hash"], f
+
+
+def test_close_margin_has_one_default():
+    for name in E.names():
+        f = {g.name: g for g in dataclasses.fields(E.get(name).params)}.get("close_margin")
+        assert f is None or f.default == CLOSE_MARGIN, name
+
+
+def test_bad_input_is_one_line():
+    for bad in ({"steps": 0}, {"sizes": ["a"]}, {"rate": "fast"}, {"stpes": 3}):
+        with pytest.raises(ParameterError) as err:
+            ToyParams.from_dict(bad, experiment="toy")
+        assert "\n" not in str(err.value)
+
+
+def test_scale_values_are_of_their_fields_types():
+    """``run`` reads numbers without casting them: the values the scale tables fill in are already
+    of their fields' types (validation gives the same for values passed in). One exception:
+    fig5_data_scaling's ``epochs`` (a float parameter whose scale values are ints, read through
+    ``float`` in ``steps_for``; changing them would change its scale digest and so its hashes)."""
+    import typing
+
+    from itlin.book.study import _coerce
+
+    for name in E.names():
+        cls = E.get(name).params
+        hints, fields = typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+        for scale, table in cls.SCALES.items():
+            for k, v in table.items():
+                if k not in fields or v is None or (name, k) == ("fig5_data_scaling", "epochs") \
+                        or (isinstance(v, (list, tuple)) and not v):
+                    continue
+                c = _coerce(k, hints[k], v, fields[k].metadata)
+                v = tuple(v) if isinstance(v, list) else v
+                assert c == v and type(c) is type(v), (name, scale, k, v, c)
