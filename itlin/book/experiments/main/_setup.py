@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Literal, Mapping, NamedTuple, Optional
+from typing import ClassVar, Literal, Mapping, NamedTuple, Optional
 
 import numpy as np
 
-from .. import Derived, Params, param
+from .. import CLOSE_MARGIN, Derived, Params, param
 
 #: datasets the headline experiments accept, and the LeNet each gets
 DATASETS = ("mnist1d", "fashion_mnist", "cifar10")
@@ -60,10 +60,12 @@ class SparseParams(Params):
     seeds: Optional[int] = param(None, "seeds per setting (initialisation and batch order); seed, seed+1, ...; "
                                        "None: from scale", min=1, max=100_000, label="seeds",
                                  source="our choice: the paper reports one run")
-    close_margin: float = param(0.02, "two accuracies count as close when the interval of their gap lies within "
+    close_margin: float = param(CLOSE_MARGIN, "two accuracies count as close when the interval of their gap lies within "
                                       "this (0.02: 2 points, about twice the paper's Fig. 3 gap)", gt=0, lt=1)
     blowup: float = param(100.0, "a run has diverged once its training loss exceeds this multiple of its first "
                                  "loss (or is not finite)", gt=1)
+    #: final accuracies' test examples: set by a scale table only (not hashed); None: n_test's
+    n_test_final: ClassVar[Optional[int]] = None
 
 
 def check_periods(r: Mapping, baseline: str) -> None:

@@ -183,16 +183,16 @@ def run_cost(family: str, steps: int, updates: int, r: Mapping, flops: Mapping) 
     return {"train": float(train), "checks": float(checks), "total": float(train + checks), "n_checks": n}
 
 
-def run(r, ctx):
+def run(params: AdaptiveParams, ctx):
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r)
-    steps, probe = int(r["steps"]), setup.x[: int(r["probe_size"])]
+    setup = S.prepare(params)
+    steps, probe = params.steps, setup.x[: params.probe_size]
     trainer = iterative_linearisation(setup.model, optimizer(), schedule_in_state(
-        setup.model.bind(setup.model_state), probe, loss_check_every=int(r["loss_check_every"]),
-        kernel_check_every=int(r["kernel_check_every"])))
-    seeds, runs = S.seed_list(r), {}
-    inits = {s: (setup.params, setup.model_state) if s == int(r["seed"]) else S.init_params(setup.model, setup.x, s)
+        setup.model.bind(setup.model_state), probe, loss_check_every=params.loss_check_every,
+        kernel_check_every=params.kernel_check_every))
+    seeds, runs = S.seed_list(params), {}
+    inits = {s: (setup.params, setup.model_state) if s == params.seed else S.init_params(setup.model, setup.x, s)
              for s in seeds}
 
     def train(group, family, value, lr, mom, seed_list, lr_in_tag=False):
@@ -200,8 +200,8 @@ def run(r, ctx):
         for s in seed_list:
             name = S.seed_tag(f"{group} {value_label(family, value)}" + (f" lr={lr:g}" if lr_in_tag else ""), s)
             res = ctx.fit(name, trainer, start(trainer, *inits[s], family, value, lr, mom, steps), setup.x, setup.y,
-                          steps, eval_sets=setup.evals, eval_every=int(r["eval_every"]), seed=s,
-                          blowup=float(r["blowup"]))
+                          steps, eval_sets=setup.evals, eval_every=params.eval_every, seed=s,
+                          blowup=params.blowup)
             runs[name] = {"group": group, "family": family, "value": value, "learning_rate": lr, "momentum": mom,
                           "seed": s}
             if setup.final is not None and res.history.status == "completed":
@@ -209,16 +209,16 @@ def run(r, ctx):
             statuses.append(res.history.status)
         return statuses
 
-    lr, mom = float(r["learning_rate"]), float(r["momentum"])
-    for family, values in (("fixed", r["Ks"]), ("loss", r["loss_rtols"]), ("kernel", r["kernel_thresholds"])):
+    lr, mom = params.learning_rate, params.momentum
+    for family, values in (("fixed", params.Ks), ("loss", params.loss_rtols), ("kernel", params.kernel_thresholds)):
         for v in values:
             train("frontier", family, v, lr, mom, seeds)
     # stability: the smallest candidate learning rate at which fixed stable_K diverges (first seed)
-    chosen = next((float(c) for c in sorted(r["stable_lrs"])
-                   if train("search", "fixed", r["stable_K"], c, 0.0, seeds[:1], True)[0] != "completed"), None)
+    chosen = next((float(c) for c in sorted(params.stable_lrs)
+                   if train("search", "fixed", params.stable_K, c, 0.0, seeds[:1], True)[0] != "completed"), None)
     if chosen is not None:
         train("control", "fixed", 1, chosen, 0.0, seeds[:1], True)  # gradient descent itself at this rate
-        for family, v in zip(FAMILIES, (r["stable_K"], *r["stable_tolerances"])):
+        for family, v in zip(FAMILIES, (params.stable_K, *params.stable_tolerances)):
             train("stable", family, v, chosen, 0.0, seeds, True)
     return {"flops": ctx.stage("flops", lambda: cost_flops(setup, probe)),
             "meta": {"resolved": S.measured_sizes(setup), "runs": runs, "stable_lr": chosen,

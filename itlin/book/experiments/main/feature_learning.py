@@ -22,7 +22,7 @@ from typing import Literal, Mapping, Optional
 
 import numpy as np
 
-from .. import Experiment, Period, param, register
+from .. import CLOSE_MARGIN, Experiment, Period, param, register
 from .... import metrics
 from ... import verdicts as V
 from ...labels import K_label, fmt_K
@@ -138,25 +138,25 @@ def kernel_stats(model, params, model_state, x, labels, num_outputs: int) -> dic
     return {"kernel": k, "alignment": metrics.kernel_target_alignment(traced, onehot)}
 
 
-def run(r, ctx):
+def run(params: FeatureParams, ctx):
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r, batch_size=r["batch_size"])
+    setup = S.prepare(params, batch_size=params.batch_size)
     ds, model = setup.ds, setup.model
-    every = r["steps"] // r["snapshots"]
-    aug = S.augmenter(r["dataset"]) if r["augment"] else None
+    every = params.steps // params.snapshots
+    aug = S.augmenter(params.dataset) if params.augment else None
     xp_tr, yp_tr = setup.evals["train"]
     xp_te, yp_te = setup.final if setup.final is not None else setup.evals["test"]
-    xk, yk = _kernel_set(ds, r["n_kernel"], r["seed"])
+    xk, yk = _kernel_set(ds, params.n_kernel, params.seed)
     C = ds.num_outputs
     # the runs Figs. 6-7 compare
-    compared = (1.0, compared_K({float(K): S.updates_of(K, r["steps"]) for K in r["Ks"] if 1 < K < math.inf}))
+    compared = (1.0, compared_K({float(K): S.updates_of(K, params.steps) for K in params.Ks if 1 < K < math.inf}))
 
     def snapshot(state, per_example: bool):
         out = {"filters": metrics.first_layer_kernel(state.params)}
         for layer in LAYERS:
             correct = metrics.layer_probe_correct(model, state.params, layer, xp_tr, yp_tr, xp_te, yp_te,
-                                                  state=state.model_state, ridge=r["ridge"])
+                                                  state=state.model_state, ridge=params.ridge)
             out[f"probe_{layer}"] = np.float64(np.mean(correct))
             if per_example:  # packed bits: which test examples the probe classifies right
                 out[f"probe_{layer}_correct"] = np.packbits(correct)
@@ -164,16 +164,16 @@ def run(r, ctx):
 
     runs, snaps, kern = {}, {}, {}
     # one trainer for K = 1 and one for every larger K (the period lives in the state)
-    trainers = {gd: iterative_linearisation(model, S.sgd(r["learning_rate"], r["momentum"]), S.schedule(1 if gd else 2),
+    trainers = {gd: iterative_linearisation(model, S.sgd(params.learning_rate, params.momentum), S.schedule(1 if gd else 2),
                                             augment=aug) for gd in (True, False)}
-    for s in S.seed_list(r):
-        params, model_state = (setup.params, setup.model_state) if s == int(r["seed"]) else \
+    for s in S.seed_list(params):
+        weights, model_state = (setup.params, setup.model_state) if s == params.seed else \
             S.init_params(model, setup.x, s)
-        k0 = ctx.stage(f"kernel seed={s}", lambda: kernel_stats(model, params, model_state, xk, yk, C))
-        for K in r["Ks"]:
+        k0 = ctx.stage(f"kernel seed={s}", lambda: kernel_stats(model, weights, model_state, xk, yk, C))
+        for K in params.Ks:
             trainer = trainers[float(K) == 1]
             name = tag(K, s)
-            state0 = S.init_state(trainer, params, model_state, K, r["steps"])
+            state0 = S.init_state(trainer, weights, model_state, K, params.steps)
             keep = float(K) in compared
             got = {0: ctx.stage(f"{name} snap=0", lambda: snapshot(state0, keep))}
 
@@ -182,9 +182,9 @@ def run(r, ctx):
                 if step % every == 0 and step not in got and hist.evals.get("step", [None])[-1] == step:
                     got[step] = ctx.stage(f"{name} snap={step}", lambda: snapshot(st, keep))
 
-            res = ctx.fit(name, trainer, state0, setup.x, setup.y, r["steps"], batch_size=r["batch_size"],
+            res = ctx.fit(name, trainer, state0, setup.x, setup.y, params.steps, batch_size=params.batch_size,
                           eval_sets={"test": setup.evals["test"]}, eval_every=every, seed=s,
-                          blowup=float(r["blowup"]), callback=callback)
+                          blowup=params.blowup, callback=callback)
             # a run restored from its checkpoints: its snapshots were kept as stages (the final one
             # is the restored state's own)
             final = int(res.state.step)
@@ -328,7 +328,7 @@ def claims(rec) -> list:
     return judge_rows(rows(rec), n_test=int(r.get("n_test_final") or r["n_test"]), margin=float(r["close_margin"]))
 
 
-def judge_rows(rows_, *, n_test: int, margin: float = 0.02) -> list:
+def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
     """Every claim of the chapter, a pure function of the rows (paired by seed; a diverged run
     leaves its seed out, counted in ``dropped``). Fig. 6, per layer ``L``: ``probe.L.improves``
     (K=1's final probe accuracy above its step-0 one), ``probe.L.slower`` (the large K's mean over
@@ -418,7 +418,7 @@ def much_faster_readings(v: V.Verdict, readings=MUCH_FASTER_READINGS) -> dict:
     return {"margins": margins, "sentence": across(v, margins, lambda m: f"{math.exp(m):.3g}x")}
 
 
-def fewest_updates_claims(rows_, *, n_test: int, margin: float = 0.02) -> list:
+def fewest_updates_claims(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
     """The Figs. 6-7 claims (``probe.<L>.slower``, ``.lower``, ``filters.*``) against the finite K
     with the fewest feature updates instead of :func:`large_K`, as a contrast (``[]`` if that is
     the K compared): ids prefixed ``fewest.``, none headline, Holm-corrected among themselves."""

@@ -21,10 +21,10 @@ to the most updates. The mini-batch sweep (learning rate / ``rescale``, K and st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import NamedTuple, Optional
 
-from .. import Derived, Experiment, param, register
+from .. import CLOSE_MARGIN, Derived, Experiment, param, register
 from ... import verdicts as V
 from ...labels import K_label
 from . import _rows as R
@@ -115,31 +115,41 @@ class UpdatesParams(S.SparseParams):
             raise ValueError(f"updates {too_many} need more than steps={r['steps']} steps (K=1 makes steps updates)")
 
 
-def run(r, ctx):
+def run(params: UpdatesParams, ctx):
     from ....core.train import iterative_linearisation
 
-    batch = r["batch_size"] if r["mini_updates"] else None
+    batch = params.batch_size if params.mini_updates else None
     # one setup per seed, from its own subsets (made as its turn comes), or one for every seed
-    parts = [{**r, "seed": s, "seeds": 1} for s in S.seed_list(r)] if r.get("subset_per_seed") else [r]
+    # (resolve: a copy gets the scale's settings that are not parameters, n_test_final, again)
+    parts = [replace(params, seed=s, seeds=1).resolve() for s in S.seed_list(params)] if params.subset_per_seed \
+        else [params]
     runs, trainers = {}, {}
-    for r_part in parts:
-        setup = S.prepare(r_part, batch_size=batch, data_seed=None if r.get("subset_per_seed") else r["data_seed"])
-        _fit_plan(r_part, ctx, setup, runs, trainers, iterative_linearisation)
+    for part in parts:
+        setup = S.prepare(part, batch_size=batch, data_seed=None if params.subset_per_seed else params.data_seed)
+        _fit_plan(part, ctx, setup, runs, trainers, iterative_linearisation)
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 
-def _fit_plan(r, ctx, setup, runs: dict, trainers: dict, iterative_linearisation) -> None:
+class Fit(NamedTuple):
+    """A setting of the plan: sweep ``"full"`` or ``"mini"`` (``batch_size``; ``None``: full batch)."""
+    sweep: str
+    K: float
+    learning_rate: float
+    steps: int
+    eval_every: int
+    batch_size: Optional[int]
+
+
+def _fit_plan(params: UpdatesParams, ctx, setup, runs: dict, trainers: dict, iterative_linearisation) -> None:
     """Every run of the plan (K=1 and each number of updates, full batch and mini-batch) for the
-    seeds of ``r`` on ``setup``; ``trainers`` (one per learning rate and K=1 or not) is shared
+    seeds of ``params`` on ``setup``; ``trainers`` (one per learning rate and K=1 or not) is shared
     between calls, so each compiles once."""
-    plan = [("full", 1, r["learning_rate"], r["steps"], r["eval_every"], None)]
-    plan += [("full", period(u, r["steps"]), r["learning_rate"], r["steps"], r["eval_every"], None)
-             for u in r["updates"]]
-    f = int(r["rescale"])
-    if r["mini_updates"]:
-        plan.append(("mini", 1, r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f, r["batch_size"]))
-        plan += [("mini", period(u, r["steps"] * f), r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f,
-                  r["batch_size"]) for u in r["mini_updates"]]
+    lr, steps, every = params.learning_rate, params.steps, params.eval_every
+    plan = [Fit("full", K, lr, steps, every, None) for K in (1, *(period(u, steps) for u in params.updates))]
+    f = params.rescale
+    if params.mini_updates:
+        plan += [Fit("mini", K, lr / f, steps * f, every * f, params.batch_size)
+                 for K in (1, *(period(u, steps * f) for u in params.mini_updates))]
     done = set()
     for sweep, K, lr, steps, every, bs in plan:
         if (sweep, K) in done:  # two update counts that share a period
@@ -147,11 +157,11 @@ def _fit_plan(r, ctx, setup, runs: dict, trainers: dict, iterative_linearisation
         done.add((sweep, K))
         key = (lr, K == 1)  # one trainer (one compiled step) per learning rate for every K > 1
         if key not in trainers:
-            trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K))
+            trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, params.momentum), S.schedule(K))
         trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": bs}
-        S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, r, steps, info, batch_size=bs, eval_every=every,
-                    runs=runs, loss_every=r.get("loss_every"))
+        S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, params, steps, info, batch_size=bs, eval_every=every,
+                    runs=runs, loss_every=params.loss_every)
 
 
 # ------------------------------------------------------------------------------ rows and claims
@@ -234,7 +244,7 @@ def first_close(verdicts, sweep: str = "full"):
 
 def claims(rec) -> list:
     r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)))
+    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)))
 
 
 def summary(rec) -> list:
@@ -253,5 +263,5 @@ def summary(rec) -> list:
 
 EXPERIMENT = register(Experiment(NAME, UpdatesParams, run, version="2", summary=summary, claims=claims))
 
-__all__ = ["EXPERIMENT", "HEADLINE_UPDATES", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims", "curve", "first_close",
+__all__ = ["EXPERIMENT", "Fit", "HEADLINE_UPDATES", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims", "curve", "first_close",
            "judge_rows", "period", "rows", "summary"]

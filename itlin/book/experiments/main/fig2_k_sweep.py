@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import Derived, Experiment, Period, param, register
+from .. import CLOSE_MARGIN, Derived, Experiment, Period, param, register
 from ...labels import K_label, fmt_K
 from . import _rows as R
 from . import _setup as S
@@ -112,32 +112,32 @@ class Fig2Params(S.SparseParams):
             raise ValueError(f"mini_Ks must be among Ks (full-batch periods); {missing} are not in Ks={r['Ks']}")
 
 
-def run(r, ctx):
+def run(params: Fig2Params, ctx):
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r, batch_size=r["batch_size"])
-    f = int(r["rescale"])
+    setup = S.prepare(params, batch_size=params.batch_size)
+    f = params.rescale
     runs, trainers = {}, {}
 
     def train(name, sweep, K, lr, steps, eval_every, batch_size, control=False):
         key = (lr, float(K) == 1)  # one trainer (one compiled step) per learning rate for every K > 1
         if key not in trainers:
-            trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, r["momentum"]), S.schedule(K))
+            trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, params.momentum), S.schedule(K))
         trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": batch_size,
                 "control": control}
-        S.fit_seeds(ctx, name, trainer, setup, r, steps, info, batch_size=batch_size, eval_every=eval_every,
+        S.fit_seeds(ctx, name, trainer, setup, params, steps, info, batch_size=batch_size, eval_every=eval_every,
                     runs=runs)
 
-    for K in r["Ks"]:
-        train(tag("full", K), "full", K, r["learning_rate"], r["steps"], r["eval_every"], None)
-    if r["inf_lr_multiplier"]:
-        train(tag("full", math.inf, True), "full", math.inf, r["learning_rate"] * r["inf_lr_multiplier"],
-              r["steps"], r["eval_every"], None, control=True)
-    for K in r["mini_Ks"]:
+    for K in params.Ks:
+        train(tag("full", K), "full", K, params.learning_rate, params.steps, params.eval_every, None)
+    if params.inf_lr_multiplier:
+        train(tag("full", math.inf, True), "full", math.inf, params.learning_rate * params.inf_lr_multiplier,
+              params.steps, params.eval_every, None, control=True)
+    for K in params.mini_Ks:
         K_mb = _mini_K(K, f)
-        train(tag("mini", K_mb), "mini", K_mb, r["learning_rate"] / f, r["steps"] * f, r["eval_every"] * f,
-              r["batch_size"])
+        train(tag("mini", K_mb), "mini", K_mb, params.learning_rate / f, params.steps * f, params.eval_every * f,
+              params.batch_size)
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 
@@ -176,7 +176,7 @@ def summary(rec) -> list:
 def claims(rec) -> list:
     """The paper's claims for Fig. 2 on a record: :func:`judge_rows` on its rows and settings."""
     r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)),
+    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)),
                       rescale=int(r["rescale"]), inf_lr_multiplier=float(r["inf_lr_multiplier"]))
 
 

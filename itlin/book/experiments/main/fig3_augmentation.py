@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import Derived, Period, param, register, Experiment
+from .. import CLOSE_MARGIN, Derived, Period, param, register, Experiment
 from ... import verdicts as V
 from ...labels import K_label, fmt_K, pct, pts
 from . import _rows as R
@@ -41,7 +41,7 @@ SCALES = {
 
 
 def augmentation(r) -> str:
-    """What augmentation the resolved parameters ``r`` apply, in words."""
+    """What augmentation the resolved parameters ``r`` apply, in words (a settings-table row)."""
     if r["dataset"] in S.IMAGE_DATASETS:
         return f"random crops (zero padding {r['pad']}) and " + ("random horizontal flips" if r["flip"] else "no flips")
     return f"random circular shifts by up to {r['max_shift']} positions (itlin.augment.augment_1d)"
@@ -80,17 +80,17 @@ class Fig3Params(S.SparseParams):
         S.check_periods(self.resolved(), "the SGD baseline")
 
 
-def run(r, ctx):
+def run(params: Fig3Params, ctx):
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r, batch_size=r["batch_size"])
-    aug = S.augmenter(r["dataset"], pad=r["pad"], flip=r["flip"], max_shift=r["max_shift"])
+    setup = S.prepare(params, batch_size=params.batch_size)
+    aug = S.augmenter(params.dataset, pad=params.pad, flip=params.flip, max_shift=params.max_shift)
     runs = {}
-    for K in r["Ks"]:
-        trainer = iterative_linearisation(setup.model, S.sgd(r["learning_rate"], r["momentum"]),
+    for K in params.Ks:
+        trainer = iterative_linearisation(setup.model, S.sgd(params.learning_rate, params.momentum),
                                           S.schedule(K), augment=aug)
-        S.fit_seeds(ctx, f"K={fmt_K(K)}", trainer, setup, r, r["steps"], {"K": K}, batch_size=r["batch_size"],
-                    eval_every=r["eval_every"], runs=runs)
+        S.fit_seeds(ctx, f"K={fmt_K(K)}", trainer, setup, params, params.steps, {"K": K}, batch_size=params.batch_size,
+                    eval_every=params.eval_every, runs=runs)
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 
@@ -113,7 +113,7 @@ PAPER_TOLERANCE = 0.01
 def claims(rec) -> list:
     """Fig. 3's claims on a record: :func:`judge_rows` on its rows."""
     r = rec.meta["resolved"]
-    return judge_rows(R.rows_of(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)))
+    return judge_rows(R.rows_of(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float) -> list:

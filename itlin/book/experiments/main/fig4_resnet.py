@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from .. import Derived, Experiment, Params, Period, param, register
+from .. import CLOSE_MARGIN, Derived, Experiment, Params, Period, param, register
 from ... import verdicts as V
 from ...labels import K_label, fmt_K
 from . import _rows as R
@@ -117,7 +117,7 @@ class Fig4Params(Params):
     flip: bool = param(True, "images: random horizontal flips")
     seeds: Optional[int] = param(None, "seeds per setting", min=1, max=100_000, label="seeds",
                                  source="our choice: the paper shows one run each")
-    close_margin: float = param(0.02, "final accuracies are close when their gap's interval lies within this (the "
+    close_margin: float = param(CLOSE_MARGIN, "final accuracies are close when their gap's interval lies within this (the "
                                       "book's 2 points, about twice the paper's Fig. 3 gap)", gt=0, lt=1)
     blowup: float = param(100.0, "a run diverged once its training loss exceeds this multiple of its first", gt=1)
 
@@ -153,46 +153,46 @@ def tag(config: str, K) -> str:
     return f"{config} K={fmt_K(K)}"
 
 
-def run(r, ctx):
+def run(params: Fig4Params, ctx):
     import jax.numpy as jnp
 
     from .... import models
     from ....core.loop import batch_indices
 
-    ds, final = S.load_with_final(r)
-    if r["batch_size"] > ds.n_train:
-        raise ValueError(f"batch_size={r['batch_size']} is more than the {ds.n_train} training examples.")
-    evals = S.eval_sets(ds, r["n_eval_train"])
+    ds, final = S.load_with_final(params)
+    if params.batch_size > ds.n_train:
+        raise ValueError(f"batch_size={params.batch_size} is more than the {ds.n_train} training examples.")
+    evals = S.eval_sets(ds, params.n_eval_train)
     x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
-    aug = S.augmenter(r["dataset"], pad=r["pad"], flip=r["flip"], max_shift=r["max_shift"]) if r["augment"] else None
-    steps, bs = int(r["steps"]), int(r["batch_size"])
+    aug = S.augmenter(params.dataset, pad=params.pad, flip=params.flip, max_shift=params.max_shift) if params.augment else None
+    steps, bs = params.steps, params.batch_size
     runs = {}
 
     def fit_all(config, model, Ks, lr, calibrate=None):
         """Every K and seed of ``config`` (:func:`~._setup.trainer`); ``calibrate(params, state, x)``
         measures the statistics at the initialisation on the seed's first batch."""
         for K in Ks:
-            trainer = S.trainer(model, float(K) == 1, r["momentum"], augment=aug)
-            for s in S.seed_list(r):
-                params, state = S.init_params(model, x, s)
+            trainer = S.trainer(model, float(K) == 1, params.momentum, augment=aug)
+            for s in S.seed_list(params):
+                weights, state = S.init_params(model, x, s)
                 if calibrate is not None:
-                    state = calibrate(params, state, x[jnp.asarray(batch_indices(s, 0, 1, ds.n_train, bs)[0])])
+                    state = calibrate(weights, state, x[jnp.asarray(batch_indices(s, 0, 1, ds.n_train, bs)[0])])
                 name = S.seed_tag(tag(config, K), s)
-                res = ctx.fit(name, trainer, S.start(trainer, params, state, K, steps, lr), x, y, steps,
-                              batch_size=bs, eval_sets=evals, eval_every=int(r["eval_every"]), seed=s,
-                              blowup=float(r["blowup"]))
+                res = ctx.fit(name, trainer, S.start(trainer, weights, state, K, steps, lr), x, y, steps,
+                              batch_size=bs, eval_sets=evals, eval_every=params.eval_every, seed=s,
+                              blowup=params.blowup)
                 runs[name] = {"K": K, "config": config, "seed": s, "setting": tag(config, K),
                               "batch_norm": config != NO_BN, "learning_rate": lr}
-                if final is not None and config in (NO_BN, "BN", r["bn_mode"]):  # the runs the "close" claims judge
+                if final is not None and config in (NO_BN, "BN", params.bn_mode):  # the runs the "close" claims judge
                     runs[name].update(S.final_metrics(trainer, res.state, final))
 
-    resnet = lambda bn: (models.resnet18 if r["dataset"] in S.IMAGE_DATASETS else models.resnet18_1d)(
-        num_outputs=ds.num_outputs, width=int(r["width"]), batch_norm=bn)
-    fit_all(NO_BN, resnet(False), r["Ks"], r["lr_no_bn"])
+    resnet = lambda bn: (models.resnet18 if params.dataset in S.IMAGE_DATASETS else models.resnet18_1d)(
+        num_outputs=ds.num_outputs, width=params.width, batch_norm=bn)
+    fit_all(NO_BN, resnet(False), params.Ks, params.lr_no_bn)
     base_bn = resnet(True)
-    fit_all("BN", base_bn, [1], r["lr_bn"], base_bn.calibrate)  # K=1: the baseline of every mode
-    for mode in r["bn_modes"]:
-        fit_all(mode, model_for(base_bn, mode), [K for K in r["Ks"] if float(K) != 1], r["lr_bn"],
+    fit_all("BN", base_bn, [1], params.lr_bn, base_bn.calibrate)  # K=1: the baseline of every mode
+    for mode in params.bn_modes:
+        fit_all(mode, model_for(base_bn, mode), [K for K in params.Ks if float(K) != 1], params.lr_bn,
                 base_bn.calibrate if mode != "batch" else None)
     sizes = {"n_train": ds.n_train, "n_test": ds.n_test, "n_eval_train": len(evals["train"][0]),
              "n_test_final": int(final[0].shape[0]) if final is not None else None}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 
@@ -121,10 +121,18 @@ class Fig5Params(Params):
                 raise ValueError(msg)
 
 
+class Setting(NamedTuple):
+    """One setting of the plan: its ``label``, period ``K`` and ``learning_rate``."""
+    label: str
+    K: float
+    learning_rate: float
+
+
 def settings(r) -> list:
-    """``(label, K, learning rate)`` of the four settings, in plotting order."""
-    return [(f"K=1, lr {r['lr']:g}", 1, r["lr"]), (f"{K_label(r['K'])}, lr {r['lr']:g}", r["K"], r["lr"]),
-            (f"K=1, lr {r['lr_inf']:g}", 1, r["lr_inf"]), (f"K=∞, lr {r['lr_inf']:g}", math.inf, r["lr_inf"])]
+    """The four :class:`Setting` s, in plotting order (``r``: resolved parameters, a mapping)."""
+    return [Setting(f"K=1, lr {r['lr']:g}", 1, r["lr"]), Setting(f"{K_label(r['K'])}, lr {r['lr']:g}", r["K"], r["lr"]),
+            Setting(f"K=1, lr {r['lr_inf']:g}", 1, r["lr_inf"]),
+            Setting(f"K=∞, lr {r['lr_inf']:g}", math.inf, r["lr_inf"])]
 
 
 def split(full, n_val: int, seed: int):
@@ -138,46 +146,46 @@ def split(full, n_val: int, seed: int):
         (full.x_train[idx], full.y_train[idx])
 
 
-def run(r, ctx):
+def run(params: Fig5Params, ctx):
     import jax.numpy as jnp
 
     from .... import metrics
     from ....core.loop import evaluate
 
-    full = S.load_data(r["dataset"], ALL, r["n_test"], r["seed"],
-                       generation=GENERATION if r["dataset"] == "mnist1d" else None)
-    pool, val = split(full, int(r["n_val"]), int(r["seed"]))
-    sizes = [min(int(n), pool.n_train) for n in r["sizes"]]
+    full = S.load_data(params.dataset, ALL, params.n_test, params.seed,
+                       generation=GENERATION if params.dataset == "mnist1d" else None)
+    pool, val = split(full, params.n_val, params.seed)
+    sizes = [min(int(n), pool.n_train) for n in params.sizes]
     if len(set(sizes)) != len(sizes):
-        raise ValueError(f"sizes {r['sizes']} repeat once capped at the {pool.n_train} training examples left "
-                         f"after the {r['n_val']} held out for validation.")
-    model = S.model_for(r["dataset"], r["channels"], full.num_outputs)
+        raise ValueError(f"sizes {params.sizes} repeat once capped at the {pool.n_train} training examples left "
+                         f"after the {params.n_val} held out for validation.")
+    model = S.model_for(params.dataset, params.channels, full.num_outputs)
     test = (jnp.asarray(full.x_test), jnp.asarray(full.y_test))
     n_eval = sizes[0]  # train accuracy on the first examples of each subset: one shape for every size
     runs = {}
     for n in sizes:
-        steps = steps_for(n, r)
-        for label, K, lr in settings(r):
-            trainer = S.trainer(model, K == 1, r["momentum"])
-            for s in S.seed_list(r):
+        steps = steps_for(n, params)
+        for label, K, lr in settings(params):
+            trainer = S.trainer(model, K == 1, params.momentum)
+            for s in S.seed_list(params):
                 ds = pool.subset(n, seed=s) if n < pool.n_train else pool
                 x, y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
-                params, state = S.init_params(model, x, s)
-                name, state0, best = f"{label} n={n} seed={s}", S.start(trainer, params, state, K, steps, lr), {}
+                weights, state = S.init_params(model, x, s)
+                name, state0, best = f"{label} n={n} seed={s}", S.start(trainer, weights, state, K, steps, lr), {}
 
                 def keep(st, hist, best=best):  # the state at the best validation accuracy so far
                     if hist.evals["step"][-1] == int(st.step) and \
                             hist.evals["val/accuracy_lin"][-1] > best.get("acc", -1.0):
                         best.update(acc=hist.evals["val/accuracy_lin"][-1], step=int(st.step), state=st)
 
-                res = ctx.fit(name, trainer, state0, x, y, steps, batch_size=int(r["batch_size"]),
+                res = ctx.fit(name, trainer, state0, x, y, steps, batch_size=params.batch_size,
                               eval_sets={"train": (ds.x_train[:n_eval], ds.y_train[:n_eval]), "val": val},
-                              eval_every=max(1, steps // int(r["n_evals"])), seed=s, blowup=float(r["blowup"]),
+                              eval_every=max(1, steps // params.n_evals), seed=s, blowup=params.blowup,
                               callback=keep)
                 h = res.history
                 at = int(h.eval_array("step")[int(np.argmax(np.nan_to_num(h.eval_array("val/accuracy_lin"),
                                                                           nan=-1.0)))]) \
-                    if r["metric"] == "best" else int(res.state.step)
+                    if params.metric == "best" else int(res.state.step)
                 chosen = {0: state0, int(res.state.step): res.state, best.get("step"): best.get("state")}.get(at)
 
                 def measure(chosen=chosen, at=at, name=name):
@@ -327,7 +335,7 @@ def judge_rows(rows_, *, n_test: int, margin: float) -> list:
 
 EXPERIMENT = register(Experiment(NAME, Fig5Params, run, version="2", summary=summary, claims=claims))
 
-__all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES",
+__all__ = ["EXPERIMENT", "Fig5Params", "GENERATION", "MIN_SIZES", "MIN_SPAN", "NAME", "PAPER", "SCALES", "Setting",
            "SLOPE_MARGIN_SOURCE", "claims",
            "judge_rows", "labels_of", "rows", "settings", "slope", "slope_gap", "slopes", "split",
            "steps_for", "summary"]

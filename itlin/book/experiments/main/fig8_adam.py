@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
-from .. import Experiment, Period, param, register
+from .. import CLOSE_MARGIN, Experiment, Period, param, register
 from ... import verdicts as V
 from ...labels import fmt_K, pct, pts
 from . import _rows as R
@@ -76,23 +76,29 @@ class Fig8Params(S.SparseParams):
             raise ValueError(f"steps={r['steps']} is less than K={r['K']}: not one phase would be solved")
 
 
-def run(r, ctx):
+class Setting(NamedTuple):
+    """One setting of the plan: its run ``tag`` and the ``info`` its runs record (optimizer, rates, K)."""
+    tag: str
+    info: dict
+
+
+def run(params: Fig8Params, ctx):
     import optax
 
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(r, batch_size=r["batch_size"])
-    sgd, adam = S.sgd(r["learning_rate"], r["momentum"]), optax.adam(r["adam_learning_rate"])
-    info, runs = {"optimizer": "adam", "learning_rate": r["adam_learning_rate"]}, {}
-    settings = [("SGD K=1", {"optimizer": "sgd", "learning_rate": r["learning_rate"], "momentum": r["momentum"],
-                             "K": 1}), ("Adam K=1", {**info, "K": 1}),
-                (solved_tag(r["K"]), {**info, "K": int(r["K"]), "reset_optimizer": r["reset_optimizer"]})]
+    setup = S.prepare(params, batch_size=params.batch_size)
+    sgd, adam = S.sgd(params.learning_rate, params.momentum), optax.adam(params.adam_learning_rate)
+    info, runs = {"optimizer": "adam", "learning_rate": params.adam_learning_rate}, {}
+    settings = [Setting("SGD K=1", {"optimizer": "sgd", "learning_rate": params.learning_rate,
+                                    "momentum": params.momentum, "K": 1}), Setting("Adam K=1", {**info, "K": 1}),
+                Setting(solved_tag(params.K), {**info, "K": int(params.K), "reset_optimizer": params.reset_optimizer})]
     for name, info in settings:
         opt = adam if info["optimizer"] == "adam" else sgd
         trainer = iterative_linearisation(setup.model, opt, S.schedule(info["K"]),
                                           reset_optimizer=info.get("reset_optimizer", False))
-        S.fit_seeds(ctx, name, trainer, setup, r, r["steps"], info, batch_size=r["batch_size"],
-                    eval_every=r["eval_every"], runs=runs)
+        S.fit_seeds(ctx, name, trainer, setup, params, params.steps, info, batch_size=params.batch_size,
+                    eval_every=params.eval_every, runs=runs)
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 
@@ -156,7 +162,7 @@ def phase_rows(by_seed: dict) -> list:
 def claims(rec) -> list:
     """Fig. 8's claims on a record: :func:`judge_rows` on its rows and phases."""
     r = rec.meta["resolved"]
-    return judge_rows(rows(rec), phases(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", 0.02)),
+    return judge_rows(rows(rec), phases(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)),
                       solved_accuracy=float(r["solved_accuracy"]), K=int(r["K"]))
 
 
@@ -192,5 +198,5 @@ def judge_rows(rows_, by_seed: dict, *, n_test: int, margin: float, solved_accur
 
 EXPERIMENT = register(Experiment(NAME, Fig8Params, run, version="3", summary=summary, claims=claims))
 
-__all__ = ["EXPERIMENT", "Fig8Params", "NAME", "SCALES", "claims", "judge_rows", "phase_rows", "phases", "phases_of",
+__all__ = ["EXPERIMENT", "Fig8Params", "NAME", "SCALES", "Setting", "claims", "judge_rows", "phase_rows", "phases", "phases_of",
            "rows", "solved_tag", "summary"]

@@ -124,26 +124,26 @@ def make_sweep(model, x, y, x_test, y_test, *, gn_steps: int, learning_rate: flo
     return sweep
 
 
-def run(r: dict, ctx) -> dict:
+def run(params: Fig9Params, ctx) -> dict:
     import jax
     import jax.numpy as jnp
 
     from .... import data, models
 
-    seeds, lams, gn_steps = int(r["seeds"]), [float(v) for v in r["dampings"]], int(r["gn_steps"])
-    samples, ds = min(int(r["samples"]), seeds), data.load("quintic")
-    model = models.mlp(num_outputs=1, width=50, depth=5, activation="relu", init=r["init"])
+    seeds, lams, gn_steps = params.seeds, [float(v) for v in params.dampings], params.gn_steps
+    samples, ds = min(params.samples, seeds), data.load("quintic")
+    model = models.mlp(num_outputs=1, width=50, depth=5, activation="relu", init=params.init)
     as64 = lambda a: jnp.asarray(a, jnp.float64)
     with jax.enable_x64(True):
         x, y, xt, yt = as64(ds.x_train), as64(ds.y_train), as64(ds.x_test), as64(ds.y_test)
-        params = init_params(model, x, seeds, r["seed"])
-        ntk_eigs = np.asarray(jax.jit(jax.vmap(lambda q: jnp.linalg.eigvalsh(model.ntk_fn(q, x))))(params))
-        sweep = make_sweep(model, x, y, xt, yt, gn_steps=gn_steps, learning_rate=r["learning_rate"],
-                           train_tol=r["train_tol"], samples=samples, blowup=r["blowup"])
+        weights = init_params(model, x, seeds, params.seed)
+        ntk_eigs = np.asarray(jax.jit(jax.vmap(lambda q: jnp.linalg.eigvalsh(model.ntk_fn(q, x))))(weights))
+        sweep = make_sweep(model, x, y, xt, yt, gn_steps=gn_steps, learning_rate=params.learning_rate,
+                           train_tol=params.train_tol, samples=samples, blowup=params.blowup)
         per = []
         for lam in ctx.progress(lams, desc="dampings"):
             t0 = time.perf_counter()
-            per.append(ctx.stage(f"damping={lam:.12g}", lambda lam=lam: sweep(params, lam)))
+            per.append(ctx.stage(f"damping={lam:.12g}", lambda lam=lam: sweep(weights, lam)))
             ctx.say(f"damping {lam:g}: {time.perf_counter() - t0:.1f} s")
     out = {k: np.stack([np.asarray(q[k]) for q in per]) for k in per[0]}
     out.update({k: out[k].astype(bool) for k in ("diverged", "reached_tol", "still_descending")})

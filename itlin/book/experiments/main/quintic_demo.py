@@ -153,18 +153,18 @@ def k_conv_check(*, seed: int = 0, lr: float = 0.01, width: int = 50, depth: int
             "predicted": (1.0 - float(lr) * lam / n) ** steps, "predicted_sum": (1.0 - float(lr) * lam) ** steps}
 
 
-def run(p, ctx):
+def run(params: QuinticParams, ctx):
     out = {"settings": {}}
-    for lr in p["learning_rates"]:
-        for K in p["Ks"]:
-            r = train_setting(K, lr, p["steps"], seed=p["seed"], width=p["width"], depth=p["depth"],
-                              evals=p["evals"], fit_fn=ctx.fit, tag=setting_tag(K, lr), blowup=float(p["blowup"]))
-            out["settings"][setting_tag(K, lr)] = {"f_net": r.f_net, "f_lin": r.f_lin, "ntk_max_init": r.ntk_max_init,
-                                                   "feature_updates": r.feature_updates, "ntk_max_end": r.ntk_max_end}
-            out.setdefault("x_grid", r.x_grid)
-            out.update(y_grid=r.y_grid, f_init=r.f_init, x_train=r.x_train, y_train=r.y_train)
-    out["k_conv"] = ctx.stage("k_conv", lambda: k_conv_check(seed=p["seed"], lr=p["kconv_lr"], width=p["width"],
-                                                             depth=p["depth"]))
+    for lr in params.learning_rates:
+        for K in params.Ks:
+            res = train_setting(K, lr, params.steps, seed=params.seed, width=params.width, depth=params.depth,
+                                evals=params.evals, fit_fn=ctx.fit, tag=setting_tag(K, lr), blowup=params.blowup)
+            out["settings"][setting_tag(K, lr)] = {"f_net": res.f_net, "f_lin": res.f_lin, "ntk_max_init": res.ntk_max_init,
+                                                     "feature_updates": res.feature_updates, "ntk_max_end": res.ntk_max_end}
+            out.setdefault("x_grid", res.x_grid)
+            out.update(y_grid=res.y_grid, f_init=res.f_init, x_train=res.x_train, y_train=res.y_train)
+    out["k_conv"] = ctx.stage("k_conv", lambda: k_conv_check(seed=params.seed, lr=params.kconv_lr, width=params.width,
+                                                             depth=params.depth))
     return out
 
 

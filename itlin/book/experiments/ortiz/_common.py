@@ -104,14 +104,14 @@ def sign_targets(vectors, indices) -> np.ndarray:
     return np.where(v >= 0, 1.0, -1.0).astype(np.float32)
 
 
-def optimizer(name: str, p: Mapping, steps: int):
+def optimizer(name: str, params: OrtizParams, steps: int):
     """Their SGD (momentum, learning rate decayed linearly to 0 over ``steps``) or Adam (same decay)."""
     import optax
 
     if name == "sgd":
-        return optax.sgd(optax.linear_schedule(p["learning_rate"], 0.0, steps), momentum=p["momentum"] or None)
+        return optax.sgd(optax.linear_schedule(params.learning_rate, 0.0, steps), momentum=params.momentum or None)
     if name == "adam":
-        return optax.adam(optax.linear_schedule(p["adam_learning_rate"], 0.0, steps))
+        return optax.adam(optax.linear_schedule(params.adam_learning_rate, 0.0, steps))
     raise ValueError(f"unknown optimiser {name!r}")
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ... import verdicts as V
 from ...labels import K_label
-from .. import Derived, Experiment, Period, param, register
+from .. import CLOSE_MARGIN, Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
 from ....metrics import alignment_gain, energy_curve, kernel_target_alignment, ntk_block_size, ntk_gram, spike_score
 from . import _common as C
@@ -80,7 +80,7 @@ class ConcentrationParams(C.OrtizParams):
                                               label="link: model", source="not in the paper")
     Ks: Optional[tuple[Period, ...]] = param(None, "periods of link_model (K=1 included); None: from scale",
                                              label="link: periods K", source="not in the paper", distinct=True)
-    close_margin: float = param(0.02, "link: K reaches K=1 when the interval of the gap lies within this", gt=0,
+    close_margin: float = param(CLOSE_MARGIN, "link: K reaches K=1 when the interval of the gap lies within this", gt=0,
                                 label="link: close means within", source="the book's equivalence margin")
 
     def check(self):
@@ -130,7 +130,7 @@ def kernel_summary(kernel, y, k: int, spec: Optional[tuple] = None) -> dict:
 
 
 # ------------------------------------------------------------------------------ the experiment
-def run(r, ctx):
+def run(params: ConcentrationParams, ctx):
     import jax.numpy as jnp
 
     from ....core._tree import num_params
@@ -139,45 +139,45 @@ def run(r, ctx):
     from ....core.train import iterative_linearisation
     from ....data import balanced_indices
 
-    ds = C.load_binary(r["dataset"], r["n_train"], r["n_test"], r["seed"])
+    ds = C.load_binary(params.dataset, params.n_train, params.n_test, params.seed)
     n_tr = ds.n_train
-    nk = int(min(r["n_kernel"], n_tr))
-    if r["k"] >= nk or r["batch_size"] > n_tr:  # the training split is smaller than asked for
-        raise ValueError(f"k={r['k']} and batches of {r['batch_size']} need more than the split's {n_tr} inputs")
+    nk = int(min(params.n_kernel, n_tr))
+    if params.k >= nk or params.batch_size > n_tr:  # the training split is smaller than asked for
+        raise ValueError(f"k={params.k} and batches of {params.batch_size} need more than the split's {n_tr} inputs")
     x_tr, y_tr = jnp.asarray(ds.x_train), np.asarray(ds.y_train[:, 0], np.float32)
     x_te, y_te = jnp.asarray(ds.x_test), np.asarray(ds.y_test[:, 0], np.float32)
     # the Gram matrices' inputs: a class-balanced subset of n_kernel training inputs
-    kidx = np.arange(n_tr) if nk == n_tr else balanced_indices(ds.labels("train"), nk, seed=(r["seed"], 7))
+    kidx = np.arange(n_tr) if nk == n_tr else balanced_indices(ds.labels("train"), nk, seed=(params.seed, 7))
     xk, yk = np.asarray(ds.x_train)[kidx], y_tr[kidx]
-    S, E, B = int(r["seeds"]), int(r["epochs"]), int(r["batch_size"])
+    S, E, B = params.seeds, params.epochs, params.batch_size
     steps = E * (n_tr // B)
-    align_js = list(r["align_indices"])
-    out = {"models": {}, "Ks": np.asarray([float(K) for K in r["Ks"]]), "align_indices": np.asarray(align_js)}
+    align_js = list(params.align_indices)
+    out = {"models": {}, "Ks": np.asarray([float(K) for K in params.Ks]), "align_indices": np.asarray(align_js)}
     meta_models, cost = {}, {}
     # K=1: the network's own steps; other K: no relinearisation after the last step (horizon)
-    trainer = lambda model, n, K=1: iterative_linearisation(model, C.optimizer("sgd", r, n),
+    trainer = lambda model, n, K=1: iterative_linearisation(model, C.optimizer("sgd", params, n),
                                                             1 if K == 1 else periodic(K, horizon=n), loss="bce")
     ok = lambda log, n: bool(np.all(np.isfinite(log.loss)) and log.loss.size == n)
-    for name in r["models"]:
-        model = C.build_model(name, r["dataset"], r["resnet_width"])
-        inits = C.init_many(model, r["seed"], S, x_tr[:2])
+    for name in params.models:
+        model = C.build_model(name, params.dataset, params.resnet_width)
+        inits = C.init_many(model, params.seed, S, x_tr[:2])
         P = num_params(inits[0][0])
-        meta_models[name] = {**model.meta, "num_params": int(P), "block": ntk_block_size(P, r["ntk_memory_mb"], nk)}
+        meta_models[name] = {**model.meta, "num_params": int(P), "block": ntk_block_size(P, params.ntk_memory_mb, nk)}
         base = trainer(model, steps)
         steps_align = E * (nk // B)
-        align_tr = trainer(model, steps_align) if name in r["align_models"] else None
-        link_tr = {K: trainer(model, steps, K) for K in r["Ks"] if K != 1} if name == r["link_model"] else {}
-        gram = lambda params, state, model=model: ntk_gram(model, params, state, xk, memory_mb=r["ntk_memory_mb"])
+        align_tr = trainer(model, steps_align) if name in params.align_models else None
+        link_tr = {K: trainer(model, steps, K) for K in params.Ks if K != 1} if name == params.link_model else {}
+        gram = lambda w, state, model=model: ntk_gram(model, w, state, xk, memory_mb=params.ntk_memory_mb)
         ctx.say(f"{name}: {P:,} weights, {S} initialisations, Gram matrices on {nk} inputs")
 
         def one_seed(s, inits=inits, base=base, align_tr=align_tr, link_tr=link_tr, gram=gram):
             t0 = time.perf_counter()
             p0, st0 = inits[s]
-            bs = C.batch_seed(r["seed"], s)
+            bs = C.batch_seed(params.seed, s)
             k0 = gram(p0, st0)
             t_e = time.perf_counter()
             vals0, vecs0 = kernel_eigh(k0)
-            res = {"init": kernel_summary(k0, yk, r["k"], (vals0, vecs0)), "ntk_seconds": t_e - t0,
+            res = {"init": kernel_summary(k0, yk, params.k, (vals0, vecs0)), "ntk_seconds": t_e - t0,
                    "eigh_seconds": time.perf_counter() - t_e}
             nan_summary = {key: np.full(np.shape(v), np.nan) for key, v in res["init"].items()}
             # trained on the labels (K = 1); a run that diverges keeps NaN metrics (the claims drop it)
@@ -190,7 +190,7 @@ def run(r, ctx):
                 res["test_correct"] = no_bits
             else:
                 kt = gram(st.params, st.model_state)
-                res["end"] = kernel_summary(kt, yk, r["k"])
+                res["end"] = kernel_summary(kt, yk, params.k)
                 res["end"]["gain"] = alignment_gain(vecs0, vals0, kt)["gain"][:CURVE_K]
                 out_te = np.asarray(C.predict(base, st, x_te))
                 res["test_acc"] = C.sign_accuracy(out_te, y_te)
@@ -215,7 +215,7 @@ def run(r, ctx):
                         summ, acc, bits = nan_summary, math.nan, no_bits
                     else:  # the trained model's kernel: the NTK at its last linearisation point (K=inf: the initial)
                         summ = res["init"] if math.isinf(K) else kernel_summary(gram(stK.anchor, stK.model_state),
-                                                                                yk, r["k"])
+                                                                                yk, params.k)
                         out_K = np.asarray(C.predict(tr, stK, x_te))
                         acc = C.sign_accuracy(out_K, y_te)
                         bits = np.packbits((out_K > 0) == (np.asarray(y_te).reshape(-1) > 0))
@@ -233,8 +233,8 @@ def run(r, ctx):
             per.append(ctx.stage(f"{name}/s={s}", lambda s=s: one_seed(s)))
             ctx.say(f"{name} initialisation {s}: {time.perf_counter() - t0:.1f} s")
         out["models"][name] = _stack(per)
-        cost[name] = {"num_params": int(P), "n": nk, "block": ntk_block_size(P, r["ntk_memory_mb"], nk),
-                      "grams_per_seed": grams_per_seed(r, name),
+        cost[name] = {"num_params": int(P), "n": nk, "block": ntk_block_size(P, params.ntk_memory_mb, nk),
+                      "grams_per_seed": grams_per_seed(params, name),
                       **{k: [float(v[k]) for v in per] for k in ("ntk_seconds", "eigh_seconds")}}
     out["meta"] = {"resolved": {"n_train": n_tr, "n_test": ds.n_test, "n_kernel": nk, "steps": steps,
                                 "steps_per_epoch": n_tr // B},
@@ -329,7 +329,7 @@ def _link_correct(res: Mapping, name: str, K: float, n_test: int):
     return _correct(r if K == 1 else r["link"][key_K(K)], n_test)
 
 
-def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin: float = 0.02) -> list:
+def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin: float = CLOSE_MARGIN) -> list:
     """Linking the papers, ``link.<what>.K<K>`` per finite ``K > 1`` (the trained model's kernel;
     an equivalence with a diverged run dropped is at most unresolved): ``ec`` K's energy
     concentration within ``margin`` of K=1's; ``kta`` K=1's centred alignment larger; ``init``

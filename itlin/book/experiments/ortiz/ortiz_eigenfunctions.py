@@ -134,34 +134,34 @@ def train_runs(trainer, inits, x, targets, steps: int, batch_size: int, batch_se
     return states, losses
 
 
-def run(r, ctx):
+def run(params: EigenParams, ctx):
     import jax.numpy as jnp
 
     from ....core._tree import num_params
     from ....core.train import iterative_linearisation
 
-    ds = C.load_binary(r["dataset"], r["n_train"], r["n_val"], r["seed"])
+    ds = C.load_binary(params.dataset, params.n_train, params.n_val, params.seed)
     n_tr, n_va = ds.n_train, ds.n_test
-    js = list(r["eigen_indices"])
-    if js[-1] >= n_tr + n_va or r["batch_size"] > n_tr:  # the splits are smaller than asked for
-        raise ValueError(f"eigen_indices up to {js[-1]} and batches of {r['batch_size']} need more than the pool's "
+    js = list(params.eigen_indices)
+    if js[-1] >= n_tr + n_va or params.batch_size > n_tr:  # the splits are smaller than asked for
+        raise ValueError(f"eigen_indices up to {js[-1]} and batches of {params.batch_size} need more than the pool's "
                          f"{n_tr} training and {n_va} validation inputs")
     x_pool = np.concatenate([ds.x_train, ds.x_test])
     labels = np.concatenate([ds.y_train[:, 0], ds.y_test[:, 0]]).astype(np.float32)  # +-1, 0-4 vs 5-9
-    S, E, B = int(r["seeds"]), int(r["epochs"]), int(r["batch_size"])
+    S, E, B = params.seeds, params.epochs, params.batch_size
     per_epoch = n_tr // B
     steps = E * per_epoch
     out = {"eigen_indices": np.asarray(js, np.int64), "models": {}}
     cost = {}
-    for name in r["models"]:
-        model = C.build_model(name, r["dataset"], r["resnet_width"])
-        inits = C.init_many(model, r["seed"], S, jnp.asarray(x_pool[:2]))
+    for name in params.models:
+        model = C.build_model(name, params.dataset, params.resnet_width)
+        inits = C.init_many(model, params.seed, S, jnp.asarray(x_pool[:2]))
         P = num_params(inits[0][0])
         ctx.say(f"{name}: {P:,} weights; NTK on {n_tr + n_va} inputs, {S} initialisations")
 
         def spectra(s, model=model, inits=inits):
             t0 = time.perf_counter()
-            k = ntk_gram(model, inits[s][0], inits[s][1], x_pool, memory_mb=r["ntk_memory_mb"])
+            k = ntk_gram(model, inits[s][0], inits[s][1], x_pool, memory_mb=params.ntk_memory_mb)
             t1 = time.perf_counter()
             vals, vecs = kernel_eigh(k)
             return {"eigvals": vals, "targets": C.sign_targets(vecs, js), "ntk_seconds": t1 - t0,
@@ -169,19 +169,19 @@ def run(r, ctx):
 
         spec = [ctx.stage(f"{name}/ntk/s={s}", partial(spectra, s)) for s in range(S)]
         targets = np.stack([np.concatenate([sp["targets"], labels[None]]) for sp in spec])  # (S, J+1, N)
-        cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": ntk_block_size(P, r["ntk_memory_mb"], n_tr + n_va),
+        cost[name] = {"num_params": int(P), "n": n_tr + n_va, "block": ntk_block_size(P, params.ntk_memory_mb, n_tr + n_va),
                       **{k: [float(sp[k]) for sp in spec] for k in ("ntk_seconds", "eigh_seconds")}}
-        res = {"eigvals": np.stack([sp["eigvals"][:r["eigvals_kept"]] for sp in spec]),
+        res = {"eigvals": np.stack([sp["eigvals"][:params.eigvals_kept] for sp in spec]),
                "balance_train": (targets[:, :, :n_tr] > 0).mean(-1), "balance_val": (targets[:, :, n_tr:] > 0).mean(-1)}
-        for opt in r["optimizers"]:
+        for opt in params.optimizers:
             for variant in VARIANTS:
-                trainer = iterative_linearisation(model, C.optimizer(opt, r, steps),
+                trainer = iterative_linearisation(model, C.optimizer(opt, params, steps),
                                                   1 if variant == "network" else math.inf, loss="bce")
 
                 def group(trainer=trainer, inits=inits, targets=targets, name=name):
                     t0 = time.perf_counter()
                     states, losses = train_runs(trainer, inits, x_pool[:n_tr], targets[:, :, :n_tr], steps, B,
-                                                [C.batch_seed(r["seed"], s) for s in range(S)],
+                                                [C.batch_seed(params.seed, s) for s in range(S)],
                                                 vectorise=name in VECTORISED)
                     T = targets.shape[1]
                     m = {k: np.full((S, T), np.nan) for k in ("val_acc", "train_acc", "l2_distance", "cos_distance")}
@@ -210,7 +210,7 @@ def run(r, ctx):
     out["meta"] = {"resolved": {"n_train": n_tr, "n_val": n_va, "steps": steps, "steps_per_epoch": per_epoch},
                    "cost": cost, "dataset": ds.name, "groups": [list(g) for g in C.GROUPS],
                    "input_shape": list(ds.input_shape),
-                   "models": {m: C.build_model(m, r["dataset"], r["resnet_width"]).meta for m in r["models"]},
+                   "models": {m: C.build_model(m, params.dataset, params.resnet_width).meta for m in params.models},
                    "targets": "sign(phi_j) on the pool (train, then validation); last: the labels (5-9: +1)"}
     return out
 
