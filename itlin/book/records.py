@@ -219,8 +219,13 @@ def _same_settings(a: Mapping, b: Mapping) -> bool:
 
 
 def _major(version) -> str:
-    """An experiment's own version, without the digest of its scale table (``"3.b0ee7979"`` ->
-    ``"3"``): what changes when ``run`` changes its numbers."""
+    """An experiment's major version, without a minor version or the digest of its scale table
+    (``"3.b0ee7979"`` and ``"3.1.b0ee7979"`` -> ``"3"``): what changes when ``run`` changes the
+    numbers its claims read (see :mod:`itlin.book.study`).
+
+    >>> _major("3.b0ee7979"), _major("3.1.b0ee7979"), _major("12")
+    ('3', '3', '12')
+    """
     return str(version).split(".")[0]
 
 

@@ -64,7 +64,9 @@ Conventions:
   when a name is not found; the experiment's name is its module's name.
 * The version is part of the hash that keys stored results, with a digest of ``SCALES`` added,
   so a changed scale default is never served from an old result. Bump it when ``run`` changes
-  its numbers.
+  its numbers. A minor version (``"4.1"``) marks a change to numbers that no claim or table reads
+  (e.g. the parameters of runs every claim drops as diverged): stored results are computed
+  again, and records of the same major version still stand for the chapter's live run.
 * ``run`` returns a dict (nested dicts allowed) of arrays, numbers or strings. Two keys are
   special: ``"status"`` (overrides the status the runner derives from the fits) and ``"meta"``
   (a JSON-able dict stored in the record). Use ``ctx.fit`` for training runs and ``ctx.stage``
