@@ -47,12 +47,17 @@ experiment module builds Markdown or imports matplotlib. A minimal one::
 
 Conventions:
 
-* A parameter's type is its annotation: ``int`` (whole floats such as ``1e5`` are accepted),
-  ``float`` (finite unless ``allow_inf``), ``bool``, ``str``, ``Literal[...]`` (one of the
-  choices), :data:`Period` (an integer >= 1 or ``"inf"``, through :func:`itlin.parse_period`),
-  ``tuple[T, ...]`` (a non-empty list), and ``Optional[T]`` (``None`` means "from scale").
-  Bounds (``min``, ``gt``, ``max``, ``lt``), ``distinct`` and a ``doc`` string go in :func:`param`. Cross-field
-  checks go in :meth:`Params.check`. Every experiment has ``scale`` and ``seed``.
+* A parameter is declared once, on its field: its type is its annotation; its bounds (``min``,
+  ``gt``, ``max``, ``lt``, elementwise for tuples), ``allow_inf``, ``distinct`` and ``doc`` go in
+  :func:`param`. pydantic validates them all (one validator per :class:`Params` class, built from
+  the annotations and bounds): ``int`` (whole floats such as ``1e5`` pass, ``True`` does not),
+  ``float`` (``"1e-3"`` passes; finite unless ``allow_inf``; never nan), ``bool``, ``str``,
+  ``Literal[...]`` (one of the choices, in any case), :data:`Period` (an integer >= 1 or ``"inf"``,
+  through :func:`itlin.parse_period`), :data:`Dataset` (an alias, through
+  :func:`itlin.data.dataset_name`), ``tuple[T, ...]`` (a non-empty list, or its text
+  ``"[1, 10, inf]"``) and ``Optional[T]`` (``None`` means "from scale"); the first error is raised
+  as one line, a :class:`ParameterError` that names the parameter and says what to fix.
+  Cross-field checks go in :meth:`Params.check`. Every experiment has ``scale`` and ``seed``.
 * ``scale`` is ``"tiny"`` (seconds: tests and CI), ``"default"`` (what the book shows, minutes on
   a laptop) or ``"paper"`` (the papers' sizes; hours). A parameter left ``None`` takes its value
   from the class's ``SCALES[scale]`` (:meth:`Params.resolve`); ``run`` receives the resolved
@@ -75,17 +80,21 @@ Conventions:
 
 from __future__ import annotations
 
+import ast
 import collections.abc
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
 import math
-import numbers
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Mapping, NamedTuple, NewType, Optional, Sequence
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, NamedTuple, NewType, Optional, Sequence, Union
+
+from pydantic import BeforeValidator, Field, PlainValidator, Strict, TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from .._io import jsonable
 from .labels import did_you_mean as _suggest
@@ -143,101 +152,116 @@ class Derived(NamedTuple):
     after: Optional[str] = None
 
 
-# ------------------------------------------------------------------------------ coercion
-def _fmt(v) -> str:
-    return "inf" if isinstance(v, float) and math.isinf(v) else repr(v)
+# ------------------------------------------------------------------------------ validation
+# pydantic validates each parameter against its annotation and param() bounds (_pydantic_type); the
+# validators there read only the book's own forms of a value; _message words pydantic's errors.
+_NAME = "\x00"  # the parameter's name in a validator's message, filled in by _message
 
 
-def _coerce(name: str, tp, value, meta: Mapping):
-    """``value`` as the annotated type ``tp``; a ParameterError naming ``name`` otherwise."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Union:
-        inner = [a for a in args if a is not type(None)]
-        if value is None and len(inner) < len(args):
-            return None
-        return _coerce(name, inner[0], value, meta)
-    if value is None:
-        raise ParameterError(f"{name} must not be None.")
-    if origin is tuple:
-        if isinstance(value, str):  # plain papermill passes lists as their text: "[1, 100, inf]"
-            value = _parse_list(name, value)
-        if not isinstance(value, (list, tuple)):
-            raise ParameterError(f"{name} must be a list, got {value!r}.")
-        if not value:
-            raise ParameterError(f"{name} must not be empty.")
-        return tuple(_coerce(f"{name}[{i}]", args[0], v, meta) for i, v in enumerate(value))
-    if origin is Literal:
-        if isinstance(value, str) and value not in args:  # case and "-" for "_" do not matter
-            value = {str(a).lower(): a for a in args}.get(value.strip().lower().replace("-", "_"), value)
-        if value not in args:
-            raise ParameterError(f"{name} must be one of {', '.join(map(repr, args))}; got {value!r}. "
-                                 f"{_suggest(value, [str(a) for a in args])}".rstrip())
+def _text_list(value):  # plain papermill passes a list as its text, "[1, 100, inf]"; INF_WORDS become strings
+    if not isinstance(value, str):
         return value
-    if tp is Period:
-        try:
-            return parse_period(value, name)
-        except (TypeError, ValueError) as err:
-            raise ParameterError(str(err)) from None
-    if tp is Dataset:
-        from .. import data
-
-        try:
-            return data.dataset_name(value)
-        except ValueError as err:
-            raise ParameterError(f"{name}: {err}") from None
-    if isinstance(value, str) and tp in (int, float):  # "1e-3" from a command line
-        try:
-            value = float(value) if tp is float or not value.strip().lstrip("+-").isdigit() else int(value)
-        except ValueError:
-            raise ParameterError(f"{name} must be a number, got {value!r}.") from None
-    if tp in (bool, str):
-        if not isinstance(value, tp):
-            raise ParameterError(f"{name} must be {'True or False' if tp is bool else 'a string'}, got {value!r}.")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-                isinstance(value, numbers.Integral) or (math.isfinite(value) and value == int(value))):
-            raise ParameterError(f"{name} must be an integer, got {value!r}.")
-        return _bounded(name, int(value), meta)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ParameterError(f"{name} must be a number, got {value!r}.")
-        try:
-            v = float(value)
-        except OverflowError:
-            v = math.inf if value > 0 else -math.inf
-        if math.isnan(v):
-            raise ParameterError(f"{name} must be a number, got {value!r}.")
-        if math.isinf(v) and not meta.get("allow_inf"):
-            raise ParameterError(f"{name} must be a finite number, got {_fmt(v)}.")
-        return _bounded(name, v, meta)
-    raise TypeError(f"parameter {name}: unsupported annotation {tp!r}.")
-
-
-def _parse_list(name, text):
-    """A list written as text (``"[1, 100, +inf]"``); the bare words of infinity that
-    :func:`itlin.parse_period` accepts (:data:`itlin.core.schedules.INF_WORDS`) become strings."""
-    import ast
-
     words = "|".join(re.escape(w) for w in sorted(INF_WORDS, key=len, reverse=True))
-    quoted = re.sub(rf"(?<![\w'\"+-])({words})(?![\w'\"])", r"'\1'", text.strip(), flags=re.I)
     try:
-        value = ast.literal_eval(quoted)
+        return ast.literal_eval(re.sub(rf"(?<![\w'\"+-])({words})(?![\w'\"])", r"'\1'", value.strip(), flags=re.I))
     except (ValueError, SyntaxError):
-        raise ParameterError(f"{name} must be a list such as [1, 10, 'inf'], got {text!r}.") from None
-    if not isinstance(value, (list, tuple)):
-        raise ParameterError(f"{name} must be a list, got {text!r}.")
+        raise ValueError(f"{_NAME} must be a list such as [1, 10, 'inf'], got {value!r}.") from None
+
+
+def _period(value):
+    try:
+        return parse_period(value, _NAME)
+    except TypeError as err:  # pydantic reports ValueErrors only
+        raise ValueError(str(err)) from None
+
+
+def _not_bool(value):
+    if isinstance(value, bool):  # pydantic reads True as 1
+        raise ValueError(f"{_NAME} must be a number, got {value!r}.")
     return value
 
 
-def _bounded(name, v, meta):
-    checks = (("min", lambda b: v >= b, ">="), ("gt", lambda b: v > b, ">"), ("max", lambda b: v <= b, "<="),
-              ("lt", lambda b: v < b, "<"))
-    for key, ok, op in checks:
-        b = meta.get(key)
-        if b is not None and not ok(b):
-            raise ParameterError(f"{name} must be {op} {_fmt(b)}, got {_fmt(v)}.")
-    return v
+def _pydantic_type(tp, meta: Mapping):
+    """A parameter's annotation ``tp`` with its :func:`param` bounds, as a type pydantic validates."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union:  # Optional[X]
+        return Optional[_pydantic_type(_bare(tp), meta)]
+    if origin is tuple:
+        return Annotated[tuple[_pydantic_type(args[0], meta), ...], Field(min_length=1), BeforeValidator(_text_list)]
+    if origin is Literal:  # case, and "-" for "_", do not matter
+        lower = {str(c).lower(): c for c in args}
+        return Annotated[tp, BeforeValidator(lambda v: lower.get(v.strip().lower().replace("-", "_"), v)
+                                             if isinstance(v, str) and v not in args else v)]
+    if tp in (int, float):
+        inf = tp is float and bool(meta.get("allow_inf"))  # nan is still refused: nan >= -inf fails
+        low = -math.inf if inf and meta.get("min") is None else meta.get("min")
+        return Annotated[tp, Field(ge=low, gt=meta.get("gt"), le=meta.get("max"), lt=meta.get("lt"),
+                                   **({"allow_inf_nan": inf} if tp is float else {})), BeforeValidator(_not_bool)]
+    if tp is Period:
+        return Annotated[Union[int, float], PlainValidator(_period)]
+    if tp is Dataset:
+        from .. import data
+
+        return Annotated[str, BeforeValidator(data.dataset_name)]
+    if tp in (bool, str):
+        return Annotated[tp, Strict()]
+    raise TypeError(f"unsupported parameter annotation {tp!r}.")
+
+
+def _bare(tp):  # X for Optional[X]
+    return [a for a in typing.get_args(tp) if a is not type(None)][0] if typing.get_origin(tp) is typing.Union else tp
+
+
+_WANTED = {"greater_than_equal": ">= {min!r}", "greater_than": "> {gt!r}", "less_than_equal": "<= {max!r}",
+           "less_than": "< {lt!r}", "int": "an integer", "float": "a number", "bool": "True or False",
+           "string": "a string", "tuple": "a list", "finite_number": "a finite number",
+           "int_parsing_size": "an integer below 2**63 when written as a float"}
+
+
+def _message(error: Mapping, fields: Mapping) -> str:
+    """One of pydantic's errors (``ValidationError.errors()``) as one sentence that names the parameter
+    and says what to fix; ``fields``: name -> (annotation, :func:`param` metadata)."""
+    loc, kind, value, ctx = error["loc"], error["type"], error.get("input"), error.get("ctx") or {}
+    name, (tp, meta) = str(loc[0]) + "".join(f"[{i}]" for i in loc[1:]), fields[loc[0]]
+    if value is None or kind == "too_short":
+        return f"{name} must not be {'None' if value is None else 'empty'}."
+    if kind == "value_error":  # from the book's validators
+        text = str(ctx["error"])
+        return text.replace(_NAME, name) if _NAME in text else f"{name}: {text}"
+    if kind == "literal_error":
+        for _ in loc[1:]:  # an element of a tuple
+            tp = typing.get_args(_bare(tp))[0]
+        choices = typing.get_args(_bare(tp))
+        return (f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}. "
+                f"{_suggest(str(value), [str(c) for c in choices])}").rstrip()
+    if kind == "float_type" and type(value) is int:  # beyond the float range
+        kind, value = "finite_number", math.inf
+    if kind == "finite_number" or (isinstance(value, float) and math.isnan(value)):
+        value = float(value)
+        kind = "float" if math.isnan(value) else kind
+    what = _WANTED.get(kind) or _WANTED.get(kind.split("_")[0])
+    return f"{name} must be {what.format(**meta)}, got {value!r}." if what else f"{name}: {error['msg']}, got {value!r}."
+
+
+@functools.cache
+def _validator(cls) -> tuple:
+    """One validator of all of ``cls``'s parameters (built once per class), and its fields' (annotation, metadata)."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(cls)}
+    return TypeAdapter(TypedDict(cls.__name__, {k: _pydantic_type(*f) for k, f in fields.items()})), fields
+
+
+def _validate(adapter: TypeAdapter, fields: Mapping, value, prefix: tuple = ()):
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as err:
+        error = err.errors()[0]
+        raise ParameterError(_message({**error, "loc": prefix + error["loc"]}, fields)) from None
+
+
+def _coerce(name: str, tp, value, meta: Mapping):
+    """``value`` as :meth:`Params.from_dict` validates parameter ``name`` (annotation ``tp``, metadata ``meta``)."""
+    return _validate(TypeAdapter(_pydantic_type(tp, meta)), {name: (tp, meta)}, value, (name,))
 
 
 # ------------------------------------------------------------------------------ Params
@@ -298,12 +322,8 @@ class Params(collections.abc.Mapping):
             if k not in names:
                 raise ParameterError(f"unknown parameter {k!r} for experiment {experiment!r}: {_suggest(k, names)}"
                                      f"known parameters: {', '.join(names)}.")
-        hints = typing.get_type_hints(cls)
-        values = {}
-        for f in dataclasses.fields(cls):
-            raw = given[f.name] if f.name in given else f.default
-            values[f.name] = _coerce(f.name, hints[f.name], raw, f.metadata)
-        obj = cls(**values)
+        values = {f.name: given[f.name] if f.name in given else f.default for f in dataclasses.fields(cls)}
+        obj = cls(**_validate(*_validator(cls), values))
         resolved = obj.resolved()
         for f in dataclasses.fields(cls):
             v = resolved.get(f.name)
@@ -391,7 +411,7 @@ class Params(collections.abc.Mapping):
     @classmethod
     def describe(cls) -> str:
         """One line per parameter: name, default, doc."""
-        return "\n".join(f"  {f.name} = {_fmt(f.default)}" + (f" -- {f.metadata.get('doc')}" if f.metadata.get("doc")
+        return "\n".join(f"  {f.name} = {f.default!r}" + (f" -- {f.metadata.get('doc')}" if f.metadata.get("doc")
                                                                else "") for f in dataclasses.fields(cls))
 
 
