@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Optional
+from typing import Literal, Mapping, Optional
 
 import numpy as np
 
-from .. import Params, param
+from .. import Derived, Params, param
 from ... import verdicts as V
 from ...labels import fmt_lr  # noqa: F401 (A.fmt_lr in chapters and figures)
 
@@ -98,10 +98,30 @@ class SweepParams(ArbelParams):
     gd_steps: Optional[int] = _p(None, "most GD steps per run", "GD step budget", "Section 5.2", min=1)
     gd_dtype: Literal["float32", "float64"] = _p("float32", "GD's precision (GN is always float64)")
 
+    def lrs(self, method: str) -> tuple:
+        """``method``'s (``"gn"`` or ``"gd"``) grid of step sizes, the paper's units."""
+        return {"gn": self.gn_lrs, "gd": self.gd_lrs}[method]
 
-def variant(r: dict, default: str = "relu") -> tuple:
+    def max_steps(self, method: str) -> int:
+        """``method``'s step budget per run."""
+        return {"gn": self.gn_steps, "gd": self.gd_steps}[method]
+
+    def precision(self, method: str) -> str:
+        """The dtype ``method`` trains in: GN always float64, GD ``gd_dtype``."""
+        return {"gn": "float64", "gd": self.gd_dtype}[method]
+
+
+def slope_margin_row(grid: str, symbol: str) -> Derived:
+    """The settings table's row of the slope claims' margin, :func:`slope_margin` of ``effect``
+    over the grid ``grid`` (``n_trains``, ``widths``), per decade of ``symbol`` (``N``, ``M``)."""
+    return Derived(f"margin of the slope claims (per decade of {symbol})",
+                   lambda r: f"{slope_margin(r['effect'], r[grid]):.3g}", f"ours: margin over {symbol}'s range")
+
+
+def variant(r: Mapping, default: str = "relu") -> tuple:
     """``(id prefix, claim prefix)`` of a run whose activation is not the default, e.g.
-    ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter."""
+    ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter. ``r``: a
+    record's stored settings (``rec.meta["resolved"]``) or a :class:`ArbelParams`."""
     if r["activation"] == default:
         return "", ""
     if r["activation"] == "silu":
@@ -163,14 +183,15 @@ def hidden_directions(seeds: int, seed: int, width: int, dim: int) -> np.ndarray
                                                       jax.numpy.float64)) for s in range(seeds)])
 
 
-def prepare(r: dict, *, n_train: Optional[int] = None, width: Optional[int] = None) -> tuple:
-    """``(data, z, common)``: :func:`teacher_data`, the hidden directions and the engine's settings."""
-    N, M = n_train or r["n_train"], width or max(r.get("widths") or [r["width"]])
-    data = teacher_data(r["seeds"], r["seed"], n_train=N, n_test=r["n_test"], n_val=r["n_val"],
-                        activation=r["activation"], beta=r["beta"])
-    common = dict(width=M, dim=DIM, activation=r["activation"], beta=r["beta"], alpha=r["alpha"],
-                  eps0=eps0_ours(r["eps0"], width=M, n_train=N), stop_rtol=r["stop_rtol"])
-    return data, hidden_directions(r["seeds"], r["seed"], M, DIM + 1), common
+def prepare(params: ArbelParams, *, n_train: Optional[int] = None, width: Optional[int] = None) -> tuple:
+    """``(data, z, common)``: :func:`teacher_data`, the hidden directions and the engine's settings,
+    for ``n_train`` points and ``width`` units (default: ``params``')."""
+    N, M = n_train or params.n_train, width or params.width
+    data = teacher_data(params.seeds, params.seed, n_train=N, n_test=params.n_test, n_val=params.n_val,
+                        activation=params.activation, beta=params.beta)
+    common = dict(width=M, dim=DIM, activation=params.activation, beta=params.beta, alpha=params.alpha,
+                  eps0=eps0_ours(params.eps0, width=M, n_train=N), stop_rtol=params.stop_rtol)
+    return data, hidden_directions(params.seeds, params.seed, M, DIM + 1), common
 
 
 # ------------------------------------------------------------------------------ the engine
@@ -261,49 +282,50 @@ def sweep(method: str, data: dict, z: np.ndarray, seed_index, tau0, lr, *, width
 SEED_CHUNK = 32
 
 
-def lr_grid(ctx, method: str, r: dict, data: dict, z, common: dict, *, tau0s, ends, ref_n: int = REF_N) -> dict:
-    """Method ``method`` at every step of ``r[<method>_lrs]`` (the paper's units for ``ref_n`` points)
+def lr_grid(ctx, method: str, params: SweepParams, data: dict, z, common: dict, *, tau0s, ends,
+            ref_n: int = REF_N) -> dict:
+    """Method ``method`` at every step of ``params.lrs(method)`` (the paper's units for ``ref_n`` points)
     and every ``tau0`` of ``tau0s``, all seeds: arrays ``(L, G, S, ...)``, one staged call per (step,
     ``tau0``) and chunk of :data:`SEED_CHUNK` seeds (each seed's run is the same whatever its chunk:
     ``lax.map`` runs one configuration at a time)."""
     S, N, C = len(z), data["x"].shape[1], common.get("outputs", 1)
     ours = [gn_lr(v, n_train=N, outputs=C, ref_n=ref_n) if method == "gn" else
-            gd_lr(v, width=common["width"], outputs=C) for v in r[f"{method}_lrs"]]
-    ctx.say(f"{method.upper()}: {len(ours)} step sizes x {len(tau0s)} tau0 x {S} seeds, at most {r[f'{method}_steps']}")
+            gd_lr(v, width=common["width"], outputs=C) for v in params.lrs(method)]
+    ctx.say(f"{method.upper()}: {len(ours)} step sizes x {len(tau0s)} tau0 x {S} seeds, at most "
+            f"{params.max_steps(method)}")
     chunks = [np.arange(a, min(a + SEED_CHUNK, S)) for a in range(0, S, SEED_CHUNK)]
 
     def staged(lr, t, o):
         parts = [ctx.stage(f"{method} lr={lr:.12g} tau0={t:.12g}" + (f" seeds={c[0]}-{c[-1]}" if len(chunks) > 1 else ""),
                            lambda c=c: sweep(method, data, z, c, np.full(len(c), t), np.full(len(c), o), ends=ends,
-                                             dtype="float64" if method == "gn" else r.get("gd_dtype", "float32"),
-                                             **common)) for c in chunks]
+                                             dtype=params.precision(method), **common)) for c in chunks]
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
-    per = [[staged(lr, t, o) for t in tau0s] for lr, o in zip(r[f"{method}_lrs"], ours)]
+    per = [[staged(lr, t, o) for t in tau0s] for lr, o in zip(params.lrs(method), ours)]
     res = {k: np.stack([np.stack([q[k] for q in row]) for row in per]) for k in per[0][0]}
     res["converged"], res["diverged"] = res["converged"].astype(bool), res["diverged"].astype(bool)
-    res.update(lr=np.asarray(r[f"{method}_lrs"], np.float64), lr_ours=np.asarray(ours), ends=np.asarray(ends))
+    res.update(lr=np.asarray(params.lrs(method), np.float64), lr_ours=np.asarray(ours), ends=np.asarray(ends))
     return res
 
 
-def lr_sweep(ctx, r: dict, data: dict, z, common: dict, ref_n: int = REF_N) -> dict:
-    """Both methods at every step of their grids from ``r["tau0"]`` (:func:`lr_grid`): arrays
+def lr_sweep(ctx, params: SweepParams, data: dict, z, common: dict, ref_n: int = REF_N) -> dict:
+    """Both methods at every step of their grids from ``params.tau0`` (:func:`lr_grid`): arrays
     ``m/<key>`` (L, S, ...) and ``rf_test`` (S,), RF's test loss."""
     out = {}
     for m in ("gn", "gd"):
-        res = lr_grid(ctx, m, r, data, z, common, tau0s=[r["tau0"]], ref_n=ref_n,
-                      ends=checkpoints(r[f"{m}_steps"], r["checkpoints"]))
+        res = lr_grid(ctx, m, params, data, z, common, tau0s=[params.tau0], ref_n=ref_n,
+                      ends=checkpoints(params.max_steps(m), params.checkpoints))
         out[m] = {k: (v if k in ("lr", "lr_ours", "ends") else v[:, 0]) for k, v in res.items()}
     return {**out, "rf_test": out["gn"]["lrfit"][0, :, 0]}
 
 
-def finals(per: dict, r: dict) -> dict:
+def finals(per: dict, params: SweepParams) -> dict:
     """``per[m]``: one dict of sweep arrays ``(L, ..., T)`` per size; as arrays ``(K, L, ...)`` at their
     last checkpoint, with ``m/lr`` and ``rf_test`` ``(K, ...)``: RF's test loss (GN's Test-LRfit at init)."""
     out = {}
     for m, sizes in per.items():
         res = {k: np.stack([q[k] for q in sizes]) for k in sizes[0]}
-        out[m] = {**{k: res[k][..., -1] for k in METRICS}, "steps": res["steps"], "lr": np.asarray(r[f"{m}_lrs"]),
+        out[m] = {**{k: res[k][..., -1] for k in METRICS}, "steps": res["steps"], "lr": np.asarray(params.lrs(m)),
                   "converged": res["converged"].astype(bool), "diverged": res["diverged"].astype(bool)}
     return {**out, "rf_test": np.stack([q["lrfit"][0, ..., 0] for q in per["gn"]])}
 
@@ -450,4 +472,4 @@ __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_G
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
            "finals", "fmt_lr", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
            "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "pool_lr_sweeps", "prepare", "slope_margin",
-           "step_cells", "sweep", "teacher_data", "variant", "with_bias"]
+           "slope_margin_row", "step_cells", "sweep", "teacher_data", "variant", "with_bias"]

@@ -44,14 +44,14 @@ class DampingParams(A.ArbelParams):
     steps: Optional[int] = param(None, "most GN steps per run", min=1, label="GN step budget", source="Section 5.2")
 
 
-def run(r: dict, ctx) -> dict:
-    S, M, N = r["seeds"], r["width"], r["n_train"]
-    data, z, common = A.prepare(r)
-    E, ours = len(r["eps0s"]), np.asarray([A.eps0_ours(e, width=M, n_train=N) for e in r["eps0s"]])
-    res = ctx.stage("gn", lambda: A.sweep("gn", data, z, np.tile(np.arange(S), E), r["tau0"], A.gn_lr(
-        r["lr"], n_train=N), ends=(0, r["steps"]), **{**common, "eps0": np.repeat(ours, S)}))
+def run(params: DampingParams, ctx) -> dict:
+    S, M, N = params.seeds, params.width, params.n_train
+    data, z, common = A.prepare(params)
+    E, ours = len(params.eps0s), np.asarray([A.eps0_ours(e, width=M, n_train=N) for e in params.eps0s])
+    res = ctx.stage("gn", lambda: A.sweep("gn", data, z, np.tile(np.arange(S), E), params.tau0, A.gn_lr(
+        params.lr, n_train=N), ends=(0, params.steps), **{**common, "eps0": np.repeat(ours, S)}))
     res = {k: v.reshape((E, S) + v.shape[1:]) for k, v in res.items()}
-    return {"eps0": np.asarray(r["eps0s"], np.float64), "eps0_ours": ours, "rf_test": res["lrfit"][0, :, 0],
+    return {"eps0": np.asarray(params.eps0s, np.float64), "eps0_ours": ours, "rf_test": res["lrfit"][0, :, 0],
             **{k: res[k][..., -1] for k in A.METRICS}, **{f"{k}_init": res[k][..., 0] for k in A.METRICS},
             **{k: res[k] for k in ("steps", "converged", "diverged")}}
 

@@ -44,12 +44,12 @@ class InitParams(A.SweepParams):
                                                label="τ0 grid", source="Fig. 1 left")
 
 
-def run(r: dict, ctx) -> dict:
-    data, z, common = A.prepare(r)
-    out = {"tau0": np.asarray(r["tau0s"], np.float64)}
+def run(params: InitParams, ctx) -> dict:
+    data, z, common = A.prepare(params)
+    out = {"tau0": np.asarray(params.tau0s, np.float64)}
     for m in ("gn", "gd"):
-        out[m] = A.lr_grid(ctx, m, r, data, z, common, tau0s=r["tau0s"],
-                           ends=A.checkpoints(r[f"{m}_steps"], r["checkpoints"]))
+        out[m] = A.lr_grid(ctx, m, params, data, z, common, tau0s=params.tau0s,
+                           ends=A.checkpoints(params.max_steps(m), params.checkpoints))
     out["rf_test"] = out["gn"]["lrfit"][0, :, :, 0]
     return out
 

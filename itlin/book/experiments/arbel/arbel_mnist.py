@@ -56,34 +56,34 @@ class MnistParams(A.SweepParams):
                             label="GD's largest stable step", source="Fig. 8 caption")
 
 
-def load_data(r: dict) -> dict:
+def load_data(params: MnistParams) -> dict:
     """The engine's arrays (``x`` with a bias column, ``y`` (S, N, 10), ``xv``, ``xt``, ...), the
     teacher's hidden weights as ``ustar`` (50, pixels) and its accuracy."""
     from .... import data
 
-    full = data.teacher_images(base=r["base"], seed=r["teacher_seed"])
+    full = data.teacher_images(base=params.base, seed=params.teacher_seed)
     parts = {k: [] for k in ("x", "y", "xt", "yt", "xv", "yv")}
-    for s in range(r["seeds"]):
-        d = full.subset(r["n_train"], r["n_test"] + r["n_val"], seed=r["seed"] + s)
-        p = np.random.default_rng([r["seed"] + s, 11]).permutation(r["n_test"] + r["n_val"])
-        t, v = p[:r["n_test"]], p[r["n_test"]:]
+    for s in range(params.seeds):
+        d = full.subset(params.n_train, params.n_test + params.n_val, seed=params.seed + s)
+        p = np.random.default_rng([params.seed + s, 11]).permutation(params.n_test + params.n_val)
+        t, v = p[:params.n_test], p[params.n_test:]
         for k, x, y in (("", d.x_train, d.y_train), ("t", d.x_test[t], d.y_test[t]), ("v", d.x_test[v], d.y_test[v])):
             parts["x" + k].append(A.with_bias(x))
             parts["y" + k].append(np.asarray(y, np.float64))
     return {**{k: np.stack(v) for k, v in parts.items()},
-            "ustar": np.stack([np.asarray(full.meta["teacher"]["w1"], np.float64).T] * r["seeds"]),
+            "ustar": np.stack([np.asarray(full.meta["teacher"]["w1"], np.float64).T] * params.seeds),
             "teacher_accuracy": float(full.meta["teacher"]["accuracy_on_its_training_set"])}
 
 
-def run(r: dict, ctx) -> dict:
-    S, M, N = r["seeds"], r["width"], r["n_train"]
-    data = load_data(r)
+def run(params: MnistParams, ctx) -> dict:
+    S, M, N = params.seeds, params.width, params.n_train
+    data = load_data(params)
     dim = data["x"].shape[-1] - 1
-    z = A.hidden_directions(S, r["seed"], M, dim + 1)
-    common = dict(width=M, dim=dim, outputs=OUTPUTS, alpha=r["alpha"], stop_rtol=r["stop_rtol"],
-                  eps0=A.eps0_ours(r["eps0"], width=M, n_train=N, ref_n=REF_N_MNIST))
+    z = A.hidden_directions(S, params.seed, M, dim + 1)
+    common = dict(width=M, dim=dim, outputs=OUTPUTS, alpha=params.alpha, stop_rtol=params.stop_rtol,
+                  eps0=A.eps0_ours(params.eps0, width=M, n_train=N, ref_n=REF_N_MNIST))
     x = data["x"][..., :-1]
-    return {**A.lr_sweep(ctx, r, data, z, common, ref_n=REF_N_MNIST),
+    return {**A.lr_sweep(ctx, params, data, z, common, ref_n=REF_N_MNIST),
             "meta": {"resolved": {"pixels": dim}, "teacher_accuracy": data["teacher_accuracy"],
                             "input_sqnorm": float(np.mean(np.sum(x * x, axis=-1))),
                             "label_max": float(np.mean(data["y"].max(axis=-1)))}}

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import Derived, Experiment, param, register
+from .. import Experiment, param, register
 from ....metrics import log_slopes
 from . import _arbel as A
 
@@ -36,8 +36,7 @@ SCALES = {
 @dataclass(frozen=True)
 class SamplesParams(A.SweepParams):
     SCALES = SCALES
-    DERIVED = (Derived("margin of the slope claims (per decade of N)",
-                       lambda r: f"{A.slope_margin(r['effect'], r['n_trains']):.3g}", "ours: margin over N's range"),)
+    DERIVED = (A.slope_margin_row("n_trains", "N"),)
 
     n_train: Optional[int] = param(None, "unused here: see n_trains", min=1)
     tau0: float = param(1e-3, "unused here: see tau0s", gt=0)
@@ -47,22 +46,22 @@ class SamplesParams(A.SweepParams):
                                      label="τ0", source="Fig. 5")
 
 
-def run(r: dict, ctx) -> dict:
-    S, M, tau0s = r["seeds"], r["width"], np.asarray(r["tau0s"], np.float64)
+def run(params: SamplesParams, ctx) -> dict:
+    S, M, tau0s = params.seeds, params.width, np.asarray(params.tau0s, np.float64)
     ti, si = (a.ravel() for a in np.meshgrid(np.arange(len(tau0s)), np.arange(S), indexing="ij"))
     per = {"gn": [], "gd": []}
-    for n in r["n_trains"]:
-        data, z, common = A.prepare(r, n_train=n)
+    for n in params.n_trains:
+        data, z, common = A.prepare(params, n_train=n)
         for m in ("gn", "gd"):
             row = []
-            for lr in r[f"{m}_lrs"]:
+            for lr in params.lrs(m):
                 lr_o = A.gn_lr(lr, n_train=n) if m == "gn" else A.gd_lr(lr, width=M)
                 res = ctx.stage(f"{m} N={n} lr={lr:.12g}", lambda m=m, data=data, z=z, common=common, lr_o=lr_o:
-                                A.sweep(m, data, z, si, tau0s[ti], lr_o, ends=(0, r[f"{m}_steps"]),
-                                        dtype="float64" if m == "gn" else r["gd_dtype"], **common))
+                                A.sweep(m, data, z, si, tau0s[ti], lr_o, ends=(0, params.max_steps(m)),
+                                        dtype=params.precision(m), **common))
                 row.append({k: v.reshape((len(tau0s), S) + v.shape[1:]) for k, v in res.items()})
             per[m].append({k: np.stack([q[k] for q in row]) for k in row[0]})
-    return {**A.finals(per, r), "n_train": np.asarray(r["n_trains"]), "tau0": tau0s}
+    return {**A.finals(per, params), "n_train": np.asarray(params.n_trains), "tau0": tau0s}
 
 
 def arrays(rec) -> dict:

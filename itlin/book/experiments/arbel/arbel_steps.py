@@ -51,8 +51,8 @@ class StepsParams(A.SweepParams):
                 raise ValueError(f"{what} = {r[what]:g} is not among gd_lrs {r['gd_lrs']}")
 
 
-def run(r: dict, ctx) -> dict:
-    return A.lr_sweep(ctx, r, *A.prepare(r))
+def run(params: StepsParams, ctx) -> dict:
+    return A.lr_sweep(ctx, params, *A.prepare(params))
 
 
 def budget_step(lrs, steps: int, small_lr: float):

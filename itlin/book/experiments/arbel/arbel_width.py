@@ -18,7 +18,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from .. import Derived, Experiment, param, register
+from .. import Experiment, param, register
 from ....metrics import log_slopes
 from . import _arbel as A
 
@@ -41,8 +41,7 @@ MIN_RATIO = 4
 @dataclass(frozen=True)
 class WidthParams(A.SweepParams):
     SCALES = SCALES
-    DERIVED = (Derived("margin of the slope claims (per decade of M)",
-                       lambda r: f"{A.slope_margin(r['effect'], r['widths']):.3g}", "ours: margin over M's range"),)
+    DERIVED = (A.slope_margin_row("widths", "M"),)
 
     width: Optional[int] = param(None, "unused here: see widths", min=1)
     widths: Optional[tuple[int, ...]] = param(None, f"hidden units M, increasing, from {MIN_RATIO} n_train", min=1,
@@ -59,22 +58,22 @@ class WidthParams(A.SweepParams):
                              f"{r['widths'][0]}): near M = n_train RF's minimum-norm fit peaks")
 
 
-def run(r: dict, ctx) -> dict:
-    S, N = r["seeds"], r["n_train"]
-    data, z, common = A.prepare(r)
+def run(params: WidthParams, ctx) -> dict:
+    S, N = params.seeds, params.n_train
+    data, z, common = A.prepare(params, width=max(params.widths))
     per = {"gn": [], "gd": []}
     for m in ("gn", "gd"):
-        lrs = r[f"{m}_lrs"]
+        lrs = params.lrs(m)
         li, si = (a.ravel() for a in np.meshgrid(np.arange(len(lrs)), np.arange(S), indexing="ij"))
-        ctx.say(f"{m.upper()}: M in {r['widths']}, {len(lrs)} step sizes x {S} seeds (N={N}, tau0={r['tau0']:g})")
-        for M in r["widths"]:
+        ctx.say(f"{m.upper()}: M in {params.widths}, {len(lrs)} step sizes x {S} seeds (N={N}, tau0={params.tau0:g})")
+        for M in params.widths:
             lr_o = np.asarray([A.gn_lr(lrs[i], n_train=N) if m == "gn" else A.gd_lr(lrs[i], width=M) for i in li])
-            kw = {**common, "width": M, "eps0": A.eps0_ours(r["eps0"], width=M, n_train=N)}
+            kw = {**common, "width": M, "eps0": A.eps0_ours(params.eps0, width=M, n_train=N)}
             res = ctx.stage(f"{m} M={M}", lambda m=m, lr_o=lr_o, kw=kw: A.sweep(
-                m, data, z, si, np.full(len(si), r["tau0"]), lr_o, ends=(0, r[f"{m}_steps"]),
-                dtype="float64" if m == "gn" else r["gd_dtype"], **kw))
+                m, data, z, si, np.full(len(si), params.tau0), lr_o, ends=(0, params.max_steps(m)),
+                dtype=params.precision(m), **kw))
             per[m].append({k: v.reshape((len(lrs), S) + v.shape[1:]) for k, v in res.items()})
-    return {**A.finals(per, r), "width": np.asarray(r["widths"])}
+    return {**A.finals(per, params), "width": np.asarray(params.widths)}
 
 
 def arrays(rec) -> dict:
