@@ -336,8 +336,7 @@ def summary(rec) -> list:
     return out
 
 
-# 4.1: gauss_newton_fit rolls a diverged run back to the parameters before its bad step (issue 47),
-# which changes only the outputs of runs marked diverged; every claim and table drops those.
+# 4.1: gauss_newton_fit rolls diverged runs back (issue 47): only outputs that every claim drops change
 EXPERIMENT = register(Experiment(NAME, Fig9Params, run, version="4.1", summary=summary, claims=claims))
 
 __all__ = ["BEST_QUANTILE", "BLOWUP", "CLAIMS", "CLAIM_IDS", "EXPERIMENT", "Fig9Params", "HIGH_RMSE", "NAME",
