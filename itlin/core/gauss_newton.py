@@ -369,8 +369,9 @@ class DescentState(NamedTuple):
 
 class Stop(NamedTuple):
     """When a run stops: converged at ``loss < tol`` (absolute) or ``loss <= rtol * first``
-    (relative), each left out when None; diverged at a loss that :func:`~itlin.core._divergence.diverged`
-    calls so: not finite or, with ``blowup`` set, ``|loss| > blowup * max(|first|, floor)``
+    (relative), each left out when None; diverged at a loss that the library's one divergence
+    test (``_divergence.diverged``) calls so: not finite or, with ``blowup`` set,
+    ``|loss| > blowup * max(|first|, floor)``
     (``floor`` None: ``blowup * |first|``). Values may be traced (``vmap`` over ``tol``).
 
     >>> rule = Stop(tol=1e-3, blowup=10.0)
@@ -395,7 +396,7 @@ class Stop(NamedTuple):
         return out
 
     def diverged(self, loss, first):
-        """Whether ``loss`` is not finite or has blown up (:func:`~itlin.core._divergence.diverged`)."""
+        """Whether ``loss`` is not finite or has blown up (the library's one divergence test, ``_divergence.diverged``)."""
         return diverged(loss, None if self.blowup is None else first, self.blowup, floor=self.floor)
 
 

@@ -1,5 +1,5 @@
 """What a run records: :class:`History` (evaluations, the training loss, relinearisation steps
-and the run's status) and its :data:`STATUSES`.
+and the run's status) and its ``STATUSES``.
 
 :func:`itlin.core.loop.fit` fills one in as it trains; the book stores it with each run
 (:meth:`History.arrays` and :meth:`History.meta`, read back by :meth:`History.from_arrays`) and
