@@ -790,3 +790,29 @@ def test_lock_between_two_processes_and_after_kill_9(tmp_path):
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+def test_the_message_while_waiting_for_another_process_names_no_local_path(tmp_path):
+    """A chapter prints the runner's messages, and a rendered page must not show the reader's
+    folders: while another process holds a run's lock, the message names the run as the others
+    do (experiment/hash in the results folder)."""
+    from filelock import FileLock
+
+    from itlin.book import store
+
+    folder = tmp_path / "fig9_damping" / "6a64e00bf20575cc"
+    folder.mkdir(parents=True)
+    other = FileLock(str(folder / store.LOCK_FILE))
+    other.acquire()
+    (folder / store.LOCK_PID_FILE).write_text("4242")
+    said = []
+
+    def say(msg):
+        said.append(msg)
+        other.release()  # the other process finishes
+
+    with store._locked(folder, say):
+        assert (folder / store.LOCK_PID_FILE).read_text() == str(os.getpid())
+    assert said == ["waiting for process 4242, which is running this experiment "
+                    "(fig9_damping/6a64e00bf20575cc in the results folder)"]
+    assert str(tmp_path) not in said[0]

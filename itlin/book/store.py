@@ -272,7 +272,9 @@ def _locked(folder: Path, say: Callable[[str], None], wait: bool = True):
             holder = "?"
         if not wait:
             raise RunLockedError(f"process {holder} is running this experiment in {folder}.") from None
-        say(f"waiting for process {holder}, which is running this experiment in {folder}")
+        # the folder as the other messages name it (no local path: chapters print these lines)
+        say(f"waiting for process {holder}, which is running this experiment "
+            f"({folder.parent.name}/{folder.name} in the results folder)")
         lock.acquire()
     try:
         pid_file.write_text(str(os.getpid()))
