@@ -7,14 +7,25 @@ it computes (a dict of glue names and values where a section glues several), so 
 code cells stay a few lines long and every name they use is public.
 
 This module holds what several chapters share: :func:`glue_all`, :func:`print_lines`, and the one-line provenance of a
-run (:func:`ran_here`, :func:`made`).
+run (:func:`ran_here`, :func:`made`). It also re-exports what chapters read from the helpers the
+experiments share (private modules of :mod:`itlin.book.experiments`), so that a chapter imports
+only public names: rows and pooled seeds of the main paper's records (``pool_seeds``,
+``rows_of``, ``select``, ``updates``), the test-set size a verdict is judged on
+(``n_test_judged``), the paper's reported numbers (``PAPER``), and Arbel et al.'s units and step
+grids (``REF_N``, ``gn_lr``, ``gd_lr``, ``eps0_ours``, ``fmt_lr``, ``at``, ``lr_arrays``,
+``pool_lr_sweeps``).
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["glue_all", "made", "print_lines", "ran_here"]
+from ..experiments.arbel._arbel import REF_N, at, eps0_ours, fmt_lr, gd_lr, gn_lr, lr_arrays, pool_lr_sweeps
+from ..experiments.main._rows import pool_seeds, rows_of, select, updates
+from ..experiments.main._setup import PAPER, n_test_judged
+
+__all__ = ["PAPER", "REF_N", "at", "eps0_ours", "fmt_lr", "gd_lr", "gn_lr", "glue_all", "lr_arrays", "made",
+           "n_test_judged", "pool_lr_sweeps", "pool_seeds", "print_lines", "ran_here", "rows_of", "select", "updates"]
 
 
 def glue_all(values: Mapping) -> None:
