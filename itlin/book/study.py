@@ -470,7 +470,8 @@ class Experiment:
         object.__setattr__(self, "version", version)
 
     def resolve(self, params: Optional[Mapping] = None) -> dict:
-        """Validate ``params`` and fill in defaults: the dict ``run`` receives and the runner hashes."""
+        """Validate ``params`` and fill in defaults: the dict the runner hashes and stores (``run``
+        receives the same values as its :class:`Params` instance, :meth:`Params.resolve`)."""
         return self.params.from_dict(params, experiment=self.name).as_dict()
 
     def defaults(self) -> dict:
