@@ -697,10 +697,8 @@ def test_a_record_is_covered_by_its_own_checksum(tmp_path):
 
 
 def test_every_recorded_run_kept_with_the_book_passes_its_checksums():
-    folders = sorted(p.parent for p in runner.recorded_dir().rglob("record.json"))
-    assert folders
-    for folder in folders:
-        runner.open_record(folder)  # raises on a missing or wrong record or array checksum
+    runs = runner.recorded_runs()  # raises on a missing or wrong record or array digest
+    assert len(runs) >= len(list(runner.recorded_dir().glob("*/record.nc")))
 
 
 @pytest.mark.parametrize("variable", ["ITLIN_RESULTS", "ITLIN_CACHE"])

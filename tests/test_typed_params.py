@@ -14,7 +14,6 @@ from itlin.book import runner
 from itlin.book.experiments import CLOSE_MARGIN, Experiment, ParameterError, Params, param, register, unregister
 from itlin.book.store import run_hash
 
-RECORDED = Path(__file__).resolve().parents[1] / "book" / "recorded"
 
 
 @dataclass(frozen=True)
@@ -66,14 +65,23 @@ def test_attribute_and_mapping_access_agree_and_resolve_matches_resolved():
 def test_every_stored_record_keeps_its_params_hash():
     """The folder's hash of every recorded run, recomputed from its stored parameters as validated
     today (the keys it was made with: parameters added since take their defaults)."""
-    files = sorted(RECORDED.glob("**/params.json"))
-    assert files
-    for f in files:
-        d = json.loads(f.read_text())
+    runs = runner.recorded_runs()
+    assert runs
+    rejected = set()
+    for rec in runs:
+        d, f = rec.info, rec.path
         exp = E.get(d["experiment"])
         assert run_hash(exp.name, d["version"], d["params"]) == d["hash"], f
-        resolved = exp.resolve(d["params"])
+        try:
+            resolved = exp.resolve(d["params"])
+        except ParameterError:
+            rejected.add(f.name)
+            continue
         assert run_hash(exp.name, d["version"], {k: resolved[k] for k in d["params"]}) == d["hash"], f
+    # the two H100 runs, kept without their params.json before this test covered them, were made
+    # before fig2's rule that mini_Ks be among Ks and before fig9's lr was named learning_rate;
+    # their chapters open them as they are
+    assert rejected == {"fig2_k_sweep-mnist1d-h100", "fig9_damping-paper-h100"}
 
 
 def test_close_margin_has_one_default():

@@ -28,23 +28,50 @@ def recorded_dir() -> Path:
     return root / "book" / "recorded"
 
 
+def _resolve(folder) -> Path:
+    """A folder given by path, or by the name of a recorded run in :func:`recorded_dir`."""
+    folder = Path(folder)
+    if not folder.is_absolute() and not folder.exists() and _source_checkout() is not None \
+            and (recorded_dir() / folder).exists():
+        folder = recorded_dir() / folder
+    return folder
+
+
+def _from_file(folder: Path) -> list:
+    """The runs of a record file (:mod:`itlin.book.opendata`) in ``folder``, one per part."""
+    from . import opendata
+
+    return [Record(part.info.get("experiment", "?"), dict(part.info.get("params", {})),
+                   part.info.get("status", "unknown"), folder / part.name if part.name else folder,
+                   part.arrays, part.paths, part.info, loaded=True)
+            for part in opendata.read(folder / opendata.FILE)]
+
+
 def open_record(folder) -> Record:
     """The finished run stored in ``folder`` (a ``<results>/<experiment>/<hash>`` folder, or the
     name of a recorded run in :func:`recorded_dir`), whatever parameters or experiment version
     it was made with.
 
     For recorded runs kept with the book (e.g. a paper-scale run on a GPU): the record tells
-    its parameters, version, git commit and device. Raises ``FileNotFoundError`` if the folder
-    holds no finished run and ``ValueError`` if its arrays do not match their checksum.
+    its parameters, version, git commit and device. Those are ``record.nc`` files
+    (:mod:`itlin.book.opendata`); the runner's own results are ``record.json`` and
+    ``results.npz``. Raises ``FileNotFoundError`` if the folder holds no finished run and
+    ``ValueError`` if its arrays do not match their checksum, or it holds a record made in
+    parts (:func:`open_records` reads those).
     """
-    folder = Path(folder)
-    if not folder.is_absolute() and not folder.exists() and _source_checkout() is not None \
-            and (recorded_dir() / folder).exists():
-        folder = recorded_dir() / folder
+    from . import opendata
+
+    folder = _resolve(folder)
+    if (folder / opendata.FILE).is_file():
+        runs = _from_file(folder)
+        if len(runs) != 1:
+            raise ValueError(f"{folder} holds a record made in {len(runs)} parts; open it with open_records.")
+        return runs[0]
     rec_path, res_path = folder / RECORD_FILE, folder / RESULTS_FILE
     info = _io.read_json(rec_path)
     if info is None or not res_path.is_file():
-        raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}).")
+        raise FileNotFoundError(f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and "
+                                f"{RESULTS_FILE}).")
     problem = _record_problem(info, rec_path)
     if problem is not None:
         raise ValueError(problem + ".")
@@ -57,17 +84,31 @@ def open_record(folder) -> Record:
 
 def open_records(name) -> list:
     """Every finished run kept under ``name`` (a recorded run's folder, or a folder of such
-    folders, e.g. one per seed), each through :func:`open_record`, in folder order."""
-    folder = Path(name)
-    if not folder.is_absolute() and not folder.exists() and _source_checkout() is not None:
-        folder = recorded_dir() / folder
+    folders, e.g. one per seed), each through :func:`open_record`, in folder order; for a
+    ``record.nc`` made in parts, one per part (its ``path`` is the part's folder as it was made)."""
+    from . import opendata
+
+    folder = _resolve(name)
+    if (folder / opendata.FILE).is_file():
+        return _from_file(folder)
     if (folder / RECORD_FILE).is_file():
         return [open_record(folder)]
     subs = sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file()) if folder.is_dir() else []
     if not subs:
-        raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}, "
-                                "in it or in its sub-folders).")
+        raise FileNotFoundError(f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and "
+                                f"{RESULTS_FILE}, in it or in its sub-folders).")
     return [open_record(p) for p in subs]
+
+
+def recorded_runs(folder=None) -> list:
+    """Every finished run kept with the book (``folder``, default :func:`recorded_dir`): each
+    part of each record, in folder order."""
+    from . import opendata
+
+    folder = recorded_dir() if folder is None else Path(folder)
+    tops = sorted({p.parent for p in folder.glob(f"*/{opendata.FILE}")} | {p.parent for p in folder.glob(f"*/{RECORD_FILE}")}
+                  | {p.parent.parent for p in folder.glob(f"*/*/{RECORD_FILE}")})
+    return [rec for top in tops for rec in open_records(top)]
 
 
 def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, params: Optional[dict] = None,
@@ -251,9 +292,18 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
     seeds = seed_range(mine or {})
     if not folder.is_dir() or mine is None or seeds is None:
         return None
+    from . import opendata
+
     best = None
-    for path in sorted(p.parent for p in folder.glob(f"*/{RECORD_FILE}")):
-        info = _io.read_json(path / RECORD_FILE) or {}
+    for path in sorted({p.parent for p in folder.glob(f"*/{RECORD_FILE}")} | {p.parent for p in folder.glob(f"*/{opendata.FILE}")}):
+        if (path / opendata.FILE).is_file():
+            attrs = opendata.attributes(path / opendata.FILE)
+            if attrs.get("parts") != 1:
+                continue
+            info = {"experiment": attrs.get("experiment"), "version": attrs.get("version"),
+                    "meta": {"resolved": json.loads(attrs.get("resolved_params", "{}"))}}
+        else:
+            info = _io.read_json(path / RECORD_FILE) or {}
         theirs = (info.get("meta") or {}).get("resolved")
         if info.get("experiment") != rec.experiment or _major(info.get("version")) != _major(rec.info.get("version")) \
                 or not theirs:
@@ -385,7 +435,9 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
     stacked over seeds), is compared with ``other``'s values for the same seeds. Wall-clock times
     are left out.
 
-    Packed per-example results (``uint8`` arrays of ``np.packbits``, and the ``*correct`` texts in
+    A training run's per-step loss that ``other`` keeps as block means (a record file's
+    ``thinned_loss``, see :func:`itlin.book.opendata.thin_curves`) is compared as the same block
+    means of ``rec``'s. Packed per-example results (``uint8`` arrays of ``np.packbits``, and the ``*correct`` texts in
     the runs' meta) are compared as the fraction of examples that flip; a run that diverges on one
     side only, or at another step, is reported by its steps (and its arrays left out); non-finite
     entries are compared by where they are, not subtracted. Each floating-point difference is also
@@ -411,11 +463,15 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
             max_flip, flip_key = value, key
         same = same and value == 0
 
+    thinned = other.info.get("thinned_loss") or {}
     for key, a in rec.arrays.items():
         b = other.arrays.get(key)
         if b is None or _is_timing(key) or _run_tag(key) in skip:
             continue
         a, b = np.asarray(a), np.asarray(b)
+        if _run_tag(key) in thinned and key == f"{FITS_KEY}/{_run_tag(key)}/loss" and a.ndim == 1:
+            m = int(thinned[_run_tag(key)][0])  # the record keeps this curve as means of blocks of m
+            a = a[:a.size // m * m].reshape(-1, m).mean(axis=1)
         if not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
             continue
         axis = _seed_axis(a.shape, b.shape, n, offset)
@@ -493,4 +549,4 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
 
 
 __all__ = ["SeedComparison", "SeedProgress", "compare_seeds", "matching_record", "open_record", "open_records",
-           "pooled_record", "recorded_dir", "seed_progress", "seed_range"]
+           "pooled_record", "recorded_dir", "recorded_runs", "seed_progress", "seed_range"]

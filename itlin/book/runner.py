@@ -71,7 +71,7 @@ from .provenance import _device, _git_commit, _now, cores, jaxlib_build, machine
 from .records import (_SEED_PART, SeedComparison, SeedProgress, _examples, _flips, _is_timing, _major,  # noqa: F401
                       _per_run_group, _ranges_text, _run_tag, _runs, _same_settings, _seed_axis, _seed_slices,
                       _spread, compare_seeds, matching_record, open_record, open_records, pooled_record,
-                      recorded_dir, seed_progress, seed_range)
+                      recorded_dir, recorded_runs, seed_progress, seed_range)
 from .store import (_FORMAT, ELAPSED_FILE, FITS_KEY, LOCK_FILE, LOCK_PID_FILE, NEW_SUFFIX,  # noqa: F401
                     PARAMS_FILE, RECORD_FILE, RESULTS_FILE, WORK_DIR, Plan, Record, RunLockedError,
                     _complete_swap, _locked, _read_record, _record_problem, _source_checkout, record_digest,
@@ -369,6 +369,7 @@ __all__ = [
     "params_from",
     "pause_on_signals",
     "recorded_dir",
+    "recorded_runs",
     "record_digest",
     "plan",
     "pooled_record",

@@ -222,7 +222,7 @@ def scale_report(prof: Mapping) -> tuple:
     on 1, 8 and 64 GPUs. Figure 9 is its recorded run's time."""
     from ..experiments.main import fig2_k_sweep, fig3_augmentation, fig8_adam
 
-    records = [runner.open_record(p.parent) for p in sorted(runner.recorded_dir().rglob("record.json"))]
+    records = runner.recorded_runs()
     lines = [f"{'recorded run':<46} {'device':<26} {'wall':>8} {'device-hours':>13}"]
     recorded_hours = {}
     for rec in records:

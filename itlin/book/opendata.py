@@ -1,0 +1,457 @@
+"""Recorded runs as open data: one netCDF-4 file per record, which xarray opens without itlin.
+
+The runner keeps a finished run as ``results.npz`` (one array per run and metric) and
+``record.json`` (parameters, provenance, per-run summaries): a cache format, quick to write after
+every run, that a reader needs itlin to make sense of. The runs kept with the book
+(``book/recorded/<name>/``) are stored instead as one ``record.nc`` each:
+
+* **Stacked, with named dimensions.** The per-run arrays (``_fits/K=1 seed=3/loss``, ...) become
+  one variable per kind of array, with a dimension per setting named in the runs' tags (``K``,
+  ``seed``, ``n``, ...) whose coordinate holds the settings' values. A record made in parts (one
+  folder per batch of seeds) is one file; its ``part_*`` variables say which seeds each part
+  made, on which machine, at which commit.
+* **Self-describing.** Each variable's ``key`` attribute is the result key it holds, with a
+  ``{K}``-style field per stacked dimension, and ``units`` where one applies; the file's
+  attributes give the experiment, its version, the resolved parameters and the provenance.
+  Per-example results (which test examples a run got right) are ``uint8`` variables of packed
+  bits (:func:`numpy.unpackbits` reads them). ``runs_json`` keeps the rest of each part's
+  ``record.json`` as JSON.
+* **Compressed** with HDF5's deflate and shuffle filters, which every netCDF-4 reader decodes
+  (xarray, netCDF4-python, h5py, ncdump, R, Julia, MATLAB): no plug-in codec.
+* **Exact.** Every array and every field comes back as it was made, with one exception: a
+  training run's per-step loss (``_fits/<tag>/loss``) longer than :data:`CURVE_POINTS` points is
+  kept as the means of equal blocks of it (its ``loss_every`` grows to match: the resolution
+  the chapters draw; no claim reads that curve). Each part stores the content digests of its
+  arrays before and after; :func:`read` checks the stored one on every load.
+
+Why netCDF-4 and not zarr: a record stays one file, which git, a download and a reader handle
+better than a folder of chunk files, and it opens in more tools. ``book/recorded/README.md``
+documents the schema and a three-line loading example.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from .. import _io
+
+FILE = "record.nc"
+FORMAT = "itlin-record-netcdf/1"
+#: the most points a training run's per-step loss keeps in a record file
+CURVE_POINTS = 200
+_FITS = "_fits"
+_BITS = "_bits"  # per-example results of a run's meta, moved out of the JSON into arrays
+#: a setting in a run's tag: ``K=1``, ``seed=12``, ``n=1000``, ``K=inf``
+_SETTING = re.compile(r"(?<![\w.])([A-Za-z_]\w*)=(-?(?:inf|nan|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![\w.])")
+_UNITS = (("seconds", "s"), ("accuracy", "1 (fraction of examples)"),
+          ("correct", "packed bits (numpy.packbits along the last axis; 1 = example right)"))
+_SMALL = 8192  # bytes: variables smaller than this are stored contiguous, uncompressed (less overhead)
+
+
+class Part(NamedTuple):
+    """One finished run (a record, or one part of a record made in parts): its flat arrays, their
+    key paths, its ``record.json`` content and its folder's name."""
+
+    arrays: Mapping[str, np.ndarray]
+    paths: list
+    info: dict
+    name: str = ""
+
+
+# ---------------------------------------------------------------------------------- one part
+def thin_curves(part: Part, points: int = CURVE_POINTS) -> Part:
+    """``part`` with each training run's per-step loss cut to at most ``points`` values: the
+    means of blocks of ``m`` consecutive values (``m`` the smallest that fits; a last, partial
+    block is left out), and the run's ``loss_every`` multiplied by ``m``, which is what a run
+    made with that ``loss_every`` would have kept. ``info["thinned_loss"]`` lists
+    ``{tag: [m, original length]}``; the record's own checksum is renewed."""
+    from .store import record_digest
+
+    arrays, info, done = dict(part.arrays), copy.deepcopy(part.info), {}
+    for tag, run in (info.get("runs") or {}).items():
+        key = f"{_FITS}/{tag}/loss"
+        a = arrays.get(key)
+        if a is None or a.ndim != 1 or a.size <= points:
+            continue
+        m = -(-a.size // points)
+        k = a.size // m
+        arrays[key] = a[:k * m].astype(np.float64).reshape(k, m).mean(axis=1)
+        run["loss_every"] = int(run.get("loss_every", 1)) * m
+        done[tag] = [m, int(a.size)]
+    if not done:
+        return part
+    info["thinned_loss"] = done
+    if "record_sha256" in info:
+        info["record_sha256"] = record_digest(info)
+    return part._replace(arrays=arrays, info=info)
+
+
+def _bits_out(part: Part) -> Part:
+    """Per-example results kept as base64 text in the runs' meta (``meta.runs.<tag>.*correct``)
+    moved into ``uint8`` arrays ``_bits/<tag>/<field>``; the text is replaced by that key."""
+    runs = (part.info.get("meta") or {}).get("runs")
+    if not isinstance(runs, Mapping):
+        return part
+    arrays, paths, info = dict(part.arrays), list(part.paths), copy.deepcopy(part.info)
+    for tag, fields in info["meta"]["runs"].items():
+        if not isinstance(fields, dict):
+            continue
+        for field, text in fields.items():
+            if "correct" not in field or not isinstance(text, str):
+                continue
+            raw = base64.b64decode(text, validate=True)
+            if base64.b64encode(raw).decode("ascii") != text:  # not canonical: keep the text as it is
+                continue
+            key = f"{_BITS}/{tag}/{field}"
+            arrays[key] = np.frombuffer(raw, np.uint8).copy()
+            paths.append([_BITS, tag, field])
+            fields[field] = {"$bits": key}
+    return part._replace(arrays=arrays, paths=paths, info=info)
+
+
+def _bits_in(arrays: dict, paths: list, info: dict):
+    """The inverse of :func:`_bits_out`."""
+    runs = (info.get("meta") or {}).get("runs")
+    if isinstance(runs, Mapping):
+        for fields in runs.values():
+            if isinstance(fields, dict):
+                for field, v in fields.items():
+                    if isinstance(v, dict) and set(v) == {"$bits"}:
+                        fields[field] = base64.b64encode(arrays.pop(v["$bits"]).tobytes()).decode("ascii")
+    return arrays, [p for p in paths if not (p and p[0] == _BITS)], info
+
+
+# ---------------------------------------------------------------------------------- grouping
+def _template(key: str):
+    """``("_fits/K={K} seed={seed}/loss", (("K", "1"), ("seed", "3")))``: a key with each
+    setting's value replaced by a field named after it (a name seen twice gets ``_2``)."""
+    found: list = []
+
+    def sub(m):
+        name, n = m.group(1), 2
+        while name in [f for f, _ in found]:
+            name, n = f"{m.group(1)}_{n}", n + 1
+        found.append((name, m.group(2)))
+        return f"{m.group(1)}={{{name}}}"
+
+    return _SETTING.sub(sub, key.replace("{", "{{").replace("}", "}}")), tuple(found)
+
+
+def _label_order(label: str):
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
+
+
+def _var_name(template: str, used: set) -> str:
+    base = re.sub(r"[^A-Za-z0-9_]+", "_", re.sub(r"\w+=\{\w+\}", "", template)).strip("_") or "value"
+    base = re.sub(r"_+", "_", base)
+    base = "v_" + base if base[0].isdigit() else base
+    name, n = base, 2
+    while name in used:
+        name, n = f"{base}_{n}", n + 1
+    used.add(name)
+    return name
+
+
+def _axis_base(template: str, var: str, i: int) -> str:
+    """The name of an array's own axis ``i`` before sizes are told apart: what a training run's
+    arrays hold along it, else the variable's own name."""
+    parts = template.split("/")
+    if parts[0] == _FITS and len(parts) >= 3 and i == 0:
+        rest = "/".join(parts[2:])
+        if rest == "loss":
+            return "loss_block"
+        if rest == "loss_pending":
+            return "pending_step"
+        if rest == "relin_steps":
+            return "relinearisation"
+        if rest.startswith("eval/"):
+            return "evaluation"
+    if parts[0] == _BITS:
+        return "packed_examples"
+    return f"{var}_dim{i}"
+
+
+def _unit(template: str):
+    leaf = template.rsplit("/", 1)[-1]
+    return next((unit for word, unit in _UNITS if word in leaf), None)
+
+
+# ---------------------------------------------------------------------------------- writing
+def to_dataset(parts: Sequence[Part]):
+    """An :class:`xarray.Dataset` of one record (one or more parts of one experiment), with each
+    part's per-step losses cut to :data:`CURVE_POINTS` (:func:`thin_curves`)."""
+    import xarray as xr
+
+    if not parts:
+        raise ValueError("opendata.to_dataset: no parts to store.")
+    stored = [_bits_out(thin_curves(p)) for p in parts]
+    groups: dict = {}
+    for p, part in enumerate(stored):
+        for path in part.paths:
+            key = "/".join(path) if path else _io._LEAF
+            a = np.asarray(part.arrays[key])
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"opendata: {key!r} is a {a.dtype} array; only numbers and booleans are stored.")
+            template, values = _template(key)
+            groups.setdefault((template, a.dtype.str, a.ndim), []).append((p, values, a))
+    # a part dimension only for the arrays that two parts both have under the same settings
+    for group, members in groups.items():
+        split = len({values for _, values, _ in members}) < len(members)
+        groups[group] = [((("part", str(p)),) + values if split else values, a) for p, values, a in members]
+    labels: dict = {}
+    for members in groups.values():
+        for values, _ in members:
+            for name, label in values:
+                labels.setdefault(name, set()).add(label)
+    coords = {name: sorted(v, key=_label_order) for name, v in labels.items()}
+    if "part" in coords:
+        coords["part"] = [str(i) for i in range(len(parts))]
+    index = {name: {label: i for i, label in enumerate(v)} for name, v in coords.items()}
+    used = set(coords) | {f"{c}_value" for c in coords}
+    planned = []  # (var, template, names, shape, members)
+    sizes_of: dict = {}
+    for (template, _, rank), members in groups.items():
+        names = [n for n, _ in members[0][0]]
+        if any([n for n, _ in v] != names for v, _ in members):
+            raise ValueError(f"opendata: the settings of {template!r} are named in another order in some runs.")
+        shape = tuple(max(a.shape[i] for _, a in members) for i in range(rank))
+        var = _var_name(template, used)
+        planned.append((var, template, names, shape, members))
+        for i, size in enumerate(shape):
+            sizes_of.setdefault(_axis_base(template, var, i), set()).add(size)
+    variables = {}
+    for var, template, names, shape, members in planned:
+        inner = []
+        for i, size in enumerate(shape):
+            base = _axis_base(template, var, i)
+            inner.append(base if len(sizes_of[base]) == 1 else f"{base}_{size}")
+        grid = tuple(len(coords[n]) for n in names)
+        dtype = members[0][1].dtype
+        out = np.full(grid + shape, np.nan if dtype.kind == "f" else 0, dtype=dtype)
+        have = np.full(grid + (len(shape),), -1, dtype=np.int64)
+        for values, a in members:
+            at = tuple(index[n][label] for n, label in values)
+            out[at + tuple(slice(0, s) for s in a.shape)] = a
+            have[at] = a.shape
+        attrs = {"key": template, "long_name": template}
+        if names:
+            attrs["stacked_over"] = " ".join(names)
+        if _unit(template):
+            attrs["units"] = _unit(template)
+        variables[var] = xr.Variable(names + inner, out, attrs)
+        missing = len(members) != int(np.prod(grid, dtype=np.int64))
+        if shape and (missing or bool((have != np.asarray(shape)).any())):
+            variables[var + "__shape"] = xr.Variable(names + ["rank_" + str(len(shape))], have, {
+                "description": f"each run's shape of {var} (-1: no such run); beyond it, {var} is padding"})
+        elif missing:
+            variables[var + "__shape"] = xr.Variable(names, _present(members, index, grid) - 1, {
+                "description": f"0 where a run has {var}, -1 where there is no such run"})
+    ds = xr.Dataset(variables, coords={n: (n, np.asarray(v, dtype=str)) for n, v in coords.items()})
+    for name, v in coords.items():
+        try:
+            ds = ds.assign_coords({f"{name}_value": (name, np.asarray([float(x) for x in v]))})
+        except ValueError:
+            pass
+    first = stored[0].info
+    ds.attrs.update({
+        "Conventions": "CF-1.10",
+        "title": f"itlin recorded run of the experiment {first.get('experiment', '?')}",
+        "itlin_format": FORMAT,
+        "experiment": str(first.get("experiment", "")),
+        "version": str(first.get("version", "")),
+        "status": "completed" if all(p.info.get("status") == "completed" for p in stored)
+        else "; ".join(str(p.info.get("status")) for p in stored),
+        "parts": len(stored),
+        "resolved_params": json.dumps(_io.jsonable((first.get("meta") or {}).get("resolved", {}))),
+        "git_commit": str(first.get("git_commit", "")),
+        "device": str(first.get("device", "")),
+        "wall_seconds": float(sum(float(p.info.get("wall_seconds") or 0.0) for p in stored)),
+        "loss_curves": f"a training run's per-step loss longer than {CURVE_POINTS} points is kept as block means "
+                       "(see each part's thinned_loss in runs_json)",
+    })
+    if len(stored) > 1:
+        seeds = [(p.info.get("meta") or {}).get("resolved", {}) for p in stored]
+        ds = ds.assign(
+            part_name=("part", np.asarray([p.name for p in stored], dtype=str)),
+            part_first_seed=("part", np.asarray([int(s.get("seed", -1)) for s in seeds], np.int64)),
+            part_seeds=("part", np.asarray([int(s.get("seeds", 0)) for s in seeds], np.int64)),
+            part_git_commit=("part", np.asarray([str(p.info.get("git_commit", "")) for p in stored], dtype=str)),
+            part_device=("part", np.asarray([str(p.info.get("device", "")) for p in stored], dtype=str)),
+            part_wall_seconds=("part", np.asarray([float(p.info.get("wall_seconds") or 0.0) for p in stored])))
+        if "part" not in ds.coords:
+            ds = ds.assign_coords(part=("part", np.asarray([str(i) for i in range(len(stored))], dtype=str)))
+    entries = [{"name": s.name, "info": s.info, "paths": s.paths,
+                "digest": _io.content_digest(s.arrays, s.paths),
+                "made": {"content_digest": _io.content_digest(p.arrays, p.paths),
+                         "arrays_sha256": p.info.get("arrays_sha256"), "record_sha256": p.info.get("record_sha256")}}
+               for p, s in zip(parts, stored)]
+    text = json.dumps(entries, allow_nan=False)
+    ds["runs_json"] = xr.Variable(("runs_json_bytes",), np.frombuffer(text.encode("utf-8"), np.uint8), {
+        "description": "UTF-8 JSON, one entry per part: its folder 'name', its record.json 'info' (per-example "
+                       "results replaced by {'$bits': key}, the key of their array), its result key 'paths', the "
+                       "sha256 'digest' of its stored arrays and, under 'made', the digests of the run as made"})
+    return ds
+
+
+def _present(members, index, grid) -> np.ndarray:
+    out = np.zeros(grid, np.int64)
+    for values, _ in members:
+        out[tuple(index[n][label] for n, label in values)] = 1
+    return out
+
+
+def write(parts: Sequence[Part], path) -> Path:
+    """Write ``parts`` as one netCDF-4 record file at ``path`` (atomically), read it back and
+    check that each part's arrays and record are the ones stored; returns the path."""
+    ds = to_dataset(parts)
+    encoding = {}
+    for name, v in ds.variables.items():
+        if v.dtype.kind in "biuf":
+            big = v.nbytes >= _SMALL
+            encoding[name] = {"_FillValue": None, **({"zlib": True, "complevel": 9, "shuffle": True} if big else {})}
+    path = Path(path)
+    data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
+    _io.atomic_write(path, lambda fh: fh.write(bytes(data)))
+    back = read(path)
+    expected = [thin_curves(p) for p in parts]
+    for want, got in zip(expected, back):
+        if json.dumps(_io.jsonable(want.info), sort_keys=True) != json.dumps(_io.jsonable(got.info), sort_keys=True) \
+                or want.paths != got.paths:
+            path.unlink()
+            raise AssertionError(f"{path}: part {want.name!r} does not read back as written.")
+    if len(back) != len(parts):
+        path.unlink()
+        raise AssertionError(f"{path}: wrote {len(parts)} parts, read {len(back)}.")
+    return path
+
+
+# ---------------------------------------------------------------------------------- reading
+def attributes(path) -> dict:
+    """The file attributes of a record file (experiment, version, resolved parameters, ...),
+    without reading its arrays."""
+    import h5py
+
+    with h5py.File(path, "r") as h:
+        return {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+                for k, v in h.attrs.items() if not k.startswith("_")}
+
+
+def read(path) -> list:
+    """Every :class:`Part` of a record file, with its arrays and ``record.json`` as stored; raises
+    ``ValueError`` when the file is not one, or an array does not match its stored digest."""
+    import xarray as xr
+
+    path = Path(path)
+    try:
+        ds = xr.open_dataset(path, engine="h5netcdf", mask_and_scale=False, decode_times=False,
+                             decode_timedelta=False)
+    except Exception as err:
+        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err})") from err
+    with ds:
+        if ds.attrs.get("itlin_format") != FORMAT:
+            raise ValueError(f"{path} is not an itlin record file (no itlin_format {FORMAT!r}).")
+        entries = json.loads(bytes(ds["runs_json"].values).decode("utf-8"))
+        var_of = {ds[v].attrs["key"]: v for v in ds.data_vars if "key" in ds[v].attrs}
+        values = {v: ds[v].values for v in var_of.values()}
+        dims = {v: ds[v].dims for v in var_of.values()}
+        shapes = {v: ds[v + "__shape"].values for v in var_of.values() if v + "__shape" in ds}
+        where = {n: {str(x): i for i, x in enumerate(ds[n].values)} for n in ds.coords if ds[n].dims == (n,)}
+    parts = []
+    for p, entry in enumerate(entries):
+        flat = {}
+        for path_ in entry["paths"]:
+            key = "/".join(path_) if path_ else _io._LEAF
+            template, settings = _template(key)
+            var = var_of[template]
+            if dims[var] and dims[var][0] == "part" and (not settings or settings[0][0] != "part"):
+                settings = (("part", str(p)),) + settings
+            at = tuple(where[n][label] for n, label in settings)
+            a = values[var][at]
+            if var in shapes and np.ndim(shapes[var][at]) == 1:
+                a = a[tuple(slice(0, int(s)) for s in shapes[var][at])]
+            flat[key] = np.array(a)
+        if _io.content_digest(flat, entry["paths"]) != entry["digest"]:
+            raise ValueError(f"{path}: the arrays of part {p} ({entry.get('name')}) do not match their digest.")
+        flat, paths, info = _bits_in(flat, entry["paths"], entry["info"])
+        made = entry.get("made") or {}
+        if "thinned_loss" not in info and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
+            raise ValueError(f"{path}: part {p} ({entry.get('name')}) differs from the run as it was made.")
+        parts.append(Part(flat, paths, info, entry.get("name", "")))
+    return parts
+
+
+# ---------------------------------------------------------------------------------- converting
+def parts_of(folder) -> list:
+    """The :class:`Part` s of a folder of finished runs in the runner's format (``results.npz``
+    and ``record.json``): the folder itself, or each sub-folder holding one (in name order)."""
+    from .store import RECORD_FILE, RESULTS_FILE, _record_problem
+
+    folder = Path(folder)
+    subs = [folder] if (folder / RECORD_FILE).is_file() else \
+        sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file()) if folder.is_dir() else []
+    if not subs:
+        raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}, in it or "
+                                "in its sub-folders).")
+    out = []
+    for sub in subs:
+        info = _io.read_json(sub / RECORD_FILE)
+        problem = None if info is None else _record_problem(info, sub / RECORD_FILE)
+        if info is None or problem:
+            raise ValueError(problem or f"{sub / RECORD_FILE} is unreadable")
+        if _io.sha256_file(sub / RESULTS_FILE) != info.get("arrays_sha256"):
+            raise ValueError(f"{sub / RESULTS_FILE} does not match the checksum in its record.json.")
+        flat, paths, _ = _io.load_tree(sub / RESULTS_FILE)
+        out.append(Part(flat, paths, info, "" if sub == folder else sub.name))
+    return out
+
+
+def convert(source, dest=None) -> Path:
+    """Write the finished runs in ``source`` (see :func:`parts_of`) as ``dest/record.nc``. With no
+    ``dest``, in place: the file goes in ``source``, and the runner's files it replaces there
+    (``record.json``, ``results.npz``, ``params.json``, in it and in its parts' folders) are
+    removed once it reads back right; other files (notes) stay."""
+    from .store import PARAMS_FILE, RECORD_FILE, RESULTS_FILE
+
+    source = Path(source)
+    parts = parts_of(source)
+    path = write(parts, Path(source if dest is None else dest) / FILE)
+    if dest is None:
+        for part in parts:
+            folder = source / part.name if part.name else source
+            for name in (RECORD_FILE, RESULTS_FILE, PARAMS_FILE):
+                (folder / name).unlink(missing_ok=True)
+            if part.name and not any(folder.iterdir()):
+                folder.rmdir()
+    return path
+
+
+def main(argv=None) -> int:
+    """``python -m itlin.book.opendata SOURCE [DEST]``: convert a folder of finished runs (one run,
+    or one sub-folder per part) into ``DEST/record.nc`` (default: in place, see :func:`convert`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m itlin.book.opendata", description=main.__doc__)
+    ap.add_argument("source", help="a results folder of one finished run, or a folder of such folders (parts)")
+    ap.add_argument("dest", nargs="?", help="the record's folder, e.g. book/recorded/<name> (default: SOURCE, "
+                                            "replacing the runner's files there)")
+    args = ap.parse_args(argv)
+    path = convert(args.source, args.dest)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+__all__ = ["CURVE_POINTS", "FILE", "FORMAT", "Part", "attributes", "convert", "parts_of", "read", "thin_curves",
+           "to_dataset", "write"]
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
