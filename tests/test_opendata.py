@@ -155,3 +155,21 @@ def test_convert_in_place_keeps_notes_and_opens_like_the_runs(tmp_path):
     for k, a in rec.arrays.items():
         assert np.asarray(back.arrays[k]).tobytes() == np.asarray(a).tobytes(), k
     assert back.info == rec.info and back.runs == rec.runs
+
+
+def test_every_record_kept_with_the_book_is_a_record_file():
+    folders = [p for p in runner.recorded_dir().iterdir() if p.is_dir()]
+    assert folders
+    for folder in folders:
+        assert (folder / opendata.FILE).is_file(), folder.name
+        assert not list(folder.rglob("results.npz")) and not list(folder.rglob("record.json")), folder.name
+
+
+def test_loading_example_runs_without_itlin():
+    text = (ROOT / "book" / "recorded" / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert len([line for line in code.splitlines() if line.strip()]) <= 3
+    check = code + "\nimport sys\nassert not any(m == 'itlin' or m.startswith('itlin.') for m in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip()
