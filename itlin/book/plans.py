@@ -33,6 +33,7 @@ CONFIRMATORY = {
     "arbel_steps-relu-gn2fullsteps-fresh-277seeds": Plan("6eaba4d", "gn.step_lrfit", False),
     "ortiz_eigenfunctions-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True),
     "feature_updates-fashion-pool-u2-fresh-512seeds": Plan("955abd6", "full.suffices_u2", True, range(2000, 2512)),
+    "feature_updates-fashion-pool-mini-u2-fresh-512seeds": Plan("78ce98f", "mini.suffices_u2", True, range(3000, 3512)),
 }
 
 

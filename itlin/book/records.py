@@ -93,7 +93,8 @@ def open_records(name) -> list:
         return _from_file(folder)
     if (folder / RECORD_FILE).is_file():
         return [open_record(folder)]
-    subs = sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file()) if folder.is_dir() else []
+    subs = sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file() or (p / opendata.FILE).is_file()) \
+        if folder.is_dir() else []
     if not subs:
         raise FileNotFoundError(f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and "
                                 f"{RESULTS_FILE}, in it or in its sub-folders).")
@@ -107,7 +108,8 @@ def recorded_runs(folder=None) -> list:
 
     folder = recorded_dir() if folder is None else Path(folder)
     tops = sorted({p.parent for p in folder.glob(f"*/{opendata.FILE}")} | {p.parent for p in folder.glob(f"*/{RECORD_FILE}")}
-                  | {p.parent.parent for p in folder.glob(f"*/*/{RECORD_FILE}")})
+                  | {p.parent.parent for p in folder.glob(f"*/*/{RECORD_FILE}")}
+                  | {p.parent.parent for p in folder.glob(f"*/*/{opendata.FILE}")})
     return [rec for top in tops for rec in open_records(top)]
 
 

@@ -26,8 +26,9 @@ from . import made
 
 __all__ = [
     "claims", "curve", "fashion", "fashion_common", "fashion_label", "fashion_mini", "fashion_values",
-    "first_close", "first_text", "FM5", "FM5_PLAN", "FM5_PLANNED", "FM6", "FM6_PLAN", "FM6_PLANNED",
-    "fresh_fashion", "fresh_fashion_record", "fresh_mini", "fresh_pool", "judge_as_planned", "k1_mean",
+    "first_close", "first_text", "FM5", "FM5_PLAN", "FM5_PLANNED", "FM6", "FM6_PLAN", "FM6_PLANNED", "FM7", "FM7_PLAN",
+    "FM7_PLANNED",
+    "fresh_fashion", "fresh_fashion_record", "fresh_mini", "fresh_pool", "fresh_pool_mini", "judge_as_planned", "k1_mean",
     "main_values", "mini_seconds_per_seed", "mini_values", "pool_seeds", "rows", "select", "side_of_zero",
     "smallest_resolved",
 ]
@@ -289,6 +290,10 @@ FM6 = "feature_updates-fashion-pool-u2-fresh-512seeds"
 FM6_PLANNED = plans.CONFIRMATORY[FM6].seeds
 FM6_PLAN = {"dataset": "fashion_mnist", "n_train": 256, "n_eval_train": 256, "channels": 4, "learning_rate": 0.003,
             "updates": [2], "loss_every": 10, "train_pool": 4000, "subset_per_seed": True}
+#: the same with mini-batches (and the full-batch runs beside them), fixed before any run in commit 78ce98f
+FM7 = "feature_updates-fashion-pool-mini-u2-fresh-512seeds"
+FM7_PLANNED = plans.CONFIRMATORY[FM7].seeds
+FM7_PLAN = {**FM6_PLAN, "mini_updates": [2], "rescale": 10, "batch_size": 64}
 
 
 def _parts(name: str, plan: dict):
@@ -402,20 +407,44 @@ def fresh_pool(v4, fb5) -> dict:
     and, only once every planned seed is in, shows its one claim. ``v4`` is the two-update
     verdict of the full-batch record of fresh seeds and ``fb5`` that of the mini-batch record's
     full-batch runs (``None`` while that record is not complete). Returns the glue."""
-    planned, plan = FM6_PLANNED, FM6_PLAN
-    fm6_parts = _parts(FM6, plan)
-    progress6 = runner.seed_progress([p.meta["resolved"] for p in fm6_parts], planned)
-    out = {"fu_fm6_pool": f"{plan['train_pool']:,}",
-           "fu_fm6_ntest": f"{int(fm6_parts[0].meta['resolved']['n_test_final']):,}",
-           "fu_fm6_planned": f"{len(planned):,}", "fu_fm6_seed_lo": planned.start, "fu_fm6_seed_hi": planned.stop - 1,
-           "fu_fm6_two_subsets": Markdown(f"{v4.gap_text()} and, for the mini-batch record's full-batch runs, "
+    out = {"fu_fm6_two_subsets": Markdown(f"{v4.gap_text()} and, for the mini-batch record's full-batch runs, "
                                           + (fb5.gap_text() if fb5 is not None else "not yet judged"))}
-    for p in fm6_parts:
+    return out | _pooled_planned(FM6, FM6_PLAN, "full.suffices_u2", "fu_fm6", "Two updates against K=1")
+
+
+def fresh_pool_mini() -> dict:
+    """The mini-batch record of two updates with each seed its own subset (:data:`FM7`, fixed in
+    commit 78ce98f): prints its parts and, only once every planned seed is in, shows its one
+    claim, ``mini.suffices_u2``. Returns the glue."""
+    return _pooled_planned(FM7, FM7_PLAN, "mini.suffices_u2", "fu_fm7", "Two updates against K=1 with mini-batches")
+
+
+def _pooled_planned(name: str, plan: dict, claim: str, prefix: str, what: str) -> dict:
+    """A confirmatory record made in parts of seeds that each draw their own subset: its parts,
+    and its planned ``claim`` judged alone at 95% once every planned seed is in."""
+    planned = plans.CONFIRMATORY[name].seeds
+    parts = _parts(name, plan)
+    progress = runner.seed_progress([p.meta["resolved"] for p in parts], planned)
+    out = {f"{prefix}_pool": f"{plan['train_pool']:,}",
+           f"{prefix}_ntest": f"{int(parts[0].meta['resolved']['n_test_final']):,}",
+           f"{prefix}_planned": f"{len(planned):,}", f"{prefix}_seed_lo": planned.start,
+           f"{prefix}_seed_hi": planned.stop - 1}
+    for p in parts:
         print(f"seeds {p.meta['resolved']['seed']}-{p.meta['resolved']['seed'] + p.meta['resolved']['seeds'] - 1}: "
               + render.provenance(p))
-    if not progress6.complete:
-        out["fu_fm6_reading"] = _not_judged_yet(progress6)
+    if not progress.complete:
+        out[f"{prefix}_reading"] = _not_judged_yet(progress)
         return out
+    rec = pool_seeds(parts)
+    v = V.Verdicts(plans.mark(rec, claims(rec)))[claim].judged_at(V.LEVEL)
+    display(Markdown(render.claims(V.Verdicts([v]), bottom_line=False)))
+    if not v.resolved:
+        display(Markdown(render.what_it_would_take([v], render.seconds_per_seed(rec), rec.info["device"])))
+    out[f"{prefix}_reading"] = Markdown(
+        f"{what}, each seed on its own subset: {v.gap_text()}, *{v.verdict}*. The interval lies "
+        f"{side_of_zero(v.mean - v.half, v.mean + v.half)}; the smallest gap this record resolves is "
+        f"{100 * v.half:.1f} points, against a margin of {100 * v.margin:g}.")
+    return out
     fm6 = pool_seeds(fm6_parts)
     v6 = V.Verdicts(plans.mark(fm6, claims(fm6)))["full.suffices_u2"].judged_at(V.LEVEL)
     display(Markdown(render.claims(V.Verdicts([v6]), bottom_line=False)))
