@@ -158,3 +158,18 @@ def test_subset_per_seed_gives_each_seed_its_own_subset_and_the_runs_of_the_one_
     with pytest.raises(ParameterError, match="data_seed"):
         runner.run("feature_updates", {**base, "subset_per_seed": True, "data_seed": 3}, results_dir=tmp_path,
                    progress=False, verbose=False)
+
+
+def test_a_complete_planned_record_reads_its_interval_in_points(monkeypatch):
+    """The chapter's reading of a complete pre-registered record (the full-batch one of 955abd6)
+    says where the interval lies in the same points as its gap: the two numbers are the gap's
+    ends, which the gap text gives as mean and half-width (a reading once said "0.0 and 0.0")."""
+    import re
+
+    from itlin.book.chapters import feature_updates as C
+
+    monkeypatch.setattr(C, "display", lambda *a, **k: None)
+    text = C._pooled_planned(C.FM6, C.FM6_PLAN, "full.suffices_u2", "fu_fm6", "Two updates")["fu_fm6_reading"].data
+    mean, half = map(float, re.search(r"(-?\d+\.\d) ± (\d+\.\d) points", text).groups())
+    lo, hi = map(float, re.search(r"between (\d+\.\d) and (\d+\.\d) points below", text).groups())
+    assert abs(-mean - half - lo) <= 0.11 and abs(-mean + half - hi) <= 0.11, text

@@ -442,16 +442,6 @@ def _pooled_planned(name: str, plan: dict, claim: str, prefix: str, what: str) -
         display(Markdown(render.what_it_would_take([v], render.seconds_per_seed(rec), rec.info["device"])))
     out[f"{prefix}_reading"] = Markdown(
         f"{what}, each seed on its own subset: {v.gap_text()}, *{v.verdict}*. The interval lies "
-        f"{side_of_zero(v.mean - v.half, v.mean + v.half)}; the smallest gap this record resolves is "
+        f"{side_of_zero(100 * (v.mean - v.half), 100 * (v.mean + v.half))}; the smallest gap this record resolves is "
         f"{100 * v.half:.1f} points, against a margin of {100 * v.margin:g}.")
-    return out
-    fm6 = pool_seeds(fm6_parts)
-    v6 = V.Verdicts(plans.mark(fm6, claims(fm6)))["full.suffices_u2"].judged_at(V.LEVEL)
-    display(Markdown(render.claims(V.Verdicts([v6]), bottom_line=False)))
-    if not v6.resolved:
-        display(Markdown(render.what_it_would_take([v6], render.seconds_per_seed(fm6), fm6.info["device"])))
-    out["fu_fm6_reading"] = Markdown(
-        f"Two updates against K=1, each seed on its own subset: {v6.gap_text()}, *{v6.verdict}*. The interval lies "
-        f"{side_of_zero(v6.mean - v6.half, v6.mean + v6.half)}; the smallest gap this record resolves is "
-        f"{100 * v6.half:.1f} points, against a margin of {100 * v6.margin:g}.")
     return out
