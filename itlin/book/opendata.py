@@ -320,18 +320,22 @@ def write(parts: Sequence[Part], path) -> Path:
             big = v.nbytes >= _SMALL
             encoding[name] = {"_FillValue": None, **({"zlib": True, "complevel": 9, "shuffle": True} if big else {})}
     path = Path(path)
+    new = path.with_name(path.name + ".new")  # checked before it replaces a file already there
     data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
-    _io.atomic_write(path, lambda fh: fh.write(bytes(data)))
-    back = read(path)
-    expected = [thin_curves(p) for p in parts]
-    for want, got in zip(expected, back):
-        if json.dumps(_io.jsonable(want.info), sort_keys=True) != json.dumps(_io.jsonable(got.info), sort_keys=True) \
-                or want.paths != got.paths:
-            path.unlink()
-            raise AssertionError(f"{path}: part {want.name!r} does not read back as written.")
-    if len(back) != len(parts):
-        path.unlink()
-        raise AssertionError(f"{path}: wrote {len(parts)} parts, read {len(back)}.")
+    _io.atomic_write(new, lambda fh: fh.write(bytes(data)))
+    try:
+        back = read(new)
+        expected = [thin_curves(p) for p in parts]
+        if len(back) != len(parts):
+            raise ValueError(f"{path}: wrote {len(parts)} parts, read {len(back)}.")
+        for want, got in zip(expected, back):
+            if json.dumps(_io.jsonable(want.info), sort_keys=True) != json.dumps(_io.jsonable(got.info), sort_keys=True) \
+                    or want.paths != got.paths or want.name != got.name:
+                raise ValueError(f"{path}: part {want.name!r} does not read back as written.")
+    except Exception:
+        new.unlink(missing_ok=True)
+        raise
+    new.replace(path)
     return path
 
 
