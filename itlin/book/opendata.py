@@ -329,8 +329,8 @@ def write(parts: Sequence[Part], path) -> Path:
         if len(back) != len(parts):
             raise ValueError(f"{path}: wrote {len(parts)} parts, read {len(back)}.")
         for want, got in zip(expected, back):
-            if json.dumps(_io.jsonable(want.info), sort_keys=True) != json.dumps(_io.jsonable(got.info), sort_keys=True) \
-                    or want.paths != got.paths or want.name != got.name:
+            same = json.dumps(_io.jsonable(want.info), sort_keys=True) == json.dumps(_io.jsonable(got.info), sort_keys=True)
+            if not same or want.paths != got.paths or want.name != got.name:
                 raise ValueError(f"{path}: part {want.name!r} does not read back as written.")
     except Exception:
         new.unlink(missing_ok=True)

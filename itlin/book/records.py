@@ -107,9 +107,8 @@ def recorded_runs(folder=None) -> list:
     from . import opendata
 
     folder = recorded_dir() if folder is None else Path(folder)
-    tops = sorted({p.parent for p in folder.glob(f"*/{opendata.FILE}")} | {p.parent for p in folder.glob(f"*/{RECORD_FILE}")}
-                  | {p.parent.parent for p in folder.glob(f"*/*/{RECORD_FILE}")}
-                  | {p.parent.parent for p in folder.glob(f"*/*/{opendata.FILE}")})
+    tops = sorted({p.parent for name in (opendata.FILE, RECORD_FILE) for p in folder.glob(f"*/{name}")}
+                  | {p.parent.parent for name in (opendata.FILE, RECORD_FILE) for p in folder.glob(f"*/*/{name}")})
     return [rec for top in tops for rec in open_records(top)]
 
 
@@ -297,7 +296,7 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
     from . import opendata
 
     best = None
-    for path in sorted({p.parent for p in folder.glob(f"*/{RECORD_FILE}")} | {p.parent for p in folder.glob(f"*/{opendata.FILE}")}):
+    for path in sorted({p.parent for name in (RECORD_FILE, opendata.FILE) for p in folder.glob(f"*/{name}")}):
         if (path / opendata.FILE).is_file():
             attrs = opendata.attributes(path / opendata.FILE)
             if attrs.get("parts") != 1:
@@ -439,8 +438,8 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
 
     A training run's per-step loss that ``other`` keeps as block means (a record file's
     ``thinned_loss``, see :func:`itlin.book.opendata.thin_curves`) is compared as the same block
-    means of ``rec``'s. Packed per-example results (``uint8`` arrays of ``np.packbits``, and the ``*correct`` texts in
-    the runs' meta) are compared as the fraction of examples that flip; a run that diverges on one
+    means of ``rec``'s. Packed per-example results (``uint8`` arrays of ``np.packbits``, and the
+    ``*correct`` texts in the runs' meta) are compared as the fraction of examples that flip; a run that diverges on one
     side only, or at another step, is reported by its steps (and its arrays left out); non-finite
     entries are compared by where they are, not subtracted. Each floating-point difference is also
     measured against the spread between seeds of the same entry in ``other`` (along the seed axis

@@ -28,7 +28,8 @@ __all__ = [
     "claims", "curve", "fashion", "fashion_common", "fashion_label", "fashion_mini", "fashion_values",
     "first_close", "first_text", "FM5", "FM5_PLAN", "FM5_PLANNED", "FM6", "FM6_PLAN", "FM6_PLANNED", "FM7", "FM7_PLAN",
     "FM7_PLANNED",
-    "fresh_fashion", "fresh_fashion_record", "fresh_mini", "fresh_pool", "fresh_pool_mini", "judge_as_planned", "k1_mean",
+    "fresh_fashion", "fresh_fashion_record", "fresh_mini", "fresh_pool", "fresh_pool_mini", "judge_as_planned",
+    "k1_mean",
     "main_values", "mini_seconds_per_seed", "mini_values", "pool_seeds", "rows", "select", "side_of_zero",
     "smallest_resolved",
 ]
