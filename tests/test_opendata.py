@@ -174,3 +174,29 @@ def test_loading_example_runs_without_itlin():
     out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip()
+
+
+def test_parts_kept_one_file_each_join_into_the_file_made_at_once(tmp_path):
+    """A record made in parts is kept one record.nc per part while it is made, then joined: the
+    joined file holds what a file written from the original parts at once holds, digests of the
+    runs as made included, and the parts' files are gone."""
+    rng = np.random.default_rng(1)
+    parts = [_part({f"full K={K} seed={s}": (rng.normal(size=450), rng.random(3), rng.random(30) > 0.5)
+                    for K in ("1", "134") for s in (2 * p, 2 * p + 1)}, {}, name=f"seeds-{2 * p}", seed=2 * p, seeds=2)
+             for p in range(3)]
+    at_once = opendata.read(opendata.write(parts, tmp_path / "once" / "record.nc"))
+    folder = tmp_path / "joined"
+    for part in parts:
+        opendata.write([part._replace(name="")], folder / part.name / "record.nc")
+    (folder / "NOTES.md").write_text("notes\n")
+    joined = opendata.read(opendata.convert(folder))
+    assert sorted(p.name for p in folder.iterdir()) == ["NOTES.md", "record.nc"]
+    assert [p.name for p in joined] == ["seeds-0", "seeds-2", "seeds-4"]
+    for a, b in zip(at_once, joined):
+        _same(a, b)
+        assert a.made == b.made and a.made["content_digest"] == _io.content_digest(*_original(parts, a.name))
+
+
+def _original(parts, name):
+    part = next(p for p in parts if p.name == name)
+    return part.arrays, part.paths

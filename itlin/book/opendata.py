@@ -36,7 +36,7 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Mapping, NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -57,12 +57,14 @@ _SMALL = 8192  # bytes: variables smaller than this are stored contiguous, uncom
 
 class Part(NamedTuple):
     """One finished run (a record, or one part of a record made in parts): its flat arrays, their
-    key paths, its ``record.json`` content and its folder's name."""
+    key paths, its ``record.json`` content, its folder's name and, for a part read from a record
+    file, the digests of the run as it was made (kept when the part is written again)."""
 
     arrays: Mapping[str, np.ndarray]
     paths: list
     info: dict
     name: str = ""
+    made: Optional[dict] = None
 
 
 # ---------------------------------------------------------------------------------- one part
@@ -292,8 +294,9 @@ def to_dataset(parts: Sequence[Part]):
             ds = ds.assign_coords(part=("part", np.asarray([str(i) for i in range(len(stored))], dtype=str)))
     entries = [{"name": s.name, "info": s.info, "paths": s.paths,
                 "digest": _io.content_digest(s.arrays, s.paths),
-                "made": {"content_digest": _io.content_digest(p.arrays, p.paths),
-                         "arrays_sha256": p.info.get("arrays_sha256"), "record_sha256": p.info.get("record_sha256")}}
+                "made": p.made if p.made is not None else {
+                    "content_digest": _io.content_digest(p.arrays, p.paths),
+                    "arrays_sha256": p.info.get("arrays_sha256"), "record_sha256": p.info.get("record_sha256")}}
                for p, s in zip(parts, stored)]
     text = json.dumps(entries, allow_nan=False)
     ds["runs_json"] = xr.Variable(("runs_json_bytes",), np.frombuffer(text.encode("utf-8"), np.uint8), {
@@ -390,24 +393,32 @@ def read(path) -> list:
         made = entry.get("made") or {}
         if "thinned_loss" not in info and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
             raise ValueError(f"{path}: part {p} ({entry.get('name')}) differs from the run as it was made.")
-        parts.append(Part(flat, paths, info, entry.get("name", "")))
+        parts.append(Part(flat, paths, info, entry.get("name", ""), made or None))
     return parts
 
 
 # ---------------------------------------------------------------------------------- converting
 def parts_of(folder) -> list:
-    """The :class:`Part` s of a folder of finished runs in the runner's format (``results.npz``
-    and ``record.json``): the folder itself, or each sub-folder holding one (in name order)."""
+    """The :class:`Part` s of a folder of finished runs: the runner's files (``results.npz`` and
+    ``record.json``) or a record file, in the folder itself or in each of its sub-folders (in name
+    order; a sub-folder's one part takes the sub-folder's name), e.g. the parts of a record kept
+    one file each while it is made, to be joined into one file."""
     from .store import RECORD_FILE, RESULTS_FILE, _record_problem
 
     folder = Path(folder)
-    subs = [folder] if (folder / RECORD_FILE).is_file() else \
-        sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file()) if folder.is_dir() else []
+    has = lambda p: (p / RECORD_FILE).is_file() or (p / FILE).is_file()
+    subs = [folder] if has(folder) else sorted(p for p in folder.iterdir() if has(p)) if folder.is_dir() else []
     if not subs:
-        raise FileNotFoundError(f"{folder} holds no finished run (need {RECORD_FILE} and {RESULTS_FILE}, in it or "
-                                "in its sub-folders).")
+        raise FileNotFoundError(f"{folder} holds no finished run (need {FILE}, or {RECORD_FILE} and {RESULTS_FILE}, "
+                                "in it or in its sub-folders).")
     out = []
     for sub in subs:
+        name = "" if sub == folder else sub.name
+        if (sub / FILE).is_file():
+            got = read(sub / FILE)
+            out += [p._replace(name=p.name or name) for p in got] if len(got) > 1 or name == "" else \
+                [got[0]._replace(name=name)]
+            continue
         info = _io.read_json(sub / RECORD_FILE)
         problem = None if info is None else _record_problem(info, sub / RECORD_FILE)
         if info is None or problem:
@@ -415,15 +426,15 @@ def parts_of(folder) -> list:
         if _io.sha256_file(sub / RESULTS_FILE) != info.get("arrays_sha256"):
             raise ValueError(f"{sub / RESULTS_FILE} does not match the checksum in its record.json.")
         flat, paths, _ = _io.load_tree(sub / RESULTS_FILE)
-        out.append(Part(flat, paths, info, "" if sub == folder else sub.name))
+        out.append(Part(flat, paths, info, name))
     return out
 
 
 def convert(source, dest=None) -> Path:
     """Write the finished runs in ``source`` (see :func:`parts_of`) as ``dest/record.nc``. With no
-    ``dest``, in place: the file goes in ``source``, and the runner's files it replaces there
-    (``record.json``, ``results.npz``, ``params.json``, in it and in its parts' folders) are
-    removed once it reads back right; other files (notes) stay."""
+    ``dest``, in place: the file goes in ``source``, and the files it replaces there
+    (``record.json``, ``results.npz``, ``params.json`` and the parts' own ``record.nc``, in it and
+    in its parts' folders) are removed once it reads back right; other files (notes) stay."""
     from .store import PARAMS_FILE, RECORD_FILE, RESULTS_FILE
 
     source = Path(source)
@@ -431,17 +442,22 @@ def convert(source, dest=None) -> Path:
     path = write(parts, Path(source if dest is None else dest) / FILE)
     if dest is None:
         for part in parts:
-            folder = source / part.name if part.name else source
-            for name in (RECORD_FILE, RESULTS_FILE, PARAMS_FILE):
+            if not part.name:
+                for name in (RECORD_FILE, RESULTS_FILE, PARAMS_FILE):
+                    (source / name).unlink(missing_ok=True)
+                continue
+            folder = source / part.name
+            for name in (RECORD_FILE, RESULTS_FILE, PARAMS_FILE, FILE):
                 (folder / name).unlink(missing_ok=True)
-            if part.name and not any(folder.iterdir()):
+            if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     return path
 
 
 def main(argv=None) -> int:
     """``python -m itlin.book.opendata SOURCE [DEST]``: convert a folder of finished runs (one run,
-    or one sub-folder per part) into ``DEST/record.nc`` (default: in place, see :func:`convert`)."""
+    or one sub-folder per part, as the runner's files or record files) into ``DEST/record.nc``
+    (default: in place, see :func:`convert`; a record kept one file per part is joined so)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m itlin.book.opendata", description=main.__doc__)
