@@ -200,3 +200,107 @@ def test_parts_kept_one_file_each_join_into_the_file_made_at_once(tmp_path):
 def _original(parts, name):
     part = next(p for p in parts if p.name == name)
     return part.arrays, part.paths
+
+
+# ---------------------------------------------------------------------------------- per-example results as tallies
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(2, 30), st.integers(0, 2 ** 32 - 1))
+def test_tallies_give_the_paired_noise_of_the_bits(seeds, n, seed):
+    """Oracle: the paired noise computed from the per-seed, per-example results themselves."""
+    from itlin.book import intervals as I
+
+    rng = np.random.default_rng(seed)
+    a = rng.random((seeds, n)) < rng.random(n)
+    b = a ^ (rng.random((seeds, n)) < 0.3)
+    want = I._paired_noise(a, b)
+    for got in (I.tally_noise(I.tally(a, b)), I.tally_noise(I.tally(b, a))):
+        assert np.isclose(got[0], want[0], rtol=1e-12, atol=0)
+        # the floor is the square root of a difference of two variances: its square is what both
+        # compute to rounding, relative to the variance it is taken from (se^2)
+        assert abs(got[1] ** 2 - want[1] ** 2) <= 1e-12 * want[0] ** 2
+
+
+def _seeded_parts(rng, n=40, parts=3, per=2, settings_=("full K=1", "full K=134", "mini K=1")):
+    """Parts of runs one per setting and seed, as fit_seeds keeps them (meta names setting and seed)."""
+    out = []
+    for p in range(parts):
+        runs = {}
+        for s in range(per * p, per * p + per):
+            base = rng.random(n) < 0.7
+            for k, setting in enumerate(settings_):
+                runs[f"{setting} seed={s}"] = (rng.normal(size=5), rng.random(3), base ^ (rng.random(n) < 0.1 * (k + 1)))
+        part = _part(runs, {}, name=f"seeds-{per * p}", seed=per * p, seeds=per)
+        for tag, run in part.info["meta"]["runs"].items():
+            run.update(setting=tag.rsplit(" seed=", 1)[0], seed=int(tag.rsplit("=", 1)[1]), n_test_final=n)
+        part.info["record_sha256"] = record_digest(part.info)
+        out.append(part)
+    return out
+
+
+def _gap_rows(rec, setting):
+    from itlin.book.experiments.main._setup import correct_of
+
+    return [{"seed": int(m["seed"]), "setting": m["setting"], "status": rec.runs[tag]["status"],
+             "test": float(m["final_test"]), "correct": correct_of(m), "tallies": rec.tallies}
+            for tag, m in rec.meta["runs"].items() if m["setting"] == setting]
+
+
+def test_a_record_kept_as_tallies_judges_as_its_bits(tmp_path):
+    """The same parts written with their per-example bits and with tallies give the same gaps,
+    paired noise included, in either order; a pool of some parts only is not paired by a tally
+    over all of them (it falls back to the unpaired bound, never to a wrong pairing)."""
+    from itlin.book.experiments.main._rows import gap_verdict, pool_seeds
+
+    parts = _seeded_parts(np.random.default_rng(3))
+    for folder, tally in (("bits", False), ("tallied", True)):
+        for part in parts:
+            opendata.write([part._replace(name="")], tmp_path / folder / part.name / "record.nc")
+        opendata.convert(tmp_path / folder, tally=tally)
+    bits, tallied = (runner.open_records(tmp_path / f) for f in ("bits", "tallied"))
+    assert bits[0].tallies is None and all(r.tallies is tallied[0].tallies is not None for r in tallied)
+    assert not any("final_correct" in m for r in tallied for m in r.meta["runs"].values())
+    judge = lambda rec, a, b: gap_verdict("x", "claim", "p", _gap_rows(rec, a), _gap_rows(rec, b), n_test=40,
+                                          rule="close", margin=0.02, label_a=a, label_b=b)
+    for a, b in (("full K=134", "full K=1"), ("full K=1", "full K=134"), ("mini K=1", "full K=134")):
+        want, got = judge(pool_seeds(bits), a, b), judge(pool_seeds(tallied), a, b)
+        assert got.verdict == want.verdict and np.isclose(got.mean, want.mean, rtol=1e-12)
+        assert np.isclose(got.gap.test_half, want.gap.test_half, rtol=1e-12) and np.isclose(got.half, want.half)
+        unpaired = judge(pool_seeds(tallied[:2]), a, b)  # four of the six seeds the tally counts
+        assert unpaired.gap.test_half != judge(pool_seeds(bits[:2]), a, b).gap.test_half
+        assert np.isclose(unpaired.gap.test_half, opendata_unpaired(pool_seeds(bits[:2]), a, b))
+    # what was made stays checkable: each run's packed results as made, by their sha256
+    import hashlib
+
+    for part, rec in zip(parts, tallied):
+        for tag, run in part.info["meta"]["runs"].items():
+            assert rec.info["tallied"]["sha256"][tag] == hashlib.sha256(base64.b64decode(run["final_correct"])).hexdigest()
+
+
+def opendata_unpaired(rec, a, b):
+    """The unpaired bound of the test set's noise for the gap of a and b over their seeds (oracle)."""
+    from itlin.book import intervals as I
+
+    ra, rb = _gap_rows(rec, a), _gap_rows(rec, b)
+    return I.accuracy_noise(float(np.mean([(x["test"] + y["test"]) / 2 for x, y in zip(ra, rb)])), 40)
+
+
+def test_tallies_survive_rewriting_and_damage_is_caught(tmp_path):
+    import h5py
+
+    parts = _seeded_parts(np.random.default_rng(4), parts=2)
+    kept, tallies = opendata.tally_parts(parts)
+    with pytest.raises(ValueError, match="tallies"):
+        opendata.to_dataset(kept)
+    path = opendata.write(kept, tmp_path / "r" / "record.nc", tallies)
+    before = opendata.tallies_in(path)
+    opendata.convert(tmp_path / "r")  # rewritten in place, without asking for tallies: they stay
+    after = opendata.tallies_in(path)
+    assert set(after.pairs) == set(before.pairs) == {("full K=1", "full K=134"), ("full K=1", "mini K=1"),
+                                                     ("full K=134", "mini K=1")}
+    for k in after.pairs:
+        assert after.pairs[k][0] == before.pairs[k][0] == (0, 1, 2, 3)
+        assert np.array_equal(after.pairs[k][1].a_only, before.pairs[k][1].a_only)
+    with h5py.File(path, "r+") as h:
+        h["tally_a_only"][0, 0] += 1
+    with pytest.raises(ValueError, match="digest"):
+        opendata.tallies_in(path)

@@ -9,7 +9,8 @@ runs the same initialisation and batches) with a two-sided interval at :data:`LE
 * the test-set part, for accuracies: the unpaired bound ``z sqrt(2 p (1 - p) / n_test)``
   (:func:`accuracy_noise`, :func:`slope_noise` for slopes), or the paired noise from per-example
   results (:func:`paired_accuracy_se`, with the floor more seeds do not remove,
-  :func:`paired_accuracy_floor_se`; kept in records by :func:`pack_correct`). The two parts are
+  :func:`paired_accuracy_floor_se`; kept in records by :func:`pack_correct`, or counted over seeds
+  by :func:`tally`). The two parts are
   added in quadrature (:func:`paired_gap`): a conservative choice, since paired runs on one test
   set share part of that noise;
 * proportions of independent runs (:func:`wilson_interval`, :func:`proportion_gap`);
@@ -225,8 +226,57 @@ def paired_accuracy_floor_se(correct_a, correct_b) -> float:
     return _paired_noise(correct_a, correct_b)[1]
 
 
-def _paired_noise(correct_a, correct_b) -> tuple:
-    """``(paired_accuracy_se, paired_accuracy_floor_se)`` from one pass over the differences."""
+class PairedTally(NamedTuple):
+    """Per-example results of two settings over the same ``seeds`` seeds, kept as counts: on
+    example ``i``, ``a_only[i]`` seeds got it right with ``a`` and wrong with ``b``, ``b_only[i]``
+    the reverse. Enough for :func:`paired_accuracy_se` and :func:`paired_accuracy_floor_se`
+    (:func:`tally_noise`), in a size that does not grow with the seeds (:func:`tally`)."""
+
+    a_only: np.ndarray
+    b_only: np.ndarray
+    seeds: int
+
+
+def tally(correct_a, correct_b) -> PairedTally:
+    """The :class:`PairedTally` of two ``(seeds, n_test)`` boolean arrays.
+
+    >>> t = tally([[1, 1, 0], [1, 0, 0]], [[0, 1, 0], [1, 1, 0]])
+    >>> t.a_only.tolist(), t.b_only.tolist(), t.seeds
+    ([1, 0, 0], [0, 1, 0], 2)
+    """
+    a, b = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"tally needs two (seeds, n_test) arrays of one shape, got {a.shape} and {b.shape}.")
+    return PairedTally(np.sum(a & ~b, axis=0), np.sum(~a & b, axis=0), a.shape[0])
+
+
+def tally_noise(t: PairedTally) -> tuple:
+    """``(paired_accuracy_se, paired_accuracy_floor_se)`` of the per-example results a
+    :class:`PairedTally` counts: with ``d_si`` in ``{-1, 0, 1}``, ``sum_s d_si = a_only - b_only``
+    and ``sum_s d_si^2 = a_only + b_only`` are all the two need.
+
+    >>> a = np.array([[1, 1, 0, 1]] * 2, bool); b = np.array([[1, 0, 0, 1]] * 2, bool)
+    >>> tally_noise(tally(a, b)) == (paired_accuracy_se(a, b), paired_accuracy_floor_se(a, b))
+    True
+    """
+    a, b, seeds = np.asarray(t.a_only, np.float64), np.asarray(t.b_only, np.float64), int(t.seeds)
+    if a.shape != b.shape or a.ndim != 1 or a.size < 2 or seeds < 1:
+        raise ValueError(f"tally_noise needs two counts per example of at least 2 examples and 1 seed, got "
+                         f"{a.shape}, {b.shape} and {seeds} seeds.")
+    e = (a - b) / seeds
+    se = float(e.std(ddof=1) / math.sqrt(e.size))
+    if seeds < 2:
+        return se, se
+    within = ((a + b) - (a - b) ** 2 / seeds) / (seeds - 1)  # each example's variance of d over seeds
+    between = float(e.var(ddof=1)) - float(within.mean()) / seeds
+    return se, math.sqrt(max(between, 0.0) / e.size)
+
+
+def _paired_noise(correct_a, correct_b=None) -> tuple:
+    """``(paired_accuracy_se, paired_accuracy_floor_se)`` from one pass over the differences (or
+    from a :class:`PairedTally` alone)."""
+    if isinstance(correct_a, PairedTally):
+        return tally_noise(correct_a)
     se = paired_accuracy_se(correct_a, correct_b)  # checks the shapes
     d = np.asarray(correct_a, np.float64) - np.asarray(correct_b, np.float64)
     seeds, n = d.shape
@@ -244,7 +294,7 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     For accuracies, the finite test set adds noise: from ``examples`` (``(correct_a,
     correct_b)``, per seed and example, when the runs' per-example results are known: the paired
     :func:`paired_accuracy_se`, with the floor more seeds would not remove,
-    :func:`paired_accuracy_floor_se`), from ``test_se`` (a standard error given), or, failing
+    :func:`paired_accuracy_floor_se`; or a :class:`PairedTally` of them), from ``test_se`` (a standard error given), or, failing
     both, from ``n_test`` (the unpaired bound of :func:`accuracy_noise`, conservative).
 
     >>> g = paired_gap([0.82, 0.83, 0.81], [0.80, 0.80, 0.79], n_test=10_000)
@@ -259,7 +309,7 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     mean, seed_half = seed_interval(a - b, level)
     test_half, test_floor = 0.0, math.nan
     if examples is not None:
-        se, floor = _paired_noise(*examples)
+        se, floor = _paired_noise(examples) if isinstance(examples, PairedTally) else _paired_noise(*examples)
         test_half, test_floor = _z(0.5 + level / 2) * se, _z(0.5 + level / 2) * floor
     elif test_se is not None:
         test_half = _z(0.5 + level / 2) * float(test_se)
@@ -400,4 +450,5 @@ def fmt_mean(values: Sequence[float], scale: float = 100.0, unit: str = "%", dig
 
 __all__ = ["Gap", "LEVEL", "accuracy_noise", "bootstrap_gap", "fmt_gap", "fmt_mean", "largest_rise",
            "log_slope_weights", "pack_correct", "paired_accuracy_floor_se", "paired_accuracy_se", "paired_gap",
+           "PairedTally", "tally", "tally_noise",
            "proportion_gap", "seed_interval", "slope_noise", "t_quantile", "unpack_correct", "wilson_interval"]

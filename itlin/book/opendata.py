@@ -18,11 +18,14 @@ every run, that a reader needs itlin to make sense of. The runs kept with the bo
   ``record.json`` as JSON.
 * **Compressed** with HDF5's deflate and shuffle filters, which every netCDF-4 reader decodes
   (xarray, netCDF4-python, h5py, ncdump, R, Julia, MATLAB): no plug-in codec.
-* **Exact.** Every array and every field comes back as it was made, with one exception: a
+* **Exact.** Every array and every field comes back as it was made, with two exceptions: a
   training run's per-step loss (``_fits/<tag>/loss``) longer than :data:`CURVE_POINTS` points is
   kept as the means of equal blocks of it (its ``loss_every`` grows to match: the resolution
-  the chapters draw; no claim reads that curve). Each part stores the content digests of its
-  arrays before and after; :func:`read` checks the stored one on every load.
+  the chapters draw; no claim reads that curve); and a record of many seeds may keep its
+  per-example results as counts over seeds, one pair of settings at a time
+  (:func:`tally_parts`, :class:`ExampleTallies`): all a paired gap reads, in a size that does
+  not grow with the seeds. Each part stores the content digests of its arrays before and
+  after; :func:`read` checks the stored one on every load, :func:`tallies_in` the tallies'.
 
 Why netCDF-4 and not zarr: a record stays one file, which git, a download and a reader handle
 better than a folder of chunk files, and it opens in more tools. ``book/recorded/README.md``
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -130,6 +134,156 @@ def _bits_in(arrays: dict, paths: list, info: dict):
     return arrays, [p for p in paths if not (p and p[0] == _BITS)], info
 
 
+# ---------------------------------------------------------------------------------- tallies
+class ExampleTallies(NamedTuple):
+    """The per-example results ``field`` of a record's runs (one per setting and seed) kept as
+    counts over seeds: ``pairs[(a, b)] = (seeds, PairedTally)`` for settings ``a`` and ``b``
+    (in name order), over the seeds where both runs completed. All a paired gap between two
+    settings reads (:func:`itlin.book.verdicts.tally_noise`), in a size that does not grow with
+    the seeds."""
+
+    field: str
+    pairs: Mapping
+
+    def pair(self, a: str, b: str, seeds) -> Optional[object]:
+        """The :class:`~itlin.book.verdicts.PairedTally` of setting ``a`` against ``b`` (names, or
+        sets of one name) over exactly ``seeds``; ``None`` when the tally is over other seeds (a
+        gap over fewer seeds, or a pool of some parts only) or those settings were not tallied."""
+        from .intervals import PairedTally
+
+        one = lambda x: x if isinstance(x, str) else next(iter(x)) if len(x) == 1 else None
+        a, b = one(a), one(b)
+        flip = (a, b) not in self.pairs
+        got = self.pairs.get((b, a) if flip else (a, b))
+        if got is None or tuple(sorted(int(s) for s in seeds)) != got[0]:
+            return None
+        t = got[1]
+        return PairedTally(t.b_only, t.a_only, t.seeds) if flip else t
+
+
+def tally_parts(parts: Sequence[Part], field: str = "final_correct", n_key: str = "n_test_final"):
+    """``(parts, tallies)``: the per-example results ``field`` of every pair of settings in
+    ``parts`` (runs whose meta names their ``setting`` and ``seed``, the first ``n_key`` examples
+    of each) counted over the seeds where both runs completed (:class:`ExampleTallies`), and the
+    parts without those results; each part's ``info["tallied"]`` keeps ``field`` and the sha256
+    of each run's packed results as made. ``tallies`` is ``None`` when no two settings share a
+    seed."""
+    from .intervals import tally
+    from .store import record_digest
+
+    bits: dict = {}  # setting -> {seed: (part index, tag, packed bytes)}
+    for i, part in enumerate(parts):
+        runs, status = (part.info.get("meta") or {}).get("runs") or {}, part.info.get("runs") or {}
+        for tag, run in runs.items():
+            if not (isinstance(run, Mapping) and isinstance(run.get(field), str) and "setting" in run and "seed" in run):
+                continue
+            if (status.get(tag) or {}).get("status") != "completed":
+                continue
+            raw = base64.b64decode(run[field], validate=True)
+            n = int(float(run[n_key]))
+            seen = bits.setdefault(str(run["setting"]), {})
+            if int(run["seed"]) in seen:
+                raise ValueError(f"opendata.tally_parts: two runs of {run['setting']!r} with seed {run['seed']}.")
+            seen[int(run["seed"])] = (i, tag, raw, n)
+    pairs, used = {}, set()
+    names = sorted(bits, key=_label_order)
+    for j, a in enumerate(names):
+        for b in names[j + 1:]:
+            seeds = tuple(sorted(set(bits[a]) & set(bits[b])))
+            if not seeds:
+                continue
+            sizes = {bits[x][s][3] for x in (a, b) for s in seeds}
+            if len(sizes) != 1:
+                raise ValueError(f"opendata.tally_parts: {a!r} and {b!r} have results on {sorted(sizes)} examples.")
+            n = sizes.pop()
+            stack = lambda x: np.unpackbits(np.stack([np.frombuffer(bits[x][s][2], np.uint8) for s in seeds]),
+                                            axis=-1)[:, :n].astype(bool)
+            pairs[(a, b)] = (seeds, tally(stack(a), stack(b)))
+            used |= {bits[x][s][:2] for x in (a, b) for s in seeds}
+    if not pairs:
+        return list(parts), None
+    out = []
+    for i, part in enumerate(parts):
+        tags = sorted(tag for k, tag in used if k == i)
+        if not tags:
+            out.append(part)
+            continue
+        info = copy.deepcopy(part.info)
+        sha = {}
+        for tag in tags:
+            text = info["meta"]["runs"][tag].pop(field)
+            sha[tag] = hashlib.sha256(base64.b64decode(text)).hexdigest()
+        info["tallied"] = {"field": field, "n_key": n_key, "sha256": sha}
+        if "record_sha256" in info:
+            info["record_sha256"] = record_digest(info)
+        made = part.made if part.made is not None else {
+            "content_digest": _io.content_digest(part.arrays, part.paths),
+            "arrays_sha256": part.info.get("arrays_sha256"), "record_sha256": part.info.get("record_sha256")}
+        out.append(part._replace(info=info, made=made))
+    return out, ExampleTallies(field, pairs)
+
+
+def _tally_variables(tallies: ExampleTallies) -> dict:
+    import xarray as xr
+
+    keys = list(tallies.pairs)
+    seeds = [tallies.pairs[k][0] for k in keys]
+    width = max(len(s) for s in seeds)
+    grid = np.full((len(keys), width), -1, np.int64)
+    for i, s in enumerate(seeds):
+        grid[i, :len(s)] = s
+    dtype = np.uint16 if width < 2 ** 16 else np.uint32
+    count = lambda what: np.stack([np.asarray(getattr(tallies.pairs[k][1], what)) for k in keys]).astype(dtype)
+    dims = ("tally_pair", "tally_example")
+    return {
+        "tally_a_only": xr.Variable(dims, count("a_only"), {
+            "long_name": f"seeds where setting a got the example right and setting b wrong ({tallies.field})",
+            "units": "seeds"}),
+        "tally_b_only": xr.Variable(dims, count("b_only"), {
+            "long_name": f"seeds where setting b got the example right and setting a wrong ({tallies.field})",
+            "units": "seeds"}),
+        "tally_setting_a": xr.Variable(("tally_pair",), np.asarray([k[0] for k in keys], dtype=str)),
+        "tally_setting_b": xr.Variable(("tally_pair",), np.asarray([k[1] for k in keys], dtype=str)),
+        "tally_seeds": xr.Variable(("tally_pair", "tally_seed"), grid, {
+            "description": "the seeds each pair's counts are over (-1: padding)"}),
+    }
+
+
+def _tally_digest(tallies: ExampleTallies) -> str:
+    h = hashlib.sha256(tallies.field.encode())
+    for k in sorted(tallies.pairs):
+        seeds, t = tallies.pairs[k]
+        h.update(json.dumps([list(k), list(seeds), int(t.seeds)]).encode())
+        for a in (t.a_only, t.b_only):
+            h.update(np.asarray(a, np.int64).tobytes())
+    return h.hexdigest()
+
+
+def tallies_in(path) -> Optional[ExampleTallies]:
+    """The :class:`ExampleTallies` a record file keeps (``None`` if none); raises ``ValueError``
+    when they do not match their stored digest."""
+    import h5py
+
+    from .intervals import PairedTally
+
+    with h5py.File(path, "r") as h:
+        if "tally_a_only" not in h:
+            return None
+        field, digest = h.attrs["tally_field"], h.attrs["tally_sha256"]
+        field, digest = (x.decode() if isinstance(x, bytes) else str(x) for x in (field, digest))
+        a_only, b_only, grid = h["tally_a_only"][...], h["tally_b_only"][...], h["tally_seeds"][...]
+        names = [[x.decode() if isinstance(x, bytes) else str(x) for x in h[v][...]]
+                 for v in ("tally_setting_a", "tally_setting_b")]
+    pairs = {}
+    for i, (a, b) in enumerate(zip(*names)):
+        seeds = tuple(int(s) for s in grid[i] if s >= 0)
+        pairs[(a, b)] = (seeds, PairedTally(a_only[i].astype(np.int64), b_only[i].astype(np.int64), len(seeds)))
+    out = ExampleTallies(field, pairs)
+    if _tally_digest(out) != digest:
+        raise ValueError(f"{path}: its per-example tallies do not match their digest.")
+    return out
+
+
 # ---------------------------------------------------------------------------------- grouping
 def _template(key: str):
     """``("_fits/K={K} seed={seed}/loss", (("K", "1"), ("seed", "3")))``: a key with each
@@ -189,13 +343,16 @@ def _unit(template: str):
 
 
 # ---------------------------------------------------------------------------------- writing
-def to_dataset(parts: Sequence[Part]):
+def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
     """An :class:`xarray.Dataset` of one record (one or more parts of one experiment), with each
-    part's per-step losses cut to :data:`CURVE_POINTS` (:func:`thin_curves`)."""
+    part's per-step losses cut to :data:`CURVE_POINTS` (:func:`thin_curves`) and the
+    :class:`ExampleTallies` of parts made by :func:`tally_parts`."""
     import xarray as xr
 
     if not parts:
         raise ValueError("opendata.to_dataset: no parts to store.")
+    if tallies is None and any("tallied" in p.info for p in parts):
+        raise ValueError("opendata.to_dataset: some parts keep their per-example results as tallies; pass them.")
     stored = [_bits_out(thin_curves(p)) for p in parts]
     groups: dict = {}
     for p, part in enumerate(stored):
@@ -303,6 +460,11 @@ def to_dataset(parts: Sequence[Part]):
         "description": "UTF-8 JSON, one entry per part: its folder 'name', its record.json 'info' (per-example "
                        "results replaced by {'$bits': key}, the key of their array), its result key 'paths', the "
                        "sha256 'digest' of its stored arrays and, under 'made', the digests of the run as made"})
+    if tallies is not None:
+        ds = ds.assign(_tally_variables(tallies))
+        ds.attrs.update(tally_field=tallies.field, tally_sha256=_tally_digest(tallies),
+                        tallies="per-example results of each pair of settings counted over seeds (tally_*); "
+                                "each run's packed results as made: its sha256 in runs_json (info.tallied)")
     return ds
 
 
@@ -313,10 +475,11 @@ def _present(members, index, grid) -> np.ndarray:
     return out
 
 
-def write(parts: Sequence[Part], path) -> Path:
-    """Write ``parts`` as one netCDF-4 record file at ``path`` (atomically), read it back and
-    check that each part's arrays and record are the ones stored; returns the path."""
-    ds = to_dataset(parts)
+def write(parts: Sequence[Part], path, tallies: Optional[ExampleTallies] = None) -> Path:
+    """Write ``parts`` (with their ``tallies``, see :func:`tally_parts`) as one netCDF-4 record
+    file at ``path`` (atomically), read it back and check that each part's arrays and record
+    are the ones stored; returns the path."""
+    ds = to_dataset(parts, tallies)
     encoding = {}
     for name, v in ds.variables.items():
         if v.dtype.kind in "biuf":
@@ -329,6 +492,8 @@ def write(parts: Sequence[Part], path) -> Path:
     try:
         back = read(new)
         expected = [thin_curves(p) for p in parts]
+        if tallies is not None and _tally_digest(tallies_in(new)) != _tally_digest(tallies):
+            raise ValueError(f"{path}: its per-example tallies do not read back as written.")
         if len(back) != len(parts):
             raise ValueError(f"{path}: wrote {len(parts)} parts, read {len(back)}.")
         for want, got in zip(expected, back):
@@ -391,7 +556,8 @@ def read(path) -> list:
             raise ValueError(f"{path}: the arrays of part {p} ({entry.get('name')}) do not match their digest.")
         flat, paths, info = _bits_in(flat, entry["paths"], entry["info"])
         made = entry.get("made") or {}
-        if "thinned_loss" not in info and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
+        if "thinned_loss" not in info and "tallied" not in info \
+                and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
             raise ValueError(f"{path}: part {p} ({entry.get('name')}) differs from the run as it was made.")
         parts.append(Part(flat, paths, info, entry.get("name", ""), made or None))
     return parts
@@ -430,16 +596,21 @@ def parts_of(folder) -> list:
     return out
 
 
-def convert(source, dest=None) -> Path:
+def convert(source, dest=None, *, tally: bool = False) -> Path:
     """Write the finished runs in ``source`` (see :func:`parts_of`) as ``dest/record.nc``. With no
     ``dest``, in place: the file goes in ``source``, and the files it replaces there
     (``record.json``, ``results.npz``, ``params.json`` and the parts' own ``record.nc``, in it and
-    in its parts' folders) are removed once it reads back right; other files (notes) stay."""
+    in its parts' folders) are removed once it reads back right; other files (notes) stay.
+    ``tally``: keep the runs' per-example results as counts over seeds (:func:`tally_parts`);
+    a record file that has them keeps them."""
     from .store import PARAMS_FILE, RECORD_FILE, RESULTS_FILE
 
     source = Path(source)
     parts = parts_of(source)
-    path = write(parts, Path(source if dest is None else dest) / FILE)
+    tallies = tallies_in(source / FILE) if (source / FILE).is_file() else None
+    if tally and tallies is None:
+        parts, tallies = tally_parts(parts)
+    path = write(parts, Path(source if dest is None else dest) / FILE, tallies)
     if dest is None:
         for part in parts:
             if not part.name:
@@ -464,14 +635,16 @@ def main(argv=None) -> int:
     ap.add_argument("source", help="a results folder of one finished run, or a folder of such folders (parts)")
     ap.add_argument("dest", nargs="?", help="the record's folder, e.g. book/recorded/<name> (default: SOURCE, "
                                             "replacing the runner's files there)")
+    ap.add_argument("--tally", action="store_true", help="keep per-example results as counts over seeds, one "
+                                                         "pair of settings at a time (for records of many seeds)")
     args = ap.parse_args(argv)
-    path = convert(args.source, args.dest)
+    path = convert(args.source, args.dest, tally=args.tally)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 
-__all__ = ["CURVE_POINTS", "FILE", "FORMAT", "Part", "attributes", "convert", "parts_of", "read", "thin_curves",
-           "to_dataset", "write"]
+__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "attributes", "convert", "parts_of", "read",
+           "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -41,9 +41,10 @@ def _from_file(folder: Path) -> list:
     """The runs of a record file (:mod:`itlin.book.opendata`) in ``folder``, one per part."""
     from . import opendata
 
+    tallies = opendata.tallies_in(folder / opendata.FILE)
     return [Record(part.info.get("experiment", "?"), dict(part.info.get("params", {})),
                    part.info.get("status", "unknown"), folder / part.name if part.name else folder,
-                   part.arrays, part.paths, part.info, loaded=True)
+                   part.arrays, part.paths, part.info, loaded=True, tallies=tallies)
             for part in opendata.read(folder / opendata.FILE)]
 
 
@@ -159,8 +160,9 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
             f"{n} seeds on {device}" + (f", processor {proc}" if proc else "") for (device, proc), n in machines.items())
             + ")", processor=None, machines=len(machines))
     status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status for rec in records)
+    tallies = first.tallies if all(rec.tallies is first.tallies for rec in records) else None  # parts of one file
     return Record(first.experiment, dict(first.params if params is None else params), status, first.path.parent,
-                  arrays, paths, info, loaded=True)
+                  arrays, paths, info, loaded=True, tallies=tallies)
 
 
 

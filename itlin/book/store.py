@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
@@ -109,6 +109,8 @@ class Record:
     ``arrays`` is the flat dict of arrays (keys ``"a/b"`` for nested results); ``record[key]``
     gives an array by flat key or a nested dict for a top-level key of the experiment's result.
     ``info`` is the content of ``record.json``. ``loaded`` says whether it came from disk.
+    ``tallies``: per-example results a record file keeps as counts over seeds (shared by its
+    parts), or ``None``.
     """
 
     experiment: str
@@ -119,6 +121,8 @@ class Record:
     paths: list
     info: dict
     loaded: bool = False
+    #: per-example results kept as counts over seeds (:class:`itlin.book.opendata.ExampleTallies`)
+    tallies: Optional[object] = field(default=None, compare=False, repr=False)
 
     @property
     def hash(self) -> str:

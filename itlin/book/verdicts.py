@@ -41,9 +41,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .intervals import (LEVEL, Gap, _z, accuracy_noise, bootstrap_gap, fmt_gap, fmt_mean, largest_rise,
+from .intervals import (LEVEL, Gap, PairedTally, _z, accuracy_noise, bootstrap_gap, fmt_gap, fmt_mean, largest_rise,
                         log_slope_weights, pack_correct, paired_accuracy_floor_se, paired_accuracy_se, paired_gap,
-                        proportion_gap, seed_interval, slope_noise, t_quantile, unpack_correct, wilson_interval)
+                        proportion_gap, seed_interval, slope_noise, t_quantile, tally, tally_noise, unpack_correct,
+                        wilson_interval)
 
 HOLDS, FAILS, UNRESOLVED = "holds", "does not hold", "cannot resolve"
 
@@ -459,8 +460,9 @@ def bottom_line(rows: Sequence[Verdict]) -> str:
     return text + "."
 
 
-__all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
+__all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "PairedTally", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
            "RULE_WORDS", "bootstrap_gap", "bottom_line", "close", "exceeds", "flip_margin", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
            "log_slope_weights", "margin_sensitivity", "not_worse", "pack_correct", "p_value", "paired_accuracy_floor_se", "paired_accuracy_se",
            "paired_gap", "proportion_gap",
-           "no_seeds_reason", "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "threshold", "unpack_correct", "wilson_interval"]
+           "no_seeds_reason", "seed_interval", "seeds_needed", "slope_noise", "stated", "t_quantile", "tally", "tally_noise", "threshold",
+           "unpack_correct", "wilson_interval"]

@@ -1,10 +1,8 @@
 """The result rows of the headline experiments and the verdicts judged on them.
 
-One row per training run (a setting and a seed) of a record made by
-:func:`itlin.book.experiments.main._setup.fit_seeds`: its final accuracies, feature updates and
-status (:func:`rows_of`); rows are picked by their fields (:func:`select`) and a claim on two
-settings is a gap paired by seed (:func:`gap_verdict`).
-"""
+One row per training run (a setting and a seed) of a record made by :func:`._setup.fit_seeds`: its final
+accuracies, feature updates and status (:func:`rows_of`); rows are picked by their fields (:func:`select`)
+and a claim on two settings is a gap paired by seed (:func:`gap_verdict`)."""
 
 from __future__ import annotations
 
@@ -86,7 +84,7 @@ def rows_of(rec) -> list:
         if "final_test" in info:  # measured on the large test set (see prepare)
             row["test"], row["test_net"] = float(info["final_test"]), float(info["final_test_net"])
             row.pop("final_correct", None)
-            row["correct"] = correct_of(info)
+            row["correct"], row["tallies"] = correct_of(info), rec.tallies
         row.setdefault("seed", int(rec.params.get("seed", 0)))
         row.setdefault("setting", name)
         out.append(row)
@@ -107,13 +105,12 @@ def select(rows: Sequence[Mapping], **match) -> list:
 def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows_b: Sequence[Mapping], *,
                 n_test: int, rule: str, margin: float, label_a: str, label_b: str, metric: str = "test",
                 headline: bool = False) -> V.Verdict:
-    """The verdict on the gap ``a - b`` of ``metric`` (an accuracy), paired by seed over the
-    seeds where both settings completed: ``rule="close"`` (within ``margin``) or ``"exceeds"``
-    (``a`` above ``b`` by more than ``margin``). The test set's noise is the paired one when
-    both sides stored which examples they classify right (``row["correct"]``), else the
-    unpaired bound from ``n_test``. A seed whose run diverged on either side is
-    left out and counted (``dropped``); an equivalence ("close") with any seed left out is at
-    most *cannot resolve* (:func:`itlin.book.verdicts.judge`)."""
+    """The verdict on the gap ``a - b`` of ``metric`` (an accuracy), paired by seed over the seeds where both
+    settings completed: ``rule="close"`` (within ``margin``) or ``"exceeds"`` (``a`` above ``b`` by more
+    than ``margin``). The test set's noise is the paired one when both sides stored which examples they
+    classify right (``row["correct"]``, or counted over these seeds in ``row["tallies"]``), else the
+    unpaired bound from ``n_test``. A seed whose run diverged on either side is left out and counted
+    (``dropped``); an equivalence ("close") with any seed left out is at most *cannot resolve*."""
     done = lambda rows: {int(r["seed"]): r for r in rows if r["status"] == "completed" and math.isfinite(r[metric])}
     a, b = done(rows_a), done(rows_b)
     seeds = sorted(set(a) & set(b))
@@ -122,6 +119,9 @@ def gap_verdict(id: str, claim: str, paper: str, rows_a: Sequence[Mapping], rows
     per_example = None
     if metric == "test" and seeds and all(x[s].get("correct") is not None for x in (a, b) for s in seeds):
         per_example = ([a[s]["correct"] for s in seeds], [b[s]["correct"] for s in seeds])
+    t = a[seeds[0]].get("tallies") if metric == "test" and seeds else None  # per-example results counted over seeds
+    if per_example is None and t is not None and all(x[s].get("tallies") is t for x in (a, b) for s in seeds):
+        per_example = t.pair({a[s]["setting"] for s in seeds}, {b[s]["setting"] for s in seeds}, seeds)
     gap = V.paired_gap(va, vb, n_test=n_test, examples=per_example)
     measured = f"{label_a} {V.fmt_mean(va)}, {label_b} {V.fmt_mean(vb)}" if seeds else "no completed pair"
     return V.judge(id, claim, paper, gap, rule, margin, measured=measured, headline=headline, dropped=dropped)
