@@ -304,3 +304,27 @@ def test_tallies_survive_rewriting_and_damage_is_caught(tmp_path):
         h["tally_a_only"][0, 0] += 1
     with pytest.raises(ValueError, match="digest"):
         opendata.tallies_in(path)
+
+
+def test_parts_joined_a_few_at_a_time_give_the_file_joined_at_once(tmp_path):
+    """A record made over several sessions can be joined as its parts come: parts added beside
+    the joined file are read with it, and joining them again gives what joining every part at
+    once gives, the tallies included (their counts add over seeds)."""
+    parts = _seeded_parts(np.random.default_rng(5), parts=4)
+    for folder, batches in (("once", [parts]), ("steps", [parts[:2], parts[2:3], parts[3:]])):
+        for batch in batches:
+            for part in batch:
+                opendata.write([part._replace(name="")], tmp_path / folder / part.name / "record.nc")
+            if folder == "steps" and batch is not batches[0]:
+                assert len(runner.open_records(tmp_path / folder)) == sum(len(b) for b in batches[:batches.index(batch) + 1])
+            opendata.convert(tmp_path / folder, tally=True)
+    once, steps = (opendata.read(tmp_path / f / "record.nc") for f in ("once", "steps"))
+    assert [p.name for p in steps] == [p.name for p in once] == ["seeds-0", "seeds-2", "seeds-4", "seeds-6"]
+    for a, b in zip(once, steps):
+        _same(a, b)
+        assert a.made == b.made
+    ta, tb = (opendata.tallies_in(tmp_path / f / "record.nc") for f in ("once", "steps"))
+    assert opendata._tally_digest(ta) == opendata._tally_digest(tb)
+    assert sorted(p.name for p in (tmp_path / "steps").iterdir()) == ["record.nc"]
+    with pytest.raises(ValueError, match="seed"):
+        opendata.merge_tallies(ta, tb)

@@ -223,6 +223,28 @@ def tally_parts(parts: Sequence[Part], field: str = "final_correct", n_key: str 
     return out, ExampleTallies(field, pairs)
 
 
+def merge_tallies(a: Optional[ExampleTallies], b: Optional[ExampleTallies]) -> Optional[ExampleTallies]:
+    """The tallies of two sets of runs of other seeds, added (a pair of settings in one only
+    keeps that one's seeds); raises ``ValueError`` when they share a seed or count another field."""
+    from .intervals import PairedTally
+
+    if a is None or b is None:
+        return a if b is None else b
+    if a.field != b.field:
+        raise ValueError(f"opendata.merge_tallies: one tallies {a.field!r}, the other {b.field!r}.")
+    pairs = dict(a.pairs)
+    for key, (seeds, t) in b.pairs.items():
+        if key not in pairs:
+            pairs[key] = (seeds, t)
+            continue
+        seen, u = pairs[key]
+        if set(seen) & set(seeds):
+            raise ValueError(f"opendata.merge_tallies: both count seed {min(set(seen) & set(seeds))} of {key}.")
+        pairs[key] = (tuple(sorted(seen + seeds)), PairedTally(np.asarray(u.a_only) + t.a_only,
+                                                               np.asarray(u.b_only) + t.b_only, u.seeds + t.seeds))
+    return ExampleTallies(a.field, pairs)
+
+
 def _tally_variables(tallies: ExampleTallies) -> dict:
     import xarray as xr
 
@@ -566,14 +588,15 @@ def read(path) -> list:
 # ---------------------------------------------------------------------------------- converting
 def parts_of(folder) -> list:
     """The :class:`Part` s of a folder of finished runs: the runner's files (``results.npz`` and
-    ``record.json``) or a record file, in the folder itself or in each of its sub-folders (in name
-    order; a sub-folder's one part takes the sub-folder's name), e.g. the parts of a record kept
-    one file each while it is made, to be joined into one file."""
+    ``record.json``) or a record file, in the folder itself and then in each of its sub-folders (in
+    name order; a sub-folder's one part takes the sub-folder's name), e.g. the parts of a record
+    made over several sessions, to be joined into one file (or into the file already there)."""
     from .store import RECORD_FILE, RESULTS_FILE, _record_problem
 
     folder = Path(folder)
     has = lambda p: (p / RECORD_FILE).is_file() or (p / FILE).is_file()
-    subs = [folder] if has(folder) else sorted(p for p in folder.iterdir() if has(p)) if folder.is_dir() else []
+    subs = sorted(p for p in folder.iterdir() if p.is_dir() and has(p)) if folder.is_dir() else []
+    subs = ([folder] if has(folder) else []) + subs  # a joined file first, then parts still kept one file each
     if not subs:
         raise FileNotFoundError(f"{folder} holds no finished run (need {FILE}, or {RECORD_FILE} and {RESULTS_FILE}, "
                                 "in it or in its sub-folders).")
@@ -602,14 +625,15 @@ def convert(source, dest=None, *, tally: bool = False) -> Path:
     (``record.json``, ``results.npz``, ``params.json`` and the parts' own ``record.nc``, in it and
     in its parts' folders) are removed once it reads back right; other files (notes) stay.
     ``tally``: keep the runs' per-example results as counts over seeds (:func:`tally_parts`);
-    a record file that has them keeps them."""
+    a record file that has them keeps them, and tallies the parts joined to it."""
     from .store import PARAMS_FILE, RECORD_FILE, RESULTS_FILE
 
     source = Path(source)
     parts = parts_of(source)
     tallies = tallies_in(source / FILE) if (source / FILE).is_file() else None
-    if tally and tallies is None:
-        parts, tallies = tally_parts(parts)
+    if tally or tallies is not None:  # a file kept as tallies tallies the parts joined to it
+        parts, more = tally_parts(parts)
+        tallies = merge_tallies(tallies, more)
     path = write(parts, Path(source if dest is None else dest) / FILE, tallies)
     if dest is None:
         for part in parts:
@@ -644,7 +668,7 @@ def main(argv=None) -> int:
 
 
 __all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "attributes", "convert", "parts_of", "read",
-           "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
+           "merge_tallies", "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

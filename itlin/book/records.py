@@ -86,16 +86,17 @@ def open_record(folder) -> Record:
 def open_records(name) -> list:
     """Every finished run kept under ``name`` (a recorded run's folder, or a folder of such
     folders, e.g. one per seed), each through :func:`open_record`, in folder order; for a
-    ``record.nc`` made in parts, one per part (its ``path`` is the part's folder as it was made)."""
+    ``record.nc`` made in parts, one per part (its ``path`` is the part's folder as it was made),
+    then any parts in sub-folders not yet joined to it."""
     from . import opendata
 
     folder = _resolve(name)
-    if (folder / opendata.FILE).is_file():
-        return _from_file(folder)
-    if (folder / RECORD_FILE).is_file():
-        return [open_record(folder)]
     subs = sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file() or (p / opendata.FILE).is_file()) \
         if folder.is_dir() else []
+    if (folder / opendata.FILE).is_file():  # then the parts not yet joined to it
+        return _from_file(folder) + [open_record(p) for p in subs]
+    if (folder / RECORD_FILE).is_file():
+        return [open_record(folder)]
     if not subs:
         raise FileNotFoundError(f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and "
                                 f"{RESULTS_FILE}, in it or in its sub-folders).")
