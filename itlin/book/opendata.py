@@ -664,6 +664,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     path = convert(args.source, args.dest, tally=args.tally)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    if args.tally and tallies_in(path) is None:
+        print("nothing to tally (no two settings with per-example results share a seed): kept as bits")
     return 0
 
 
