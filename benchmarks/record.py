@@ -7,7 +7,9 @@ The record lands in ``DIR/<experiment>/<hash>/`` (``record.json`` and ``results.
 what :func:`itlin.book.runner.open_record` reads; the record stores the parameters, the device, the
 versions and the wall time, so this command with the same JSON re-makes it. To keep it with the
 book, convert it to an open netCDF-4 file: ``python -m itlin.book.opendata DIR/<experiment>/<hash>
-book/recorded/<name>`` (a folder of parts, one sub-folder each, converts to one file).
+book/recorded/<name>`` (a folder of parts, one sub-folder each, converts to one file; ``--tally``
+keeps a many-seed record's per-example results as counts over seeds, for the experiments in
+``itlin.book.opendata.TALLY_READERS``).
 
 To pause a record, send it SIGINT or SIGTERM (``kill -INT PID``, Ctrl-C, a scheduler's preemption):
 it saves a checkpoint of the run in progress and exits with status 130; the same command resumes it.

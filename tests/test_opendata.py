@@ -230,6 +230,7 @@ def _seeded_parts(rng, n=40, parts=3, per=2, settings_=("full K=1", "full K=134"
             for k, setting in enumerate(settings_):
                 runs[f"{setting} seed={s}"] = (rng.normal(size=5), rng.random(3), base ^ (rng.random(n) < 0.1 * (k + 1)))
         part = _part(runs, {}, name=f"seeds-{per * p}", seed=per * p, seeds=per)
+        part.info["experiment"] = "feature_updates"
         for tag, run in part.info["meta"]["runs"].items():
             run.update(setting=tag.rsplit(" seed=", 1)[0], seed=int(tag.rsplit("=", 1)[1]), n_test_final=n)
         part.info["record_sha256"] = record_digest(part.info)
@@ -328,3 +329,13 @@ def test_parts_joined_a_few_at_a_time_give_the_file_joined_at_once(tmp_path):
     assert sorted(p.name for p in (tmp_path / "steps").iterdir()) == ["record.nc"]
     with pytest.raises(ValueError, match="seed"):
         opendata.merge_tallies(ta, tb)
+
+
+def test_an_experiment_that_reads_each_seeds_results_itself_is_not_tallied(tmp_path):
+    parts = _seeded_parts(np.random.default_rng(6), parts=1)
+    parts[0].info["experiment"] = "adaptive_schedules"
+    opendata.write(parts, tmp_path / "r" / "record.nc")
+    with pytest.raises(ValueError, match="adaptive_schedules reads each seed's per-example results") as err:
+        opendata.convert(tmp_path / "r", tally=True)
+    assert "\n" not in str(err.value)
+    assert opendata.tallies_in(tmp_path / "r" / "record.nc") is None  # the file there is untouched

@@ -161,6 +161,11 @@ class ExampleTallies(NamedTuple):
         return PairedTally(t.b_only, t.a_only, t.seeds) if flip else t
 
 
+#: the experiments whose per-example results only ``_rows.gap_verdict`` reads (paired by seed, one
+#: setting against another), so that tallies serve every gap they judge; others keep bits
+TALLY_READERS = frozenset({"feature_updates", "fig2_k_sweep", "fig3_augmentation", "fig4_resnet", "fig8_adam"})
+
+
 def tally_parts(parts: Sequence[Part], field: str = "final_correct", n_key: str = "n_test_final"):
     """``(parts, tallies)``: the per-example results ``field`` of every pair of settings in
     ``parts`` (runs whose meta names their ``setting`` and ``seed``, the first ``n_key`` examples
@@ -171,6 +176,10 @@ def tally_parts(parts: Sequence[Part], field: str = "final_correct", n_key: str 
     from .intervals import tally
     from .store import record_digest
 
+    other = sorted({str(p.info.get("experiment")) for p in parts} - TALLY_READERS)
+    if other:
+        raise ValueError(f"opendata: {other[0]} reads each seed's per-example results itself; keep its record's "
+                         f"results as bits (tallies serve {', '.join(sorted(TALLY_READERS))}).")
     bits: dict = {}  # setting -> {seed: (part index, tag, packed bytes)}
     for i, part in enumerate(parts):
         runs, status = (part.info.get("meta") or {}).get("runs") or {}, part.info.get("runs") or {}
@@ -624,7 +633,8 @@ def convert(source, dest=None, *, tally: bool = False) -> Path:
     ``dest``, in place: the file goes in ``source``, and the files it replaces there
     (``record.json``, ``results.npz``, ``params.json`` and the parts' own ``record.nc``, in it and
     in its parts' folders) are removed once it reads back right; other files (notes) stay.
-    ``tally``: keep the runs' per-example results as counts over seeds (:func:`tally_parts`);
+    ``tally``: keep the runs' per-example results as counts over seeds (:func:`tally_parts`, for
+    the experiments in :data:`TALLY_READERS`);
     a record file that has them keeps them, and tallies the parts joined to it."""
     from .store import PARAMS_FILE, RECORD_FILE, RESULTS_FILE
 
@@ -669,7 +679,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "attributes", "convert", "parts_of", "read",
+__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "TALLY_READERS", "attributes", "convert", "parts_of", "read",
            "merge_tallies", "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
