@@ -339,3 +339,44 @@ def test_an_experiment_that_reads_each_seeds_results_itself_is_not_tallied(tmp_p
         opendata.convert(tmp_path / "r", tally=True)
     assert "\n" not in str(err.value)
     assert opendata.tallies_in(tmp_path / "r" / "record.nc") is None  # the file there is untouched
+
+
+# ---------------------------------------------------------------------------------- axis names
+def test_every_axis_of_every_record_kept_with_the_book_has_a_name():
+    """No array of a record file keeps a generic axis name (``<variable>_dim<i>``), and every
+    entry of the axes table names some array (none is out of date)."""
+    import xarray as xr
+    from fnmatch import fnmatchcase
+
+    from itlin.book import axes
+
+    used = set()
+    for path in sorted(runner.recorded_dir().glob("*/record.nc")):
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            experiment = ds.attrs["experiment"]
+            for v in ds.data_vars:
+                assert not any(re.search(r"_dim\d+$", d) for d in ds[v].dims), (path.parent.name, v, ds[v].dims)
+                key = ds[v].attrs.get("key")
+                hit = next((p for p, _ in axes.AXES.get(experiment, ()) if key and fnmatchcase(key, p)), None)
+                if hit is not None and ds[v].ndim:
+                    used.add((experiment, hit))
+    assert {(e, p) for e, table in axes.AXES.items() for p, _ in table} - used == set()
+
+
+def test_an_experiments_axis_names_are_used_and_checked(tmp_path, monkeypatch):
+    import xarray as xr
+
+    from itlin.book import axes
+
+    part = _part({}, {"grid": np.arange(6.0).reshape(2, 3), "lr": np.asarray([0.1, 0.2])})
+    monkeypatch.setitem(axes.AXES, "toy", (("grid", ("learning_rate", "seed")), ("lr", ("learning_rate",))))
+    path = opendata.write([part], tmp_path / "a" / "record.nc")
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        assert ds["grid"].dims == ("learning_rate", "seed") and ds["lr"].dims == ("learning_rate",)
+    _same(opendata.read(path)[0], part)
+    monkeypatch.setitem(axes.AXES, "toy", (("grid", ("lr", "seed")),))  # "lr" is a variable of the record
+    with pytest.raises(ValueError, match="name it otherwise"):
+        opendata.write([part], tmp_path / "b" / "record.nc")
+    monkeypatch.setitem(axes.AXES, "toy", (("grid", ("seed",)),))  # out of date with the array
+    with pytest.raises(ValueError, match="update the table"):
+        opendata.write([part], tmp_path / "c" / "record.nc")

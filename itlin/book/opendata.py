@@ -45,6 +45,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from .. import _io
+from . import axes
 
 FILE = "record.nc"
 FORMAT = "itlin-record-netcdf/1"
@@ -349,9 +350,12 @@ def _var_name(template: str, used: set) -> str:
     return name
 
 
-def _axis_base(template: str, var: str, i: int) -> str:
+def _axis_base(template: str, var: str, i: int, named: Optional[tuple] = None) -> str:
     """The name of an array's own axis ``i`` before sizes are told apart: what a training run's
-    arrays hold along it, else the variable's own name."""
+    arrays hold along it, the name its experiment gives it (``named``, from
+    :mod:`itlin.book.axes`), else the variable's own name."""
+    if named is not None:
+        return named[i]
     parts = template.split("/")
     if parts[0] == _FITS and len(parts) >= 3 and i == 0:
         rest = "/".join(parts[2:])
@@ -408,22 +412,29 @@ def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
         coords["part"] = [str(i) for i in range(len(parts))]
     index = {name: {label: i for i, label in enumerate(v)} for name, v in coords.items()}
     used = set(coords) | {f"{c}_value" for c in coords}
-    planned = []  # (var, template, names, shape, members)
+    planned = []  # (var, template, names, shape, members, the experiment's names of its own axes)
     sizes_of: dict = {}
+    experiment = str(stored[0].info.get("experiment", ""))
     for (template, _, rank), members in groups.items():
         names = [n for n, _ in members[0][0]]
         if any([n for n, _ in v] != names for v, _ in members):
             raise ValueError(f"opendata: the settings of {template!r} are named in another order in some runs.")
         shape = tuple(max(a.shape[i] for _, a in members) for i in range(rank))
         var = _var_name(template, used)
-        planned.append((var, template, names, shape, members))
+        named = axes.names(experiment, template, rank)
+        planned.append((var, template, names, shape, members, named))
         for i, size in enumerate(shape):
-            sizes_of.setdefault(_axis_base(template, var, i), set()).add(size)
+            sizes_of.setdefault(_axis_base(template, var, i, named), set()).add(size)
+    clash = sorted((set(coords) | used) & {_axis_base(t, v, i, n) for v, t, _, sh, _, n in planned if n
+                                           for i in range(len(sh))})
+    if clash:
+        raise ValueError(f"opendata: itlin.book.axes names an axis of {experiment} {clash[0]!r}, which is a setting or "
+                         "a variable of its record; name it otherwise.")
     variables = {}
-    for var, template, names, shape, members in planned:
+    for var, template, names, shape, members, named in planned:
         inner = []
         for i, size in enumerate(shape):
-            base = _axis_base(template, var, i)
+            base = _axis_base(template, var, i, named)
             inner.append(base if len(sizes_of[base]) == 1 else f"{base}_{size}")
         grid = tuple(len(coords[n]) for n in names)
         dtype = members[0][1].dtype
