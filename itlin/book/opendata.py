@@ -598,8 +598,7 @@ def read(path) -> list:
             raise ValueError(f"{path}: the arrays of part {p} ({entry.get('name')}) do not match their digest.")
         flat, paths, info = _bits_in(flat, entry["paths"], entry["info"])
         made = entry.get("made") or {}
-        if "thinned_loss" not in info and "tallied" not in info \
-                and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
+        if "thinned_loss" not in info and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
             raise ValueError(f"{path}: part {p} ({entry.get('name')}) differs from the run as it was made.")
         parts.append(Part(flat, paths, info, entry.get("name", ""), made or None))
     return parts
