@@ -9,10 +9,9 @@ runs the same initialisation and batches) with a two-sided interval at :data:`LE
 * the test-set part, for accuracies: the unpaired bound ``z sqrt(2 p (1 - p) / n_test)``
   (:func:`accuracy_noise`, :func:`slope_noise` for slopes), or the paired noise from per-example
   results (:func:`paired_accuracy_se`, with the floor more seeds do not remove,
-  :func:`paired_accuracy_floor_se`; kept in records by :func:`pack_correct`, or counted over seeds
-  by :func:`tally`). The two parts are
-  added in quadrature (:func:`paired_gap`): a conservative choice, since paired runs on one test
-  set share part of that noise;
+  :func:`paired_accuracy_floor_se`; kept in records by :func:`pack_correct`, or counted over
+  seeds by :func:`tally`). The two parts are added in quadrature (:func:`paired_gap`): a
+  conservative choice, since paired runs on one test set share part of that noise;
 * proportions of independent runs (:func:`wilson_interval`, :func:`proportion_gap`);
 * gaps and means in words (:func:`fmt_gap`, :func:`fmt_mean`).
 
@@ -292,10 +291,11 @@ def paired_gap(a: Sequence[float], b: Sequence[float], *, n_test: Optional[int] 
     (all NaN, ``n = 0``, without a seed: a verdict on it cannot resolve).
 
     For accuracies, the finite test set adds noise: from ``examples`` (``(correct_a,
-    correct_b)``, per seed and example, when the runs' per-example results are known: the paired
-    :func:`paired_accuracy_se`, with the floor more seeds would not remove,
-    :func:`paired_accuracy_floor_se`; or a :class:`PairedTally` of them), from ``test_se`` (a standard error given), or, failing
-    both, from ``n_test`` (the unpaired bound of :func:`accuracy_noise`, conservative).
+    correct_b)``, per seed and example, when the runs' per-example results are known, or a
+    :class:`PairedTally` of them: the paired :func:`paired_accuracy_se`, with the floor more
+    seeds would not remove, :func:`paired_accuracy_floor_se`), from ``test_se`` (a standard
+    error given), or, failing both, from ``n_test`` (the unpaired bound of
+    :func:`accuracy_noise`, conservative).
 
     >>> g = paired_gap([0.82, 0.83, 0.81], [0.80, 0.80, 0.79], n_test=10_000)
     >>> round(g.mean, 4), g.n, round(g.lo, 4) > 0

@@ -689,8 +689,8 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "TALLY_READERS", "attributes", "convert", "parts_of", "read",
-           "merge_tallies", "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
+__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "TALLY_READERS", "attributes", "convert",
+           "merge_tallies", "parts_of", "read", "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
