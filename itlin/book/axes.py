@@ -20,6 +20,29 @@ from typing import Optional
 #: the last axis of per-example results kept as ``numpy.packbits`` bytes
 PACKED = "packed_examples"
 
+
+def _gn_gd(outer: tuple = (), inner: tuple = (), checkpoints: bool = True) -> tuple:
+    """The entries of one of Arbel et al.'s sweeps (:mod:`itlin.book.experiments.arbel._arbel`):
+    for GN and GD, each run's arrays over ``outer`` (an ablation's own grid), the method's step
+    sizes, ``inner`` (another grid), the seeds and, with ``checkpoints``, the points along
+    training (``<method>/ends`` gives their steps; ``steps``, ``converged`` and ``diverged`` have
+    one value per run); the step sizes themselves, and the random-features baseline
+    ``rf_test``."""
+    out = []
+    for m in ("gn", "gd"):
+        out.append((f"{m}/lr", (f"{m}_step_size",)))
+        if checkpoints:
+            out += [(f"{m}/lr_ours", (f"{m}_step_size",)), (f"{m}/ends", (f"{m}_checkpoint",))]
+    out.append(("rf_test", (*outer, *inner, "seed")))
+    for m in ("gn", "gd"):
+        run = (*outer, f"{m}_step_size", *inner, "seed")
+        if checkpoints:
+            out += [(f"{m}/{k}", run) for k in ("steps", "converged", "diverged")]
+            run += (f"{m}_checkpoint",)
+        out.append((f"{m}/*", run))
+    return tuple(out)
+
+
 AXES: dict = {
     "arbel_damping": (
         ("eps0", ("damping_floor",)),
@@ -27,75 +50,12 @@ AXES: dict = {
         ("rf_test", ("seed",)),
         ("*", ("damping_floor", "seed")),
     ),
-    "arbel_init": (
-        ("tau0", ("init_scale",)),
-        ("gn/lr", ("gn_step_size",)),
-        ("gn/lr_ours", ("gn_step_size",)),
-        ("gd/lr", ("gd_step_size",)),
-        ("gd/lr_ours", ("gd_step_size",)),
-        ("gn/ends", ("gn_checkpoint",)),
-        ("gd/ends", ("gd_checkpoint",)),
-        ("rf_test", ("init_scale", "seed")),
-        ("gn/steps", ("gn_step_size", "init_scale", "seed")),
-        ("gn/converged", ("gn_step_size", "init_scale", "seed")),
-        ("gn/diverged", ("gn_step_size", "init_scale", "seed")),
-        ("gn/*", ("gn_step_size", "init_scale", "seed", "gn_checkpoint")),
-        ("gd/steps", ("gd_step_size", "init_scale", "seed")),
-        ("gd/converged", ("gd_step_size", "init_scale", "seed")),
-        ("gd/diverged", ("gd_step_size", "init_scale", "seed")),
-        ("gd/*", ("gd_step_size", "init_scale", "seed", "gd_checkpoint")),
-    ),
-    "arbel_mnist": (
-        ("gn/lr", ("gn_step_size",)),
-        ("gn/lr_ours", ("gn_step_size",)),
-        ("gd/lr", ("gd_step_size",)),
-        ("gd/lr_ours", ("gd_step_size",)),
-        ("gn/ends", ("gn_checkpoint",)),
-        ("gd/ends", ("gd_checkpoint",)),
-        ("rf_test", ("seed",)),
-        ("gn/steps", ("gn_step_size", "seed")),
-        ("gn/converged", ("gn_step_size", "seed")),
-        ("gn/diverged", ("gn_step_size", "seed")),
-        ("gn/*", ("gn_step_size", "seed", "gn_checkpoint")),
-        ("gd/steps", ("gd_step_size", "seed")),
-        ("gd/converged", ("gd_step_size", "seed")),
-        ("gd/diverged", ("gd_step_size", "seed")),
-        ("gd/*", ("gd_step_size", "seed", "gd_checkpoint")),
-    ),
-    "arbel_samples": (
-        ("n_train", ("train_size",)),
-        ("tau0", ("init_scale",)),
-        ("gn/lr", ("gn_step_size",)),
-        ("gd/lr", ("gd_step_size",)),
-        ("rf_test", ("train_size", "init_scale", "seed")),
-        ("gn/*", ("train_size", "gn_step_size", "init_scale", "seed")),
-        ("gd/*", ("train_size", "gd_step_size", "init_scale", "seed")),
-    ),
-    "arbel_steps": (
-        ("gn/lr", ("gn_step_size",)),
-        ("gn/lr_ours", ("gn_step_size",)),
-        ("gd/lr", ("gd_step_size",)),
-        ("gd/lr_ours", ("gd_step_size",)),
-        ("gn/ends", ("gn_checkpoint",)),
-        ("gd/ends", ("gd_checkpoint",)),
-        ("rf_test", ("seed",)),
-        ("gn/steps", ("gn_step_size", "seed")),
-        ("gn/converged", ("gn_step_size", "seed")),
-        ("gn/diverged", ("gn_step_size", "seed")),
-        ("gn/*", ("gn_step_size", "seed", "gn_checkpoint")),
-        ("gd/steps", ("gd_step_size", "seed")),
-        ("gd/converged", ("gd_step_size", "seed")),
-        ("gd/diverged", ("gd_step_size", "seed")),
-        ("gd/*", ("gd_step_size", "seed", "gd_checkpoint")),
-    ),
-    "arbel_width": (
-        ("width", ("hidden_width",)),
-        ("gn/lr", ("gn_step_size",)),
-        ("gd/lr", ("gd_step_size",)),
-        ("rf_test", ("hidden_width", "seed")),
-        ("gn/*", ("hidden_width", "gn_step_size", "seed")),
-        ("gd/*", ("hidden_width", "gd_step_size", "seed")),
-    ),
+    "arbel_init": (("tau0", ("init_scale",)),) + _gn_gd(inner=("init_scale",)),
+    "arbel_mnist": _gn_gd(),
+    "arbel_samples": (("n_train", ("train_size",)), ("tau0", ("init_scale",)))
+    + _gn_gd(outer=("train_size",), inner=("init_scale",), checkpoints=False),
+    "arbel_steps": _gn_gd(),
+    "arbel_width": (("width", ("hidden_width",)),) + _gn_gd(outer=("hidden_width",), checkpoints=False),
     "feature_learning": (
         ("snapshots/*/filters", ("snapshot", "filter", "tap", "in_channel")),
         ("snapshots/*/probe_conv*_correct", ("snapshot", PACKED)),
