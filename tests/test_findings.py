@@ -9,6 +9,7 @@ import yaml
 
 from itlin.book import findings as F
 from itlin.book import plans
+from itlin.book import render
 from itlin.book import runner
 from itlin.book import verdicts as V
 
@@ -69,6 +70,45 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
     assert f"{len(found)} headline claims" in subprocess.run(
         ["python", "-m", "itlin.book.findings"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
 
+
+# the chapters that judge the records of their default settings as one family (their notes name
+# these records), and those records: the Findings page judges each record alone
+JOINT = {
+    "resnet_and_data": ("fig4_resnet-mnist1d-30seeds", "fig5_data_scaling-mnist1d-120seeds"),
+    "damping": ("fig9_damping-quintic-128seeds", "fig9_damping-quintic-torch-128seeds"),
+    "arbel_setting": ("arbel_steps-relu-150seeds", "arbel_init-48seeds"),
+    "arbel_ablations": ("arbel_samples-relu-100seeds", "arbel_width-100seeds", "arbel_steps-silu-beta1-100seeds",
+                        "arbel_steps-silu-beta1e6-100seeds", "arbel_mnist-digits-48seeds", "arbel_damping-400seeds"),
+}
+
+
+def test_the_chapters_that_judge_several_records_together_are_the_four_the_docs_name():
+    import re
+
+    joint = set()
+    for path in [*(ROOT / "book").glob("*.md"), *(ROOT / "itlin" / "book" / "chapters").glob("*.py")]:
+        for args in re.findall(r"render\.judge\(([^()]*)\)", path.read_text()):
+            if "," in args or args.lstrip().startswith("*"):
+                joint.add(path.stem)
+    assert joint == set(JOINT), "update JOINT here, and the four chapters named in methods.md and findings.md"
+    methods = " ".join((ROOT / "book" / "methods.md").read_text().split())
+    assert "Four chapters judge the records of their default settings together" in methods
+
+
+@pytest.mark.slow
+def test_no_headline_verdict_differs_between_the_findings_and_a_chapter_that_judges_records_together():
+    cache, checked = {}, set()
+    for chapter, names in JOINT.items():
+        together = render.judge(*(F._opened(n, cache)[0] for n in names))
+        for h in F.HEADLINES:
+            if h.chapter != chapter or h.record not in names or h.plan is not None:
+                continue
+            alone, joint = F.judge_headline(h, cache).verdict, together[h.claim]
+            if alone.tested:  # a larger family: a stricter level, a wider interval
+                assert joint.family > alone.family and joint.level >= alone.level and joint.half >= alone.half
+            assert joint.verdict == alone.verdict, (h.key, joint.verdict, alone.verdict)
+            checked.add(chapter)
+    assert checked == set(JOINT)
 
 def test_counts_and_synthesis_on_constructed_findings():
     g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)

@@ -1,16 +1,17 @@
 """The Findings: one row per headline claim of the three papers, judged on the recorded run that
 decides it, with the other records of the same claim beside it.
 
-Nothing here is typed by hand but the claims' words and where to find them: :data:`HEADLINES`
-names, for each claim, the paper's words (with the section), the recorded run that decides it
-(``book/recorded/<record>``), the claim's stable id in that record's experiment, the records
-judged beside it, and what departs from the paper. :func:`findings` opens the records, judges
-each record's claims as one family (Holm's correction over the record's tests, as the chapters
-judge a recorded run), and returns a :class:`Finding` per claim: the verdict, the gap with its
-interval against the margin, the verdict at half and at twice the margin (or at the paper's own
-tolerance where it states one), whether the premise held, and whether the deciding record was
-fixed in advance. The book's Findings page (``book/findings.md``) renders them;
-``python -m itlin.book.findings`` prints the table (the README's copy).
+Nothing here is typed by hand but the claims' words and where to find them: :data:`HEADLINES` names,
+for each claim, the paper's words (with the section), the recorded run that decides it
+(``book/recorded/<record>``), the claim's stable id in that record's experiment, the records judged
+beside it, and what departs from the paper. :func:`findings` opens the records, judges each record's
+claims as one family (Holm's correction over the record's tests, as most chapters judge a recorded
+run; four judge the records of their default settings together, with wider intervals and, as
+``tests/test_findings.py`` checks, the same headline verdicts), and returns a :class:`Finding` per
+claim: the verdict, the gap with its interval against the margin, the verdict at half and at twice
+the margin (or at the paper's own tolerance where it states one), whether the premise held, and
+whether the deciding record was fixed in advance. The book's Findings page (``book/findings.md``)
+renders them; ``python -m itlin.book.findings`` prints the table (the README's copy).
 
 A confirmatory record (fixed in a commit before its runs) is judged as it was planned: its
 pre-registered claim alone at 95% (``alone=True``).

@@ -75,8 +75,9 @@ def summary(record, columns: Optional[Sequence[str]] = None) -> str:
 
 
 def judge(*records) -> V.Verdicts:
-    """The claims of one or more records (a chapter's), with Holm's correction over all their
-    tests (:func:`itlin.book.verdicts.holm`), picked by id: ``judge(rec)["full.large_close"]``."""
+    """The claims of one or more records as one family: Holm's correction over all their tests
+    (:func:`itlin.book.verdicts.holm`), picked by id: ``judge(rec)["full.large_close"]``. Most
+    chapters call it once per record; a few pass the records of their default settings together."""
     from .plans import mark
 
     out = []

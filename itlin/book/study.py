@@ -19,7 +19,8 @@ An experiment is a figure or table of a paper, reproduced. It declares
 
 Generic functions render any experiment (:mod:`itlin.book.render`: ``settings``, ``summary``,
 ``claims``, and ``judge``, which applies Holm's correction over the claims of the records it is
-given, one family per call: a chapter calls it once per record); chapters
+given, one family per call: most chapters call it once per record, a few on the records of
+their default settings together); chapters
 pick claims by id and draw figures from :mod:`itlin.book.figures` (one module per paper). No
 experiment module builds Markdown or imports matplotlib. A minimal one::
 

@@ -28,7 +28,7 @@ that noise.
 
 The gaps themselves, their intervals and how they are printed are in
 :mod:`itlin.book.intervals` (re-exported here, so ``verdicts.paired_gap`` works); this module
-has the rules, the :class:`Verdict` of a claim, Holm's correction over a chapter's claims and
+has the rules, the :class:`Verdict` of a claim, Holm's correction over one family of claims and
 what a verdict would need (:func:`seeds_needed`, :func:`margin_sensitivity`). Everything here is
 a pure function of numbers, tested on synthetic results.
 """
