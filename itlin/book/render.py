@@ -156,6 +156,44 @@ def provenance(rec) -> str:
             f"{cost(info)}")
 
 
+def parts_provenance(parts) -> list:
+    """:func:`provenance` for a record made in many parts, one line per way they were made
+    (machine, JAX version, commit) rather than one per part: how many parts and seeds, the seeds'
+    span, and the time a part took.
+
+    >>> from types import SimpleNamespace as NS
+    >>> part = lambda seed, s, **kw: NS(meta={"resolved": {"seed": seed, "seeds": 8}}, info={
+    ...     "device": "cpu", "jax_version": "0.10.2", "git_commit": "78ce98f0", "wall_seconds": s, **kw})
+    >>> parts_provenance([part(0, 420.0), part(8, 900.0, sittings=2), part(16, 600.0)])
+    ['3 parts (24 seeds, 0-23) recorded on cpu with JAX 0.10.2 at commit 78ce98f: 7 to 15 minutes a part, 0.5 hours in all (1 resumed from its checkpoint)']
+    >>> parts_provenance([part(0, 420.0)])
+    ['1 part (8 seeds, 0-7) recorded on cpu with JAX 0.10.2 at commit 78ce98f, in 7 minutes']
+    """
+    groups = {}
+    for p in parts:
+        info = p.info
+        commit = (info.get("git_commit") or "?")[:7] + (" (uncommitted changes)" if info.get("git_dirty") else "")
+        groups.setdefault((machine(info), info.get("jax_version", "?"), commit), []).append(p)
+    lines = []
+    for (where, jax_version, commit), group in groups.items():
+        seeds = sorted({s for p in group for s in range(int(p.meta["resolved"]["seed"]),
+                                                         int(p.meta["resolved"]["seed"]) + int(p.meta["resolved"]["seeds"]))})
+        span = f"{seeds[0]}-{seeds[-1]}" if seeds[-1] - seeds[0] + 1 == len(seeds) else f"between {seeds[0]} and {seeds[-1]}"
+        head = (f"{len(group)} part{'s' if len(group) > 1 else ''} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, "
+                f"{span}) recorded on {where} with JAX {jax_version} at commit {commit}")
+        if len(group) == 1:
+            lines.append(f"{head}, {cost(group[0].info)}")
+            continue
+        timed = [p.info["wall_seconds"] for p in group if _clock_known(p.info) and "wall_seconds" in p.info]
+        resumed = sum(int(p.info.get("sittings", 1)) > 1 for p in group)
+        untimed = len(group) - len(timed)
+        when = (f": {max(1, round(min(timed) / 60))} to {max(1, round(max(timed) / 60))} minutes a part, "
+                f"{sum(timed) / 3600:.1f} hours in all" if timed else ": not timed")
+        notes = ([f"{resumed} resumed from {'its checkpoint' if resumed == 1 else 'their checkpoints'}"] if resumed else []) + \
+            ([f"{untimed} over several sittings, not counted"] if untimed and timed else [])
+        lines.append(head + when + (f" ({'; '.join(notes)})" if notes else ""))
+    return lines
+
 def evidence(rec, use_record: bool = True):
     """``(judged, note)``: the record a chapter judges and shows for its live run ``rec``, and a
     Markdown paragraph that says which and why.
@@ -351,5 +389,5 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
             "the half-width of the interval at that level.")
 
 
-__all__ = ["claims", "correction_note", "cost", "evidence", "judge", "machine", "measured", "provenance", "record_command",
+__all__ = ["claims", "correction_note", "cost", "evidence", "judge", "machine", "measured", "parts_provenance", "provenance", "record_command",
            "resolvable", "seconds_per_seed", "sensitivity", "settings", "summary", "table", "what_it_would_take"]

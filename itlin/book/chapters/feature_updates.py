@@ -430,9 +430,8 @@ def _pooled_planned(name: str, plan: dict, claim: str, prefix: str, what: str) -
            f"{prefix}_ntest": f"{int(parts[0].meta['resolved']['n_test_final']):,}",
            f"{prefix}_planned": f"{len(planned):,}", f"{prefix}_seed_lo": planned.start,
            f"{prefix}_seed_hi": planned.stop - 1}
-    for p in parts:
-        print(f"seeds {p.meta['resolved']['seed']}-{p.meta['resolved']['seed'] + p.meta['resolved']['seeds'] - 1}: "
-              + render.provenance(p))
+    for line in render.parts_provenance(parts):
+        print(line)
     if not progress.complete:
         out[f"{prefix}_reading"] = _not_judged_yet(progress)
         return out
