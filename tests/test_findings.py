@@ -110,6 +110,7 @@ def test_no_headline_verdict_differs_between_the_findings_and_a_chapter_that_jud
             checked.add(chapter)
     assert checked == set(JOINT)
 
+
 def test_counts_and_synthesis_on_constructed_findings():
     g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
     found = [_finding("a", F.MAIN, g(0.05, 0.01)), _finding("b", F.MAIN, g(-0.05, 0.01)),

@@ -6,7 +6,7 @@ for each claim, the paper's words (with the section), the recorded run that deci
 (``book/recorded/<record>``), the claim's stable id in that record's experiment, the records judged
 beside it, and what departs from the paper. :func:`findings` opens the records, judges each record's
 claims as one family (Holm's correction over the record's tests, as most chapters judge a recorded
-run; four judge the records of their default settings together, with wider intervals and, as
+run; four judge the records of their default settings together, with intervals no narrower and, as
 ``tests/test_findings.py`` checks, the same headline verdicts), and returns a :class:`Finding` per
 claim: the verdict, the gap with its interval against the margin, the verdict at half and at twice
 the margin (or at the paper's own tolerance where it states one), whether the premise held, and

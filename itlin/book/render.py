@@ -194,6 +194,7 @@ def parts_provenance(parts) -> list:
         lines.append(head + when + (f" ({'; '.join(notes)})" if notes else ""))
     return lines
 
+
 def evidence(rec, use_record: bool = True):
     """``(judged, note)``: the record a chapter judges and shows for its live run ``rec``, and a
     Markdown paragraph that says which and why.
