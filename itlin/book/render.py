@@ -148,12 +148,15 @@ def machine(info: Mapping) -> str:
     return info.get("device", "?") + (f", processor {info['processor']}" if info.get("processor") else "")
 
 
+def _commit(info: Mapping) -> str:
+    """The commit a record was made at, short, and whether the tree had uncommitted changes."""
+    return (info.get("git_commit") or "?")[:7] + (" (uncommitted changes)" if info.get("git_dirty") else "")
+
+
 def provenance(rec) -> str:
     """One line on where and how a record was made: :func:`machine`, JAX version, commit and :func:`cost`."""
     info = rec.info
-    return (f"recorded on {machine(info)} with JAX {info.get('jax_version', '?')} at commit "
-            f"{(info.get('git_commit') or '?')[:7]}{' (uncommitted changes)' if info.get('git_dirty') else ''}, "
-            f"{cost(info)}")
+    return f"recorded on {machine(info)} with JAX {info.get('jax_version', '?')} at commit {_commit(info)}, {cost(info)}"
 
 
 def parts_provenance(parts) -> list:
@@ -166,14 +169,14 @@ def parts_provenance(parts) -> list:
     ...     "device": "cpu", "jax_version": "0.10.2", "git_commit": "78ce98f0", "wall_seconds": s, **kw})
     >>> parts_provenance([part(0, 420.0), part(8, 900.0, sittings=2), part(16, 600.0)])
     ['3 parts (24 seeds, 0-23) recorded on cpu with JAX 0.10.2 at commit 78ce98f: 7 to 15 minutes a part, 0.5 hours in all (1 resumed from its checkpoint)']
+    >>> parts_provenance([part(0, 420.0), part(8, 400.0)])[0].split(': ')[1]
+    '7 minutes a part, 0.2 hours in all'
     >>> parts_provenance([part(0, 420.0)])
     ['1 part (8 seeds, 0-7) recorded on cpu with JAX 0.10.2 at commit 78ce98f, in 7 minutes']
     """
     groups = {}
     for p in parts:
-        info = p.info
-        commit = (info.get("git_commit") or "?")[:7] + (" (uncommitted changes)" if info.get("git_dirty") else "")
-        groups.setdefault((machine(info), info.get("jax_version", "?"), commit), []).append(p)
+        groups.setdefault((machine(p.info), p.info.get("jax_version", "?"), _commit(p.info)), []).append(p)
     lines = []
     for (where, jax_version, commit), group in groups.items():
         seeds = sorted({s for p in group for s in range(int(p.meta["resolved"]["seed"]),
@@ -187,8 +190,9 @@ def parts_provenance(parts) -> list:
         timed = [p.info["wall_seconds"] for p in group if _clock_known(p.info) and "wall_seconds" in p.info]
         resumed = sum(int(p.info.get("sittings", 1)) > 1 for p in group)
         untimed = len(group) - len(timed)
-        when = (f": {max(1, round(min(timed) / 60))} to {max(1, round(max(timed) / 60))} minutes a part, "
-                f"{sum(timed) / 3600:.1f} hours in all" if timed else ": not timed")
+        lo, hi = (max(1, round(s / 60)) for s in (min(timed, default=0), max(timed, default=0)))
+        when = (f": {lo if lo == hi else f'{lo} to {hi}'} minutes a part, {sum(timed) / 3600:.1f} hours in all"
+                if timed else ": not timed")
         notes = ([f"{resumed} resumed from {'its checkpoint' if resumed == 1 else 'their checkpoints'}"] if resumed else []) + \
             ([f"{untimed} over several sittings, not counted"] if untimed and timed else [])
         lines.append(head + when + (f" ({'; '.join(notes)})" if notes else ""))

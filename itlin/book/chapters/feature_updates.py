@@ -9,7 +9,6 @@ are in :mod:`itlin.book.figures.feature_updates`. Glue names keep the chapter's 
 
 from __future__ import annotations
 
-import collections
 import math
 from typing import Optional
 
@@ -322,11 +321,8 @@ def fresh_mini(fm3a, v_fm3a, fm3, v_fm3, fm4, v4):
     fm5_parts = _parts(FM5, plan)
     progress = runner.seed_progress([p.meta["resolved"] for p in fm5_parts], planned)
     print("the record's parts:" if progress.complete else "the parts made so far:")
-    makers = collections.Counter(
-        (p.info["device"], p.info.get("git_commit", "?")[:7] + (" (uncommitted changes)" if p.info.get("git_dirty") else ""),
-         int(p.meta["resolved"]["seeds"])) for p in fm5_parts)
-    for (device, commit, n), count in sorted(makers.items()):
-        print(f"  {count} part{'s' if count > 1 else ''} of {n} seed{'s' if n > 1 else ''} on {device} at commit {commit}")
+    for line in render.parts_provenance(fm5_parts):
+        print("  " + line)
 
     before = {"fm3a": v_fm3a["mini.u2"].judged_at(V.LEVEL), "fm3": v_fm3["mini.u2"].judged_at(V.LEVEL)}
     out = {"fu_fm5_before": Markdown(
