@@ -62,6 +62,13 @@ def test_claims_hold_fail_and_stay_unresolved_on_constructed_rows():
     assert FU.first_close(V.Verdicts([vs["full.u1"]])) is None
 
 
+def test_the_mini_batch_rows_quote_what_the_paper_says_of_its_mini_batch_runs():
+    """The workshop's "2-3 updates" is said of its full-batch runs; of SGD it says more are needed."""
+    assert "2-3" in FU.paper_says("full", 2) and "caught up" in FU.paper_says("full", 3)
+    for u in (2, 3):
+        assert "caught up" not in FU.paper_says("mini", u) and "more feature updates" in FU.paper_says("mini", u)
+    assert FU.paper_says("mini", 8) == FU.paper_says("full", 8) == FU.PAPER_SAYS[8]
+
 def test_a_gap_that_does_not_shrink_fails_the_trend_claim():
     rows = _rows({1: [-0.001] * 5, 16: [-0.05, -0.051, -0.049, -0.05, -0.05]})
     vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))

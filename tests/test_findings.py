@@ -34,7 +34,7 @@ def test_the_registry_covers_the_three_papers_and_the_figures_the_issue_names():
     pages = {c["file"] for part in toc["parts"] for c in part["chapters"]}
     assert "book/findings" in pages and all(f"book/{h.chapter}" in pages for h in F.HEADLINES)
     for h in F.HEADLINES:
-        for name in (h.record, *h.others):
+        for name in (h.record, *(o if isinstance(o, str) else o[0] for o in h.others)):
             assert (runner.recorded_dir() / name).is_dir(), f"{h.key}: no recorded run {name!r}"
 
 
@@ -169,7 +169,8 @@ def test_a_confirmatory_record_in_parts_is_not_read_until_every_planned_seed_is_
     wider = plan._replace(seeds=range(plan.seeds.start, plan.seeds.start + made + 1))
     monkeypatch.setitem(plans.CONFIRMATORY, name, wider)
     assert F._in_progress(name) == f"in progress, not read yet ({made:,} of {made + 1:,} planned seeds)"
-    h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2", others=(name,))
+    h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2",
+                   others=(name, (name, "mini.suffices_u2")))
     judged = V.Verdicts([V.judge("full.suffices_u2", "c", "p", V.paired_gap([0.5, 0.6, 0.7], [0.5, 0.6, 0.7]),
                                  "not_worse", 0.02)])
 
@@ -180,7 +181,34 @@ def test_a_confirmatory_record_in_parts_is_not_read_until_every_planned_seed_is_
     monkeypatch.setattr(F, "_opened", opened)
     monkeypatch.setattr(F, "setting", lambda rec: "setting")
     f = F.judge_headline(h)
-    assert f.others == ((name, F._in_progress(name)),)
-    assert "in progress, not read yet" in F.row(f)["other records"]
+    assert f.others == ((name, "full.suffices_u2", F._in_progress(name)), (name, "mini.suffices_u2", F._in_progress(name)))
+    assert F.row(f)["other records"].count("in progress, not read yet") == 2
+    assert f"`{name}` (`mini.suffices_u2`): in progress" in F.row(f)["other records"]
     # a record that is not planned in parts is never in progress
     assert F._in_progress("fig2_k_sweep-mnist1d-10seeds") == ""
+
+
+def test_another_claim_beside_a_headline_is_judged_as_that_claim(monkeypatch):
+    """An ``others`` entry ``(record, claim)`` shows that claim of the record, named in the row;
+    where it is the record's planned claim it is judged alone at 95% and marked confirmatory,
+    and the record's other claims stay exploratory."""
+    gaps = {"full.suffices_u2": ([0.50, 0.61, 0.70, 0.64], [0.52, 0.60, 0.69, 0.66]),
+            "mini.suffices_u2": ([0.60, 0.61, 0.70, 0.66], [0.52, 0.60, 0.69, 0.62]),  # the smallest p: Holm's strictest
+            "x": ([0.40, 0.61, 0.70, 0.64], [0.52, 0.60, 0.69, 0.66])}
+    family = V.holm([V.judge(c, "c", "p", V.paired_gap(*ab), "not_worse", 0.02) for c, ab in gaps.items()])
+    assert family["mini.suffices_u2"].level > V.LEVEL  # so that "judged alone" is seen in the level
+    monkeypatch.setitem(plans.CONFIRMATORY, "other", plans.Plan("78ce98f", "mini.suffices_u2", True))
+    monkeypatch.setattr(F, "_in_progress", lambda name: "")
+    monkeypatch.setattr(F, "_opened", lambda n, cache: (None, family))
+    monkeypatch.setattr(F, "setting", lambda rec: "setting")
+    h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2",
+                   others=("other", ("other", "mini.suffices_u2"), ("other", "absent")))
+    f = F.judge_headline(h)
+    (n0, c0, full), (n1, c1, mini), (_, c2, absent) = f.others
+    assert (n0, c0, n1, c1, c2) == ("other", "full.suffices_u2", "other", "mini.suffices_u2", "absent")
+    assert full.id == "full.suffices_u2" and full.level == family["full.suffices_u2"].level
+    assert mini.id == "mini.suffices_u2" and mini.level == V.LEVEL and absent is None
+    text = F.row(f)["other records"]
+    assert "`other`: " in text and "`other` (`mini.suffices_u2`): " in text and "`other` (`absent`): not judged" in text
+    assert "[confirmatory (fixed in 78ce98f, before its runs)]" in text
+    assert "[exploratory (the record is confirmatory for `mini.suffices_u2`)]" in text

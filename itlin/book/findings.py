@@ -38,7 +38,9 @@ class Headline(NamedTuple):
     number it is about; ``words``: the paper's claim in its own words, with its section;
     ``chapter``: the book page that judges it; ``record``: the recorded run that decides it (a
     folder of ``book/recorded``; a folder of parts is pooled); ``claim``: the claim's id in that
-    record's experiment; ``others``: other records judged on the same claim id; ``premise``: the
+    record's experiment; ``others``: other records judged on the same claim id, or
+    ``(record, claim id)`` for a record judged on another claim beside it (the mini-batch runs of
+    a record made for them, beside a full-batch claim); ``premise``: the
     id of a stated premise in the deciding record ("" when the claim has none); ``tolerance``:
     a tolerance the paper states itself (shown instead of half and twice the margin);
     ``departure``: what departs from the paper and could flip the verdict; ``short``: a few
@@ -120,11 +122,16 @@ HEADLINES = (
              "feature_learning", "feature_learning-mnist1d-30seeds", "filters.faster",
              departure="\"much faster\" has no number in the paper: the book reads it as more than 2x", short="filters: K=1 much faster"),
     Headline("main.2-3", MAIN, "\"2-3 updates\"",
-             "\"after 2-3 feature updates, each run seems to have approximately caught up with the K=1 baseline\" "
-             "(workshop version, §4)", "feature_updates", "feature_updates-mnist1d-16seeds", "full.suffices_u2",
+             "\"for full batch runs (Figure 2a) on CIFAR10, after 2-3 feature updates, each run seems to have "
+             "approximately caught up with the K=1 baseline\"; \"for SGD (Figure 2b) it takes more feature updates to "
+             "converge\" (workshop version, §4)",
+             "feature_updates", "feature_updates-mnist1d-16seeds", "full.suffices_u2",
              others=("feature_updates-fashion-256-u2-fresh-100seeds", "feature_updates-fashion-256-mini-u2-fresh-504seeds",
                      "feature_updates-fashion-pool-u2-fresh-512seeds", "feature_updates-fashion-pool-mini-u2-fresh-512seeds",
-                     "feature_updates-fashion-256-10seeds"),
+                     "feature_updates-fashion-256-10seeds",
+                     # the two records made to test two updates with mini-batches: their mini-batch claim
+                     ("feature_updates-fashion-256-mini-u2-fresh-504seeds", "mini.suffices_u2"),
+                     ("feature_updates-fashion-pool-mini-u2-fresh-512seeds", "mini.suffices_u2")),
              departure="the book's budgets are far shorter than the paper's (400 full-batch steps on subsets of 256 or 1,000 "
                        "images), and the networks far smaller", short="2 updates suffice"),
     Headline("main.8-12", MAIN, "\"8-12 updates\"",
@@ -190,8 +197,8 @@ HEADLINES = (
 
 class Finding(NamedTuple):
     """A :class:`Headline` judged: ``verdict`` on its deciding record, the ``others`` as
-    ``(record, verdict)`` pairs (``None`` where the record lacks the claim; a text saying how far
-    it has come for a confirmatory record still being made), ``sensitivity`` as
+    ``(record, claim id, verdict)`` (``None`` where the record lacks the claim; a text saying how
+    far it has come for a confirmatory record still being made), ``sensitivity`` as
     ``(margin, verdict)`` pairs, ``premise`` the premise's verdict (``""`` when there is none),
     ``setting`` the deciding record's setting (:func:`setting`)."""
 
@@ -256,17 +263,18 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
     if h.plan is not None:
         v = v.judged_at(V.LEVEL)  # the planned test, alone
     others = []
-    for name in h.others:
+    for entry in h.others:
+        name, claim = (entry, h.claim) if isinstance(entry, str) else entry
         waiting = _in_progress(name)
         if waiting:
-            others.append((name, waiting))
+            others.append((name, claim, waiting))
             continue
         o = _judged(name, cache)
-        ov = o[h.claim] if h.claim in o.ids else None
+        ov = o[claim] if claim in o.ids else None
         plan = CONFIRMATORY.get(name)
-        if ov is not None and plan is not None and plan.claim == h.claim:
+        if ov is not None and plan is not None and plan.claim == claim:
             ov = ov.judged_at(V.LEVEL)  # the planned test, alone
-        others.append((name, ov))
+        others.append((name, claim, ov))
     margins = [h.tolerance] if h.tolerance is not None else [f * (v.margin or 0.0) for f in margin_factors]
     sens = tuple(V.margin_sensitivity(v, margins)) if v.tested and (v.margin or h.tolerance is not None) else ()
     premise = judged[h.premise].verdict if h.premise else ""
@@ -335,10 +343,15 @@ def setting(rec) -> str:
 def row(f: Finding) -> dict:
     """One row of the Findings table."""
     h, v = f.headline, f.verdict
-    others = "; ".join(f"`{n}`: {o}" if isinstance(o, str) else
-                       f"`{n}`: {_WORD[o.verdict] if o is not None else 'not judged'}"
-                       + (f" ({o.gap_text()})" if o is not None and o.tested else "")
-                       + (f" [{kind_of_test(n, h.claim)}]" if n in CONFIRMATORY else "") for n, o in f.others)
+    def other(n, claim, o):
+        where = f"`{n}`" + (f" (`{claim}`)" if claim != h.claim else "")
+        if isinstance(o, str):
+            return f"{where}: {o}"
+        return (f"{where}: {_WORD[o.verdict] if o is not None else 'not judged'}"
+                + (f" ({o.gap_text()})" if o is not None and o.tested else "")
+                + (f" [{kind_of_test(n, claim)}]" if n in CONFIRMATORY else ""))
+
+    others = "; ".join(other(*o) for o in f.others)
     return {"claim (paper's words)": f"**{h.paper}, {h.figure}**: {h.words}",
             "our setting": f"{f.setting}; {v.measured}" if v.measured else f.setting,
             "verdict": f"**{_WORD[v.verdict]}**",
