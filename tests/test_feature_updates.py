@@ -69,6 +69,7 @@ def test_the_mini_batch_rows_quote_what_the_paper_says_of_its_mini_batch_runs():
         assert "caught up" not in FU.paper_says("mini", u) and "more feature updates" in FU.paper_says("mini", u)
     assert FU.paper_says("mini", 8) == FU.paper_says("full", 8) == FU.PAPER_SAYS[8]
 
+
 def test_a_gap_that_does_not_shrink_fails_the_trend_claim():
     rows = _rows({1: [-0.001] * 5, 16: [-0.05, -0.051, -0.049, -0.05, -0.05]})
     vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))

@@ -34,7 +34,7 @@ def test_the_registry_covers_the_three_papers_and_the_figures_the_issue_names():
     pages = {c["file"] for part in toc["parts"] for c in part["chapters"]}
     assert "book/findings" in pages and all(f"book/{h.chapter}" in pages for h in F.HEADLINES)
     for h in F.HEADLINES:
-        for name in (h.record, *(o if isinstance(o, str) else o[0] for o in h.others)):
+        for name in (h.record, *(name for name, _ in h.other_claims)):
             assert (runner.recorded_dir() / name).is_dir(), f"{h.key}: no recorded run {name!r}"
 
 
@@ -203,6 +203,7 @@ def test_another_claim_beside_a_headline_is_judged_as_that_claim(monkeypatch):
     monkeypatch.setattr(F, "setting", lambda rec: "setting")
     h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2",
                    others=("other", ("other", "mini.suffices_u2"), ("other", "absent")))
+    assert h.other_claims == (("other", "full.suffices_u2"), ("other", "mini.suffices_u2"), ("other", "absent"))
     f = F.judge_headline(h)
     (n0, c0, full), (n1, c1, mini), (_, c2, absent) = f.others
     assert (n0, c0, n1, c1, c2) == ("other", "full.suffices_u2", "other", "mini.suffices_u2", "absent")

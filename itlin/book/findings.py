@@ -67,6 +67,11 @@ class Headline(NamedTuple):
         plan = CONFIRMATORY.get(self.record)
         return plan if plan is not None and plan.claim == self.claim else None
 
+    @property
+    def other_claims(self) -> tuple:
+        """The ``others`` as ``(record, claim id)`` pairs, a bare record name meaning this row's claim."""
+        return tuple((o, self.claim) if isinstance(o, str) else tuple(o) for o in self.others)
+
 
 _MNIST1D = "MNIST-1D instead of CIFAR-10, a small CNN, budgets of thousands of steps instead of hundreds of thousands"
 
@@ -263,8 +268,7 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
     if h.plan is not None:
         v = v.judged_at(V.LEVEL)  # the planned test, alone
     others = []
-    for entry in h.others:
-        name, claim = (entry, h.claim) if isinstance(entry, str) else entry
+    for name, claim in h.other_claims:
         waiting = _in_progress(name)
         if waiting:
             others.append((name, claim, waiting))
@@ -343,6 +347,7 @@ def setting(rec) -> str:
 def row(f: Finding) -> dict:
     """One row of the Findings table."""
     h, v = f.headline, f.verdict
+
     def other(n, claim, o):
         where = f"`{n}`" + (f" (`{claim}`)" if claim != h.claim else "")
         if isinstance(o, str):
