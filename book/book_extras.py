@@ -1,7 +1,7 @@
 """A small Sphinx extension for the book, loaded through ``sphinx.local_extensions`` in _config.yml.
 
 It lives beside the chapters (a plain file in book/) so that any copy of the book that carries
-book/'s files builds with it. It does three things Jupyter Book 1 has no setting for:
+book/'s files builds with it. It does what Jupyter Book 1 has no setting for:
 
 * **Author-year bibliography.** The chapters cite author-year (``bibtex_reference_style:
   author_year``: "Goldwaser and Ge [2023]", "[Jacot et al., 2018]"), but pybtex only ships alpha
@@ -19,6 +19,9 @@ book/'s files builds with it. It does three things Jupyter Book 1 has no setting
   shows no ipywidgets (its demos are static HTML; the live demo's output is removed), so that
   state, and the widget-manager scripts MyST-NB would load from a CDN to read it, are dropped
   from the pages and from the offered ``.ipynb``.
+* **Static demos.** A chapter's demos (``itlin.book.widgets.Demo``) are live ``ipywidgets`` in
+  Jupyter; in the built book they are pre-rendered frames with sliders. :func:`setup` sets
+  ``ITLIN_DEMOS=static``, which the kernels the build starts inherit.
 * **Encrypted kernel transport.** jupyter_client leaves its kernels' ZeroMQ transport unencrypted
   by default, and ipykernel then prints "Kernel is running over TCP without encryption" once per
   executed chapter, burying real warnings in the build log. ipykernel's kernelspec declares
@@ -29,6 +32,7 @@ book/'s files builds with it. It does three things Jupyter Book 1 has no setting
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -151,6 +155,8 @@ def encrypt_kernel_transport() -> bool:
 
 
 def setup(app):
+    # the kernels this build starts inherit it: each chapter's demos render as static frames
+    os.environ["ITLIN_DEMOS"] = "static"
     encrypt_kernel_transport()
     app.connect("env-updated", _drop_widget_state)
     register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)

@@ -25,11 +25,12 @@ from itlin.book.experiments.main import quintic_demo  # noqa: E402
 from itlin.book.figures import main as figures  # noqa: E402
 
 
-# ------------------------------------------------------------------------------ static demo
-def _png(color="C0"):
+# ------------------------------------------------------------------------------ the demo layer
+def _fig(color="C0", title=""):
     fig, ax = plt.subplots(figsize=(1, 1))
     ax.plot([0, 1], [0, 1], color=color)
-    return widgets.figure_to_png(fig, dpi=30)
+    ax.set_title(title)
+    return fig
 
 
 class _Tags(HTMLParser):
@@ -58,81 +59,79 @@ def _parse(text):
     return p
 
 
-def _grid_demo(**kw):
-    Ks, lrs = [1, 10, math.inf], [0.001, 0.01]
-    frames = {(K, lr): _png(f"C{i}") for i, (K, lr) in enumerate((K, lr) for K in Ks for lr in lrs)}
-    captions = {key: f"setting {key[0]} / {key[1]}" for key in frames}
-    sliders = [widgets.Slider("K", Ks, ["1", "10", "∞"], initial=10), widgets.Slider("learning rate", lrs)]
-    return widgets.static_demo(frames, sliders, captions=captions, html_only=True, **kw), Ks, lrs
+def _grid_demo(calls=None, **kw):
+    """A demo over K in {1, 10, inf} and lr in {0.001, 0.01}: a figure, a table and a text per setting."""
+    def compute(K, lr):
+        if calls is not None:
+            calls.append((K, lr))
+        return widgets.View(_fig(f"C{int(lr * 1000) % 10}", f"{K}/{lr}"),
+                            table=[{"K": widgets.format_value(K), "value": f"<{lr}>"}], text=f"setting {K} / {lr}")
+
+    knobs = [widgets.Knob("K", [1, 10, math.inf], default=10), widgets.Knob("lr", [0.001, 0.01], label="learning rate")]
+    return widgets.Demo(knobs, compute, dpi=30, **kw)
 
 
-def test_static_demo_has_the_wrapper_sliders_and_one_frame_per_setting():
-    text, Ks, lrs = _grid_demo(title="demo")
+def test_static_demo_has_a_slider_per_knob_and_one_frame_per_setting():
+    text = _grid_demo(title="demo").static(html_only=True)
     p = _parse(text)
     wrappers = [a for t, a in p.tags if t == "div" and a.get("class") == "itlin-static-demo"]
     assert len(wrappers) == 1 and wrappers[0]["id"].startswith("itlin-demo-")
-    assert 'class="itlin-static-demo"' in text and text.count('<input type="range"') == 2
     ranges = [a for t, a in p.tags if t == "input"]
-    assert [r["max"] for r in ranges] == [str(len(Ks) - 1), str(len(lrs) - 1)]
-    assert ranges[0]["value"] == "1"  # initial K = 10 is the second value
+    assert [r["max"] for r in ranges] == ["2", "1"] and [r["aria-label"] for r in ranges] == ["K", "learning rate"]
+    assert ranges[0]["value"] == "1" and ranges[1]["value"] == "0"  # default K = 10 is the second value
+    frames = [a for t, a in p.tags if t == "div" and a.get("class") == "itlin-demo-frame"]
+    assert sorted(f["data-key"] for f in frames) == sorted(f"{a}-{b}" for a in range(3) for b in range(2))
+    assert [f["data-key"] for f in frames if "block" in f["style"]] == ["1-0"]  # visible without JavaScript
     imgs = [a for t, a in p.tags if t == "img"]
-    assert len(imgs) == len(Ks) * len(lrs)
-    assert sorted(i["data-key"] for i in imgs) == sorted(f"{a}-{b}" for a in range(3) for b in range(2))
-    assert all(i["src"].startswith("data:image/png;base64,") for i in imgs)
-    shown = [i["data-key"] for i in imgs if "block" in i["style"]]
-    assert shown == ["1-0"]  # without JavaScript the initial frame is visible
+    assert len(imgs) == 6 and all(i["src"].startswith("data:image/png;base64,") for i in imgs)
     assert "setting 10 / 0.001" in text and "∞" in text
+    assert text.count('<table class="itlin-demo-table">') == 6 and "&lt;0.01&gt;" in text and "<0.01>" not in text
 
 
-def test_static_demo_shows_hidpi_frames_at_their_css_width():
-    png = _png()  # a figure drawn at some dpi: its pixel width is in the PNG header
-    width = int.from_bytes(png[16:20], "big")
-    for ratio, shown in ((None, width), (2, width / 2)):
-        text = widgets.static_demo({1: png}, {"K": [1]}, html_only=True, pixel_ratio=ratio)
-        (img,) = [a for t, a in _parse(text).tags if t == "img"]
-        assert f"width:{shown:.0f}px" in img["style"]
-    fig, ax = plt.subplots(figsize=(2, 1))  # a figure frame: drawn at dpi 200, shown at 100 px per inch
-    text = widgets.static_demo({1: fig}, {"K": [1]}, html_only=True)
-    (img,) = [a for t, a in _parse(text).tags if t == "img"]
-    css = float(re.search(r"width:(\d+)px", img["style"]).group(1))
+def test_static_demo_frames_are_shown_at_their_css_width_and_ids_are_unique():
+    demo = widgets.Demo(widgets.Knob("K", [1]), lambda K: _fig(), dpi=200)
+    a, b = demo.static(html_only=True), demo.static(html_only=True)
+    (img,) = [t for tag, t in _parse(a).tags if tag == "img"]
     drawn = base64.b64decode(img["src"].split(",", 1)[1])
+    css = float(re.search(r"width:(\d+)px", img["style"]).group(1))
     assert abs(css - int.from_bytes(drawn[16:20], "big") / 2) <= 0.5  # dpi 200 shown at 100 px per inch
-    assert 150 <= css <= 260  # about 2 inches, give or take what bbox_inches="tight" trims or adds
-
-
-def test_static_demo_ids_are_unique_when_shown_twice():
-    a, _, _ = _grid_demo()
-    b, _, _ = _grid_demo()
-    ida = re.findall(r'id="(itlin-demo-[0-9a-f]+)"', a)
-    idb = re.findall(r'id="(itlin-demo-[0-9a-f]+)"', b)
+    ida, idb = (re.findall(r'id="(itlin-demo-[0-9a-f]+)"', t) for t in (a, b))
     assert len(ida) == len(idb) == 1 and ida != idb
     assert json.dumps(ida[0]) in a and json.dumps(idb[0]) not in a  # each script looks up only its own root
+    assert 'class="itlin-static-demo"' in demo.static().data  # an IPython HTML object by default
 
 
-def test_static_demo_rejects_incomplete_or_foreign_grids_and_bad_frames():
-    png = _png()
-    with pytest.raises(ValueError, match="no frame for 1 of the 2"):
-        widgets.static_demo({1: png}, {"K": [1, 2]})
-    with pytest.raises(ValueError, match="no slider offers"):
-        widgets.static_demo({1: png, 2: png, 3: png}, {"K": [1, 2]})
-    with pytest.raises(ValueError, match="has 1 entries for 2 sliders"):
-        widgets.static_demo({1: png}, {"K": [1], "lr": [0.1]})
-    with pytest.raises(ValueError, match="PNG or an SVG"):
-        widgets.static_demo({1: b"GIF89a"}, {"K": [1]})
+def test_demo_and_knob_refuse_bad_declarations_in_one_line():
+    f = lambda K: _fig()
     with pytest.raises(ValueError, match="repeated values"):
-        widgets.Slider("K", [1, 1.0])
-    with pytest.raises(ValueError, match="initial value"):
-        widgets.Slider("K", [1, 2], initial=3)
+        widgets.Knob("K", [1, 1.0])
+    with pytest.raises(ValueError, match="default 3 is not one of"):
+        widgets.Knob("K", [1, 2], default=3)
+    with pytest.raises(ValueError, match="live values .* lack the default"):
+        widgets.Knob("K", [1, 2], live=[2, 3])
+    with pytest.raises(ValueError, match="identifier"):
+        widgets.Knob("learning rate", [1])
+    with pytest.raises(ValueError, match="labels for"):
+        widgets.Knob("K", [1, 2], labels=["one"])
+    with pytest.raises(ValueError, match="max_frames"):
+        widgets.Demo([widgets.Knob("a", range(10)), widgets.Knob("b", range(10))], lambda a, b: None)
+    with pytest.raises(ValueError, match="share a name"):
+        widgets.Demo([widgets.Knob("K", [1]), widgets.Knob("K", [2])], f)
+    with pytest.raises(TypeError, match="no knob named lr"):
+        widgets.Demo(widgets.Knob("K", [1]), f).view(lr=1)
+    with pytest.raises(ValueError, match="matplotlib figure or PNG"):
+        widgets.Demo(widgets.Knob("K", [1]), lambda K: b"GIF89a").view()
+    assert widgets.Knob("K", [1, "inf"], default=math.inf).default == math.inf  # inf spelled as text
 
 
-def test_static_demo_accepts_figures_svg_and_inf_spelled_as_text():
-    fig, ax = plt.subplots(figsize=(1, 1))
-    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
-    html = widgets.static_demo({math.inf: fig, 1: svg}, {"K": [1, "inf"]}, html_only=True)
-    assert "data:image/svg+xml;base64," in html and "data:image/png;base64," in html
-    assert widgets.format_value(math.inf) == "∞" and widgets.format_value(0.003) == "0.003"
-    obj = widgets.static_demo({1: svg}, {"K": [1]})
-    assert 'class="itlin-static-demo"' in obj.data
+def test_demo_computes_each_setting_once_and_draws_data_through_draw():
+    calls = []
+    demo = widgets.Demo(widgets.Knob("n", [1, 2, 3]), lambda n: calls.append(n) or list(range(n)),
+                        draw=lambda data: widgets.View(text=f"{len(data)} points"))
+    assert demo.view(n=2).text == "2 points" and demo.view().text == "1 points"
+    demo.static(html_only=True)
+    assert sorted(calls) == [1, 2, 3]  # the static grid reuses what was computed
+    assert [g["n"] for g in demo.grid()] == [1, 2, 3]
 
 
 def test_figure_to_png_is_a_png_and_the_palette_makes_it_smaller():
@@ -153,70 +152,90 @@ function el(attrs) {
           getAttribute(k) { return this.attrs[k]; },
           addEventListener(t, f) { this.listeners[t] = f; }};
 }
-const inputs = spec.inputs.map(el), outputs = spec.outputs.map(el), imgs = spec.imgs.map(el);
-const caption = el({});
+const inputs = spec.inputs.map(el), outputs = spec.outputs.map(el), frames = spec.frames.map(el);
 const root = {querySelectorAll(sel) {
                 if (sel.startsWith("input")) return inputs;
                 if (sel.startsWith("output")) return outputs;
-                if (sel.startsWith("img")) return imgs;
-                return []; },
-              querySelector(sel) { return caption; }};
+                if (sel.startsWith("div")) return frames;
+                return []; }};
 global.document = {getElementById(id) { return id === spec.id ? root : null; }};
 eval(spec.script);
-const shown = () => imgs.filter(i => i.style.display === "block").map(i => i.attrs["data-key"]);
-const states = [[shown(), caption.textContent, outputs.map(o => o.textContent)]];
+const shown = () => frames.filter(i => i.style.display === "block").map(i => i.attrs["data-key"]);
+const states = [[shown(), outputs.map(o => o.textContent)]];
 inputs[0].value = "2"; inputs[0].listeners["input"]();
 inputs[1].value = "1"; inputs[1].listeners["input"]();
-states.push([shown(), caption.textContent, outputs.map(o => o.textContent)]);
+states.push([shown(), outputs.map(o => o.textContent)]);
 console.log(JSON.stringify(states));
 """
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_static_demo_script_swaps_frames_captions_and_labels(tmp_path):
-    text, _, _ = _grid_demo()
-    p = _parse(text)
+def test_static_demo_script_swaps_frames_and_labels(tmp_path):
+    p = _parse(_grid_demo().static(html_only=True))
     spec = {"id": [a for t, a in p.tags if t == "div" and a.get("class") == "itlin-static-demo"][0]["id"],
             "inputs": [a for t, a in p.tags if t == "input"], "outputs": [a for t, a in p.tags if t == "output"],
-            "imgs": [{k: v for k, v in a.items() if k != "src"} for t, a in p.tags if t == "img"],
+            "frames": [a for t, a in p.tags if t == "div" and a.get("class") == "itlin-demo-frame"],
             "script": p.scripts[0]}
     shim = tmp_path / "shim.js"
     shim.write_text(_DOM_SHIM)
     out = subprocess.run(["node", str(shim), json.dumps(spec)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    (first, cap1, lab1), (second, cap2, lab2) = json.loads(out.stdout)
-    assert first == ["1-0"] and cap1 == "setting 10 / 0.001" and lab1 == ["10", "0.001"]
-    assert second == ["2-1"] and cap2 == "setting inf / 0.01" and lab2 == ["∞", "0.01"]
+    (first, lab1), (second, lab2) = json.loads(out.stdout)
+    assert first == ["1-0"] and lab1 == ["10", "0.001"]
+    assert second == ["2-1"] and lab2 == ["∞", "0.01"]
 
 
-# ------------------------------------------------------------------------------ live demo
-def test_live_demo_builds_selection_sliders_trains_on_change_and_caches():
+def test_live_demo_has_a_slider_per_knob_computes_on_change_caches_and_says_so():
     import ipywidgets as W
 
     calls = []
-
-    def run(K, lr):
-        calls.append((K, lr))
-        return {"K": K, "lr": lr}
-
-    def draw(result):
-        fig, ax = plt.subplots(figsize=(1, 1))
-        ax.set_title(str(result))
-        return fig
-
-    box = widgets.live_demo(run, draw, [widgets.Slider("K", [1, 10, math.inf]), widgets.Slider("lr", [0.1, 0.2])],
-                            description="test")
-    assert isinstance(box, W.VBox)
-    assert set(box.controls) == {"K", "lr"}
+    box = _grid_demo(calls).live()
+    assert isinstance(box, W.VBox) and set(box.controls) == {"K", "lr"}
     assert all(isinstance(c, W.SelectionSlider) and not c.continuous_update for c in box.controls.values())
-    assert calls == [(1, 0.1)]  # the initial setting is drawn once
-    assert bytes(box.image.value).startswith(b"\x89PNG")
+    assert calls == [(10, 0.001)]  # the default setting is drawn once
+    first = bytes(box.image.value)
+    assert first.startswith(b"\x89PNG") and "&lt;0.001&gt;" in box.table.value
     box.controls["K"].value = math.inf
-    assert calls[-1] == (math.inf, 0.1)
-    box.controls["K"].value = 1
-    assert len(calls) == 2  # cached
-    with pytest.raises(ValueError, match="identifier"):
-        widgets.live_demo(run, draw, {"learning rate": [0.1]})
+    assert calls[-1] == (math.inf, 0.001) and bytes(box.image.value) != first
+    assert "K = ∞" in box.status.value and "computing" not in box.status.value
+    box.controls["K"].value = 10
+    assert len(calls) == 2 and bytes(box.image.value) == first  # cached
+
+
+def test_live_demo_shows_the_busy_state_while_it_computes_and_survives_an_error():
+    seen = []
+
+    def compute(n):
+        seen.append(box.status.value if n > 1 else "")
+        if n == 3:
+            raise RuntimeError("no such run")
+        return _fig()
+
+    box = None
+    demo = widgets.Demo(widgets.Knob("n", [1, 2, 3]), compute)
+    box = demo.live()
+    box.controls["n"].value = 2
+    assert "computing n = 2" in seen[-1]
+    box.controls["n"].value = 3
+    assert "RuntimeError: no such run" in box.status.value
+
+
+def test_live_mode_follows_the_environment_and_an_attached_widget_frontend(monkeypatch):
+    from ipywidgets import Widget
+
+    monkeypatch.delenv(widgets.DEMOS_ENV, raising=False)
+    monkeypatch.setattr(Widget, "_control_comm", None)
+    assert not widgets.live_mode()  # papermill, nbclient, plain Python: no frontend
+    monkeypatch.setattr(Widget, "_control_comm", object())  # JupyterLab opened the control channel
+    assert widgets.live_mode()
+    monkeypatch.setenv(widgets.DEMOS_ENV, "static")
+    assert not widgets.live_mode()
+    monkeypatch.setenv(widgets.DEMOS_ENV, "live")
+    monkeypatch.setattr(Widget, "_control_comm", None)
+    assert widgets.live_mode()
+    monkeypatch.setenv(widgets.DEMOS_ENV, "sometimes")
+    with pytest.raises(ValueError, match="'live' or 'static'"):
+        widgets.live_mode()
 
 
 # ------------------------------------------------------------------------------ quintic demo experiment
@@ -235,9 +254,8 @@ def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(r
     assert again.loaded
     Ks, lrs = quintic_demo.grid(rec)
     assert Ks == [1, math.inf] and lrs == [0.01]
-    frames, captions, runs = figures.quintic_frames(rec, dpi=30)
-    assert set(frames) == {(1, 0.01), (math.inf, 0.01)}
-    assert all(f.startswith(b"\x89PNG") for f in frames.values())
+    runs = quintic_demo.runs_of(rec)
+    assert set(runs) == {(1, 0.01), (math.inf, 0.01)}
     gd, lin = runs[(1, 0.01)], runs[(math.inf, 0.01)]
     assert gd.feature_updates == 40 and lin.feature_updates == 0
     assert gd.history.relin_steps == list(range(1, 41)) and lin.history.relin_steps == []
@@ -249,9 +267,10 @@ def test_quintic_demo_experiment_runs_caches_and_renders_one_frame_per_setting(r
     assert math.isfinite(gd.ntk_max_end) and gd.ntk_max_end != pytest.approx(gd.ntk_max_init)
     for key in ("train/loss", "train/loss_lin", "test/rmse", "step", "feature_updates"):
         assert len(gd.history.evals[key]) == 5  # step 0 and 4 evaluations
-    assert "40 feature updates" in captions[(1, 0.01)] and "K = ∞" in captions[(math.inf, 0.01)]
-    html = widgets.static_demo(frames, {"K": Ks, "learning rate": lrs}, captions=captions, html_only=True)
-    assert html.count("<img data-key=") == 2
+    demo = figures.quintic_demo(rec, live_steps=10)
+    assert "40 feature updates" in demo.view(K=1, lr=0.01).text and "K = ∞" in demo.view(K=math.inf).text
+    html = demo.static(html_only=True)
+    assert html.count('class="itlin-demo-frame"') == 2 and html.count("<img ") == 2
     # the summary has a row per setting; the claims that need settings not run cannot resolve
     assert [r["K"] for r in quintic_demo.summary(rec)] == ["1", "∞"]
     v = {c.id: c.verdict for c in quintic_demo.claims(rec)}
@@ -274,10 +293,18 @@ def test_quintic_demo_parameters_follow_the_scale_and_are_validated():
     assert quintic_demo.setting_tag(math.inf, 0.003) == "K=inf,lr=0.003"
 
 
-def test_quintic_demo_live_version_trains_through_itlin():
-    box = figures.quintic_live_demo(steps=10, Ks=[1, math.inf], learning_rates=[0.01], initial=(1, 0.01))
-    (run,) = box.results.values()
-    assert isinstance(run, quintic_demo.DemoRun) and run.steps == 10 and run.feature_updates == 10
+def test_quintic_demo_live_version_trains_what_the_record_lacks_through_itlin(results_dir):
+    params = {"scale": "tiny", "Ks": [1], "learning_rates": [0.01], "steps": 20, "evals": 2, "kconv_lr": 0.05}
+    rec = runner.run("quintic_demo", params, verbose=False)
+    demo = figures.quintic_demo(rec, live_steps=10)
+    knob_K, knob_lr = demo.knobs
+    assert knob_K.values == (1,) and math.inf in knob_K.live and 0.003 in knob_lr.live
+    box = demo.live()
+    before = bytes(box.image.value)
+    box.controls["K"].value = math.inf  # not in the record: trained on release
+    assert "10 steps" in demo.view(K=math.inf).text and bytes(box.image.value) != before
+    run = quintic_demo.train_setting(math.inf, 0.01, 10, evals=2)
+    assert run.steps == 10 and run.feature_updates == 0
     fig = figures.quintic_setting(run)
     assert len(fig.axes) == 2
     # the static demo's frames are this figure: legible at the column width like every other

@@ -1,17 +1,32 @@
-"""Interactive demos for the book: a static HTML/JS version and a live ipywidgets version.
+"""The book's demos: declared once, live in Jupyter and static in the built book.
 
-A demo is a grid of settings (one slider per parameter) and a picture per setting.
+A :class:`Demo` is its knobs (:class:`Knob`: a name, the values it steps through, a default) and
+one function from knob values to what is shown: a matplotlib figure, or a :class:`View` (a
+figure, a table of rows and a line of text), or data that a ``draw`` function turns into either.
+From that one declaration it renders two ways:
 
-* :func:`static_demo` needs no kernel: every picture is computed beforehand and embedded in a
-  self-contained HTML snippet (base64 PNG frames, ``<input type="range">`` sliders and a few
-  lines of JavaScript that show the frame of the current slider positions). It is what the built
-  book shows. Without JavaScript the snippet still shows its initial frame.
-* :func:`live_demo` builds the same controls with ``ipywidgets`` for local Jupyter: moving a
-  slider calls ``run(**values)`` (itlin code that trains) and ``draw(result)`` (a figure, shown
-  in an ``Image`` widget).
+* :meth:`Demo.live`, for local Jupyter: one ``ipywidgets`` slider per knob, acting when released;
+  the function runs for the chosen values (cached, so a setting seen before is instant) while a
+  status line says it is computing;
+* :meth:`Demo.static`, for the built book: the function runs for every point of the knob grid
+  when the page is built, and the page carries every frame (PNG images, tables as HTML) with
+  range sliders and a few lines of JavaScript that show the frame of the sliders' positions. It
+  needs no kernel and no network, and without JavaScript it still shows the default frame.
 
-Both take their sliders as ``{name: values}`` or a list of :class:`Slider` (with labels for the
-values, e.g. ``"∞"`` for ``math.inf``).
+Displayed as the last expression of a cell, a demo is live where a widget frontend is attached
+(JupyterLab, Notebook 7; ``python -m itlin.book.live CHAPTER`` opens a chapter so) and static
+elsewhere: the book's build, papermill, ``python -m itlin.book.run`` (:func:`live_mode`).
+Chapters write no HTML or JavaScript: this module does.
+
+>>> import matplotlib.pyplot as plt
+>>> def draw(slope):
+...     fig, ax = plt.subplots(figsize=(2, 1))
+...     ax.plot([0, 1], [0, slope])
+...     return fig
+>>> demo = Demo([Knob("slope", [1, 2, 3], default=2)], draw, title="a line")
+>>> html = demo.static(html_only=True)
+>>> html.count('class="itlin-demo-frame"'), html.count('type="range"')
+(3, 1)
 """
 
 from __future__ import annotations
@@ -19,17 +34,47 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import json
 import math
+import os
+import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
-__all__ = ["Slider", "figure_to_png", "format_value", "live_demo", "static_demo"]
+__all__ = ["DEMOS_ENV", "Demo", "Knob", "View", "figure_to_png", "format_value", "live_mode"]
+
+#: ``live`` or ``static`` forces how a displayed :class:`Demo` renders (see :func:`live_mode`)
+DEMOS_ENV = "ITLIN_DEMOS"
+
+
+def live_mode() -> bool:
+    """Whether a displayed :class:`Demo` renders live (``ipywidgets``) rather than as static frames.
+
+    ``$ITLIN_DEMOS`` decides when set: ``live`` (``python -m itlin.book.live`` sets it) or
+    ``static`` (the book's build sets it). Otherwise a demo is live when a widget frontend is
+    connected to this kernel: JupyterLab, Notebook 7 and other ipywidgets 8 frontends open the
+    widget control channel when they attach, while papermill, nbclient and a plain Python never do.
+    """
+    value = os.environ.get(DEMOS_ENV, "").strip().lower()
+    if value in ("live", "static"):
+        return value == "live"
+    if value:
+        raise ValueError(f"${DEMOS_ENV} is 'live' or 'static' (or unset), got {value!r}.")
+    try:
+        from ipywidgets import Widget
+    except ImportError:  # pragma: no cover - ipywidgets comes with the book's extra
+        return False
+    return getattr(Widget, "_control_comm", None) is not None
 
 
 def format_value(v) -> str:
-    """A short label for a slider value: ``math.inf`` -> ``"∞"``, ``0.003`` -> ``"0.003"``."""
+    """A short label for a knob value: ``math.inf`` -> ``"∞"``, ``0.003`` -> ``"0.003"``.
+
+    >>> format_value(math.inf), format_value(0.003), format_value(True)
+    ('∞', '0.003', 'True')
+    """
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float) and math.isinf(v):
@@ -39,46 +84,8 @@ def format_value(v) -> str:
     return str(v)
 
 
-@dataclass(frozen=True)
-class Slider:
-    """One slider: its ``name``, the ``values`` it steps through (in order), optional ``labels``
-    (strings shown for the values; default :func:`format_value`) and the ``initial`` value
-    (default the first)."""
-
-    name: str
-    values: Sequence[Any]
-    labels: Optional[Sequence[str]] = None
-    initial: Any = None
-
-    def __post_init__(self):
-        values = tuple(self.values)
-        if not values:
-            raise ValueError(f"slider {self.name!r} has no values.")
-        if len(set(map(_key_part, values))) != len(values):
-            raise ValueError(f"slider {self.name!r} has repeated values: {list(values)}.")
-        labels = tuple(format_value(v) for v in values) if self.labels is None else tuple(map(str, self.labels))
-        if len(labels) != len(values):
-            raise ValueError(f"slider {self.name!r}: {len(labels)} labels for {len(values)} values.")
-        object.__setattr__(self, "values", values)
-        object.__setattr__(self, "labels", labels)
-        if self.initial is not None and self.index(self.initial) is None:
-            raise ValueError(f"slider {self.name!r}: initial value {self.initial!r} is not one of {list(values)}.")
-
-    def index(self, value) -> Optional[int]:
-        """Position of ``value`` among the values (``None`` if absent); floats compare by value."""
-        k = _key_part(value)
-        for i, v in enumerate(self.values):
-            if _key_part(v) == k:
-                return i
-        return None
-
-    @property
-    def initial_index(self) -> int:
-        return 0 if self.initial is None else self.index(self.initial)
-
-
 def _key_part(v):
-    """A hashable, float-tolerant form of a slider value (so 1 and 1.0, inf and 'inf' agree)."""
+    """A hashable, float-tolerant form of a knob value (so 1 and 1.0, inf and 'inf' agree)."""
     if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", "infinity"):
         return ("num", math.inf)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -86,23 +93,82 @@ def _key_part(v):
     return ("other", repr(v))
 
 
-def _as_sliders(sliders) -> list:
-    if isinstance(sliders, Slider):
-        return [sliders]
-    if isinstance(sliders, Mapping):
-        return [s if isinstance(s, Slider) else Slider(name, s) for name, s in sliders.items()]
-    out = list(sliders)
-    if not out or not all(isinstance(s, Slider) for s in out):
-        raise TypeError("sliders must be {name: values} or a non-empty list of Slider.")
-    return out
+@dataclass(frozen=True)
+class Knob:
+    """One control of a demo.
+
+    ``name`` is the keyword the demo's function receives; ``values`` the settings it steps
+    through in the built book (one frame each); ``default`` the setting shown first (default: the
+    first value); ``label`` the name shown beside the slider (default: ``name`` with spaces);
+    ``labels`` the text shown for each value (default :func:`format_value`); ``live`` the values
+    offered in Jupyter, where each setting is computed on demand (default: ``values``; it must
+    contain ``default``), e.g. a finer grid than the book can afford to pre-render.
+
+    >>> Knob("K", [1, 10, math.inf], default=10).labels
+    ('1', '10', '∞')
+    """
+
+    name: str
+    values: Sequence[Any]
+    default: Any = None
+    label: Optional[str] = None
+    labels: Optional[Sequence[str]] = None
+    live: Optional[Sequence[Any]] = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"a knob's name is the keyword its function receives: a Python identifier, got {self.name!r}.")
+        values = tuple(self.values)
+        if not values:
+            raise ValueError(f"knob {self.name!r} has no values.")
+        _unique(self.name, values)
+        labels = tuple(format_value(v) for v in values) if self.labels is None else tuple(map(str, self.labels))
+        if len(labels) != len(values):
+            raise ValueError(f"knob {self.name!r}: {len(labels)} labels for {len(values)} values.")
+        default = values[0] if self.default is None else self.default
+        if _index(values, default) is None:
+            raise ValueError(f"knob {self.name!r}: default {default!r} is not one of its values {list(values)}.")
+        live = values if self.live is None else tuple(self.live)
+        _unique(self.name, live)
+        if _index(live, default) is None:
+            raise ValueError(f"knob {self.name!r}: its live values {list(live)} lack the default {default!r}.")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "live", live)
+        object.__setattr__(self, "label", self.label or self.name.replace("_", " "))
+
+    def label_of(self, value) -> str:
+        i = _index(self.values, value)
+        return self.labels[i] if i is not None else format_value(value)
+
+
+def _index(values, value) -> Optional[int]:
+    k = _key_part(value)
+    return next((i for i, v in enumerate(values) if _key_part(v) == k), None)
+
+
+def _unique(name, values):
+    if len({_key_part(v) for v in values}) != len(values):
+        raise ValueError(f"knob {name!r} has repeated values: {list(values)}.")
+
+
+class View(NamedTuple):
+    """What a demo shows for one setting: a matplotlib ``figure`` (or PNG bytes), a ``table``
+    (a list of rows, each ``{column: text}``; the columns of the first row are shown) and a line
+    of ``text`` above them. Any of them may be left out."""
+
+    figure: Any = None
+    table: Optional[Sequence[dict]] = None
+    text: str = ""
 
 
 def figure_to_png(fig, *, dpi: Optional[float] = None, close: bool = True, palette: bool = True) -> bytes:
     """PNG bytes of a matplotlib figure (closed afterwards unless ``close=False``).
 
-    ``palette=True`` stores it with an adaptive 256-colour palette (via Pillow when available),
-    which makes plots about three times smaller at no visible cost; frames of a static demo are
-    embedded in the page, so their size is the page's size.
+    ``palette=True`` stores it with an adaptive 256-colour palette (via Pillow), which makes plots
+    about three times smaller at no visible cost; a static demo embeds every frame in its page, so
+    their size is the page's size.
     """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
@@ -112,10 +178,8 @@ def figure_to_png(fig, *, dpi: Optional[float] = None, close: bool = True, palet
         plt.close(fig)
     data = buf.getvalue()
     if palette:
-        try:
-            from PIL import Image
-        except ImportError:  # pragma: no cover - Pillow comes with matplotlib
-            return data
+        from PIL import Image
+
         img = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
         out = io.BytesIO()
         img.save(out, format="PNG", optimize=True)
@@ -124,58 +188,211 @@ def figure_to_png(fig, *, dpi: Optional[float] = None, close: bool = True, palet
     return data
 
 
-def _frame_src(frame, dpi) -> str:
-    """A data URI (or URL) for one frame: a matplotlib figure, PNG bytes, an SVG string or a URI."""
-    if hasattr(frame, "savefig"):
-        frame = figure_to_png(frame, dpi=dpi)
-    if isinstance(frame, (bytes, bytearray)):
-        data = bytes(frame)
-        if data.startswith(b"\x89PNG"):
-            return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-        if data.lstrip().startswith(b"<svg") or data.lstrip().startswith(b"<?xml"):
-            return "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
-        raise ValueError("frame bytes must be a PNG or an SVG image.")
-    if isinstance(frame, str):
-        s = frame.lstrip()
-        if s.startswith("<svg") or s.startswith("<?xml"):
-            return "data:image/svg+xml;base64," + base64.b64encode(s.encode("utf-8")).decode("ascii")
-        if s.startswith("data:image/"):
-            return s
-        raise ValueError("a frame given as text must be an SVG document or a data:image/ URI.")
-    raise TypeError(f"a frame must be a matplotlib figure, PNG/SVG bytes, SVG text or a data URI, got {type(frame).__name__}.")
+def _png_width(data: bytes) -> int:
+    """Width in pixels from a PNG's IHDR chunk."""
+    return int.from_bytes(data[16:20], "big")
 
 
-def _normalise_key(key, n_sliders):
-    if not isinstance(key, tuple):
-        key = (key,)
-    if len(key) != n_sliders:
-        raise ValueError(f"frame key {key!r} has {len(key)} entries for {n_sliders} sliders.")
-    return tuple(_key_part(k) for k in key)
+def _table_html(rows) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in cols) + "</tr>"
+                   for r in rows)
+    return f'<table class="itlin-demo-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-_CSS = """
-<style>
+class _Rendered(NamedTuple):
+    png: Optional[bytes]
+    table: str
+    text: str
+
+
+@dataclass
+class Demo:
+    """A demo declared once (see the module's docstring).
+
+    Args:
+      knobs: the controls, a :class:`Knob` each (or a single one).
+      compute: ``compute(**values) -> figure | View | data``, one keyword per knob.
+      draw: ``draw(data) -> figure | View`` when ``compute`` returns data (default: none).
+      title: a heading inside the demo's box.
+      dpi: resolution of figures; frames drawn at 200 dpi are shown at half their pixel width,
+        sharp on HiDPI screens.
+      max_frames: the most settings the static version renders (its page carries every one).
+
+    Results are cached by setting, for both versions.
+    """
+
+    knobs: Sequence[Knob]
+    compute: Callable[..., Any]
+    draw: Optional[Callable[[Any], Any]] = None
+    title: str = ""
+    dpi: float = 200
+    max_frames: int = 64
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        knobs = [self.knobs] if isinstance(self.knobs, Knob) else list(self.knobs)
+        if not knobs or not all(isinstance(k, Knob) for k in knobs):
+            raise TypeError("a demo's knobs are a Knob or a non-empty list of Knob.")
+        if len({k.name for k in knobs}) != len(knobs):
+            raise ValueError(f"two knobs share a name: {[k.name for k in knobs]}.")
+        if not callable(self.compute) or (self.draw is not None and not callable(self.draw)):
+            raise TypeError("a demo's compute (and draw, if given) are functions.")
+        self.knobs = tuple(knobs)
+        n = math.prod(len(k.values) for k in self.knobs)
+        if n > self.max_frames:
+            raise ValueError(f"the demo's grid has {n} settings, more than max_frames={self.max_frames} that its page "
+                             "would carry: give its knobs fewer values (offer more as Knob(live=...)).")
+
+    # ------------------------------------------------------------------ computing
+    @property
+    def default(self) -> dict:
+        return {k.name: k.default for k in self.knobs}
+
+    def grid(self) -> list:
+        """Every setting of the static version, as ``{name: value}`` (the first knob slowest)."""
+        return [dict(zip([k.name for k in self.knobs], vals)) for vals in itertools.product(*[k.values for k in self.knobs])]
+
+    def _key(self, values) -> tuple:
+        return tuple(_key_part(values[k.name]) for k in self.knobs)
+
+    def view(self, **values) -> View:
+        """What the demo shows at ``values`` (the defaults for knobs left out), cached."""
+        unknown = set(values) - {k.name for k in self.knobs}
+        if unknown:
+            raise TypeError(f"no knob named {', '.join(sorted(unknown))}; knobs: {', '.join(k.name for k in self.knobs)}.")
+        values = {**self.default, **values}
+        return self._rendered(values, self._key(values))[0]
+
+    def _rendered(self, values, key):
+        if key not in self._cache:
+            out = self.compute(**values)
+            if self.draw is not None:
+                out = self.draw(out)
+            v = out if isinstance(out, View) else View(figure=out)
+            fig = v.figure
+            png = figure_to_png(fig, dpi=self.dpi) if hasattr(fig, "savefig") else (bytes(fig) if fig is not None else None)
+            if png is not None and not png.startswith(b"\x89PNG"):
+                raise ValueError("a demo's figure is a matplotlib figure or PNG bytes.")
+            self._cache[key] = (View(png, v.table, v.text), _Rendered(png, _table_html(v.table), html.escape(v.text or "")))
+        return self._cache[key]
+
+    def _label(self, values) -> str:
+        return ", ".join(f"{k.label} = {k.label_of(values[k.name])}" for k in self.knobs)
+
+    # ------------------------------------------------------------------ static
+    def static(self, *, html_only: bool = False):
+        """Every setting of the grid rendered into one self-contained HTML snippet (see the
+        module's docstring): an ``IPython.display.HTML``, or the string with ``html_only``."""
+        uid = "itlin-demo-" + uuid.uuid4().hex[:12]
+        initial = tuple(_index(k.values, k.default) for k in self.knobs)
+        parts = [_CSS, f'<div class="itlin-static-demo" id="{uid}">']
+        if self.title:
+            parts.append(f'<div class="itlin-demo-title">{html.escape(self.title)}</div>')
+        parts.append('<div class="itlin-demo-controls">')
+        for i, k in enumerate(self.knobs):
+            parts.append(f'<label>{html.escape(k.label)} <input type="range" min="0" max="{len(k.values) - 1}" step="1" '
+                         f'value="{initial[i]}" data-knob="{i}" aria-label="{html.escape(k.label, quote=True)}">'
+                         f'<output data-knob="{i}">{html.escape(k.labels[initial[i]])}</output></label>')
+        parts.append("</div>")
+        for idx in itertools.product(*[range(len(k.values)) for k in self.knobs]):
+            values = {k.name: k.values[i] for k, i in zip(self.knobs, idx)}
+            _, r = self._rendered(values, self._key(values))
+            shown = "block" if idx == initial else "none"
+            inner = f'<p class="itlin-demo-text">{r.text}</p>' if r.text else ""
+            if r.png is not None:
+                width = _png_width(r.png) / (self.dpi / 100)
+                src = "data:image/png;base64," + base64.b64encode(r.png).decode("ascii")
+                alt = html.escape(r.text or self._label(values), quote=True)
+                inner += f'<img style="width:{width:.0f}px" alt="{alt}" src="{src}">'
+            inner += r.table
+            parts.append(f'<div class="itlin-demo-frame" data-key="{"-".join(map(str, idx))}" '
+                         f'style="display:{shown}">{inner}</div>')
+        labels = json.dumps([list(k.labels) for k in self.knobs], ensure_ascii=False)
+        parts.append(f"<script>{_JS % {'id': json.dumps(uid), 'labels': labels}}</script></div>")
+        text = "\n".join(parts)
+        if html_only:
+            return text
+        from IPython.display import HTML
+
+        return HTML(text)
+
+    # ------------------------------------------------------------------ live
+    def live(self):
+        """The ``ipywidgets`` version: an ``ipywidgets.VBox`` with a slider per knob (over its
+        ``live`` values, acting when released), a status line, the figure, the table and the
+        text. It draws the default setting when built. Its ``.controls`` are ``{name: slider}``,
+        ``.image`` the figure's ``Image``, ``.status`` the status line and ``.update()`` redraws
+        for the sliders' values."""
+        import ipywidgets as W
+
+        controls = {}
+        for k in self.knobs:
+            options = [(k.label_of(v), v) for v in k.live]
+            controls[k.name] = W.SelectionSlider(options=options, value=k.live[_index(k.live, k.default)],
+                                                 description=k.label, continuous_update=False,
+                                                 style={"description_width": "initial"}, layout=W.Layout(width="24em"))
+        status, text, table = W.HTML(), W.HTML(), W.HTML()
+        image = W.Image(format="png", layout=W.Layout(max_width="100%"))
+
+        def update(change=None):
+            values = {name: c.value for name, c in controls.items()}
+            key = self._key(values)
+            label = html.escape(self._label(values))
+            start = time.perf_counter()
+            if key not in self._cache:
+                status.value = f"<b>⏳ computing {label} …</b>"  # shown while it computes
+            try:
+                _, r = self._rendered(values, key)
+            except Exception as err:  # keep the demo alive; say what went wrong
+                status.value = f"<b>{label}: {html.escape(type(err).__name__)}: {html.escape(str(err))}</b>"
+                return
+            image.value = r.png or b""
+            image.layout.display = None if r.png else "none"
+            text.value, table.value = r.text, r.table
+            took = time.perf_counter() - start
+            status.value = label + (f" <i>({took:.1f} s)</i>" if took >= 1 else "")
+
+        for c in controls.values():
+            c.observe(update, names="value")
+        update()
+        head = [W.HTML(f"<b>{html.escape(self.title)}</b>")] if self.title else []
+        box = W.VBox(head + [W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), status, text,
+                             image, table])
+        box.controls, box.image, box.status, box.table, box.update = controls, image, status, table, update
+        return box
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.live() if live_mode() else self.static())
+
+
+_CSS = """<style>
 .itlin-static-demo{border:1px solid #d0d7de;border-radius:6px;padding:.6em .8em;margin:1em 0;
-  font-family:var(--pst-font-family-base,system-ui,sans-serif);font-size:.92em}
+  font-family:var(--pst-font-family-base,system-ui,sans-serif);font-size:.92em;overflow-x:auto}
 .itlin-static-demo .itlin-demo-title{font-weight:600;margin-bottom:.3em}
 .itlin-static-demo .itlin-demo-controls{display:flex;flex-wrap:wrap;gap:.4em 1.6em;align-items:center}
 .itlin-static-demo .itlin-demo-controls label{display:flex;align-items:center;gap:.5em;white-space:nowrap}
 .itlin-static-demo input[type=range]{width:11em;margin:0}
 .itlin-static-demo output{display:inline-block;min-width:3.5em;font-weight:600;font-variant-numeric:tabular-nums}
-.itlin-static-demo .itlin-demo-caption{margin:.4em 0;min-height:1.4em;color:#333}
-.itlin-static-demo .itlin-demo-frames img{max-width:100%;height:auto;display:block}
-</style>
-"""
+.itlin-static-demo .itlin-demo-text{margin:.4em 0;color:#333}
+.itlin-static-demo img{max-width:100%;height:auto;display:block}
+.itlin-static-demo table.itlin-demo-table{font-size:.88em;margin-top:.5em;border-collapse:collapse}
+.itlin-static-demo table.itlin-demo-table td,.itlin-static-demo table.itlin-demo-table th{padding:.15em .5em;
+  border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+</style>"""
 
-_JS = """
-(function(){
+_JS = """(function(){
   var root = document.getElementById(%(id)s);
   if (!root) return;
-  var captions = %(captions)s, labels = %(labels)s;
-  var inputs = root.querySelectorAll("input[type=range][data-slider]");
-  var outputs = root.querySelectorAll("output[data-slider]");
-  var imgs = root.querySelectorAll("img[data-key]");
-  var caption = root.querySelector(".itlin-demo-caption");
+  var labels = %(labels)s;
+  var inputs = root.querySelectorAll("input[type=range][data-knob]");
+  var outputs = root.querySelectorAll("output[data-knob]");
+  var frames = root.querySelectorAll("div.itlin-demo-frame");
   function show(){
     var idx = [];
     for (var i = 0; i < inputs.length; i++){
@@ -183,187 +400,10 @@ _JS = """
       outputs[i].textContent = labels[i][idx[i]];
     }
     var key = idx.join("-");
-    for (var j = 0; j < imgs.length; j++){
-      imgs[j].style.display = (imgs[j].getAttribute("data-key") === key) ? "block" : "none";
+    for (var j = 0; j < frames.length; j++){
+      frames[j].style.display = (frames[j].getAttribute("data-key") === key) ? "block" : "none";
     }
-    caption.textContent = captions[key] || "";
   }
   for (var i = 0; i < inputs.length; i++){ inputs[i].addEventListener("input", show); }
   show();
-})();
-"""
-
-
-def _png_width(data: bytes) -> int:
-    """Width in pixels from a PNG's IHDR chunk."""
-    return int.from_bytes(data[16:20], "big")
-
-
-def static_demo(frames: Mapping, sliders, *, captions: Optional[Mapping] = None, title: Optional[str] = None,
-                alt: Optional[str] = None, dpi: Optional[float] = None, pixel_ratio: Optional[float] = None,
-                html_only: bool = False):
-    """A self-contained HTML snippet that shows one precomputed frame per slider setting.
-
-    Args:
-      frames: ``{key: frame}``; ``key`` is a tuple with one value per slider (in slider order;
-        a bare value when there is one slider) and ``frame`` a matplotlib figure (rendered to
-        PNG and closed), PNG or SVG bytes, SVG text, or a ``data:image/...`` URI. Every point
-        of the slider grid needs a frame.
-      sliders: ``{name: values}`` or a list of :class:`Slider`.
-      captions: optional ``{key: text}`` shown above the frame (e.g. the number of feature
-        updates of that setting).
-      title: optional heading inside the box.
-      alt: alternative text of the images (default: the caption or the slider values).
-      dpi: resolution for frames given as figures (default: 200, twice the book's 100 dpi,
-        so they are sharp on HiDPI screens).
-      pixel_ratio: image pixels per CSS pixel of PNG frames, which are then shown at their
-        width divided by it (at most the column's width): 2 for frames drawn at dpi 200 from
-        figures sized for the book (``figure.dpi`` 100). Default: ``dpi / 100`` for frames
-        given as figures, 1 for PNG bytes.
-      html_only: return the HTML string instead of an ``IPython.display.HTML``.
-
-    Returns:
-      ``IPython.display.HTML`` (or ``str``). The wrapper is ``<div class="itlin-static-demo">``
-      with a fresh random id, and its script finds its elements through that id only, so the
-      snippet can be shown any number of times on one page.
-    """
-    sliders = _as_sliders(sliders)
-    n = len(sliders)
-    given = {}
-    for key, frame in frames.items():
-        nk = _normalise_key(key, n)
-        if nk in given:
-            raise ValueError(f"two frames for the same setting {key!r}.")
-        given[nk] = (key, frame)
-    caption_of = {}
-    for key, text in (captions or {}).items():
-        caption_of[_normalise_key(key, n)] = str(text)
-
-    import itertools
-
-    grid = list(itertools.product(*[range(len(s.values)) for s in sliders]))
-    missing = []
-    for idx in grid:
-        nk = tuple(_key_part(s.values[i]) for s, i in zip(sliders, idx))
-        if nk not in given:
-            missing.append(tuple(s.values[i] for s, i in zip(sliders, idx)))
-    if missing:
-        raise ValueError(f"no frame for {len(missing)} of the {len(grid)} settings, e.g. {missing[0]!r}.")
-    extra = set(given) - {tuple(_key_part(s.values[i]) for s, i in zip(sliders, idx)) for idx in grid}
-    if extra:
-        raise ValueError(f"frames for settings that no slider offers: {[given[k][0] for k in extra][:3]!r}.")
-
-    uid = "itlin-demo-" + uuid.uuid4().hex[:12]
-    initial = tuple(s.initial_index for s in sliders)
-    parts = [_CSS, f'<div class="itlin-static-demo" id="{uid}">']
-    if title:
-        parts.append(f'<div class="itlin-demo-title">{html.escape(title)}</div>')
-    parts.append('<div class="itlin-demo-controls">')
-    for i, s in enumerate(sliders):
-        parts.append(
-            f'<label>{html.escape(s.name)} <input type="range" min="0" max="{len(s.values) - 1}" step="1" '
-            f'value="{initial[i]}" data-slider="{i}" aria-label="{html.escape(s.name, quote=True)}">'
-            f'<output data-slider="{i}">{html.escape(s.labels[initial[i]])}</output></label>')
-    parts.append("</div>")
-    js_captions = {}
-    imgs = []
-    for idx in grid:
-        nk = tuple(_key_part(s.values[i]) for s, i in zip(sliders, idx))
-        key_str = "-".join(map(str, idx))
-        text = caption_of.get(nk, ", ".join(f"{s.name} = {s.labels[i]}" for s, i in zip(sliders, idx)))
-        js_captions[key_str] = text
-        frame = given[nk][1]
-        ratio = pixel_ratio
-        if hasattr(frame, "savefig"):
-            frame = figure_to_png(frame, dpi=dpi or 200)
-            ratio = ratio or (dpi or 200) / 100
-        src = _frame_src(frame, dpi)
-        width = ""
-        if isinstance(frame, (bytes, bytearray)) and bytes(frame).startswith(b"\x89PNG"):
-            width = f"width:{_png_width(bytes(frame)) / (ratio or 1):.0f}px;"
-        shown = "block" if idx == initial else "none"
-        imgs.append(f'<img data-key="{key_str}" style="display:{shown};{width}" '
-                    f'alt="{html.escape(alt or text, quote=True)}" src="{src}">')
-    parts.append(f'<div class="itlin-demo-caption">{html.escape(js_captions["-".join(map(str, initial))])}</div>')
-    parts.append('<div class="itlin-demo-frames">' + "".join(imgs) + "</div>")
-    script = _JS % {"id": json.dumps(uid), "captions": json.dumps(js_captions, ensure_ascii=False),
-                    "labels": json.dumps([list(s.labels) for s in sliders], ensure_ascii=False)}
-    parts.append(f"<script>{script}</script>")
-    parts.append("</div>")
-    text = "\n".join(parts)
-    if html_only:
-        return text
-    from IPython.display import HTML
-
-    return HTML(text)
-
-
-def live_demo(run: Callable[..., Any], draw: Callable[[Any], Any], sliders, *, cache: bool = True,
-              description: Optional[str] = None, dpi: float = 100):
-    """An ``ipywidgets`` demo for local Jupyter: sliders, a status line and a figure.
-
-    Args:
-      run: ``run(**values) -> result`` with one keyword per slider (this is where training
-        happens: pass itlin code, e.g. a function calling :func:`itlin.fit`).
-      draw: ``draw(result) -> matplotlib figure``.
-      sliders: ``{name: values}`` or a list of :class:`Slider`; each becomes an
-        ``ipywidgets.SelectionSlider`` that acts when released (``continuous_update=False``).
-        Names must be valid keyword names of ``run``.
-      cache: keep results, so that returning to a setting is instant.
-      description: an optional line of text above the sliders.
-      dpi: resolution of the figure.
-
-    Returns:
-      an ``ipywidgets.VBox``; display it (the last expression of a cell). The first setting is
-      trained and drawn when the demo is built. Its ``.controls`` attribute is
-      ``{name: slider}``, ``.image`` the figure's ``ipywidgets.Image`` and ``.update()``
-      redraws for the current values.
-
-    The figure is shown as an ``Image`` widget whose value is replaced on every change, rather
-    than through ``interactive_output``: that one prints into an ``Output`` widget, and
-    executing such a notebook headless (papermill/nbclient, as the book's build does) hung
-    intermittently in our runs, with kernel and client both waiting.
-    """
-    import ipywidgets as W
-
-    sliders = _as_sliders(sliders)
-    controls = {}
-    for s in sliders:
-        if not s.name.isidentifier():
-            raise ValueError(f"slider name {s.name!r} must be a Python identifier (it is passed to run as a keyword).")
-        controls[s.name] = W.SelectionSlider(options=list(zip(s.labels, s.values)), value=s.values[s.initial_index],
-                                             description=s.name, continuous_update=False,
-                                             style={"description_width": "initial"},
-                                             layout=W.Layout(width="22em"))
-    status = W.HTML()
-    image = W.Image(format="png", layout=W.Layout(max_width="100%"))
-    results: dict = {}
-
-    def update(change=None):
-        values = {name: c.value for name, c in controls.items()}
-        key = tuple(_key_part(values[s.name]) for s in sliders)
-        label = ", ".join(f"{s.name} = {format_value(values[s.name])}" for s in sliders)
-        if cache and key in results:
-            result = results[key]
-        else:
-            status.value = f"<i>training ({html.escape(label)}) …</i>"
-            try:
-                result = run(**values)
-            except Exception as err:  # keep the demo alive; say what went wrong
-                status.value = f"<b>{html.escape(label)}: {html.escape(type(err).__name__)}: {html.escape(str(err))}</b>"
-                return
-            if cache:
-                results[key] = result
-        image.value = figure_to_png(draw(result), dpi=dpi, palette=False)
-        status.value = html.escape(label)
-
-    for c in controls.values():
-        c.observe(update, names="value")
-    update()
-    head = [W.HTML(html.escape(description))] if description else []
-    box = W.VBox(head + [W.HBox(list(controls.values())), status, image])
-    box.controls = controls
-    box.results = results
-    box.image = image
-    box.update = update
-    return box
+})();"""

@@ -1,8 +1,8 @@
 """Figures on the quintic regression of the main paper (Goldwaser & Ge): Fig. 9, damped
 Gauss-Newton against its damping (:func:`fig9`, with the learned functions, the training and a
 comparison of implementations), and the iterative-linearisation demo on the same task (one
-setting, :func:`quintic_setting`; its static frames and the live demo with sliders for ``K``
-and the learning rate).
+setting, :func:`quintic_setting`; the demo with sliders for ``K`` and the learning rate,
+:func:`quintic_demo`).
 
 :mod:`itlin.book.figures.main` re-exports every name here, so chapters reach them as
 ``figures.fig9`` after ``from itlin.book.figures import main as figures``.
@@ -235,34 +235,33 @@ def quintic_setting(run, fig=None, *, loss_ylim=None, title: bool = True):
     return fig
 
 
-def quintic_frames(record, *, dpi: float = 200) -> tuple:
-    """Every setting of a ``quintic_demo`` record drawn for :func:`itlin.book.widgets.static_demo`:
-    ``(frames, captions, runs)``, ``{(K, lr): png bytes}``, ``{(K, lr): caption}`` and
-    ``{(K, lr): DemoRun}``; the frames share the loss axis. Column-wide figures: ``dpi=200`` goes
-    with ``static_demo(..., pixel_ratio=2)``."""
-    from ..experiments.main import quintic_demo as Q
-    from ..widgets import figure_to_png
-
-    runs = Q.runs_of(record)
-    ylim = quintic_loss_limits(runs.values())
-    frames = {key: figure_to_png(quintic_setting(run, loss_ylim=ylim), dpi=dpi) for key, run in runs.items()}
-    return frames, {key: quintic_caption(run) for key, run in runs.items()}, runs
-
-
-def quintic_live_demo(*, steps: int = 5000, seed: int = 0, Ks=None, learning_rates=None, initial=(100, 0.003)):
-    """The ipywidgets version (local Jupyter): sliders for K and the learning rate; every change
-    trains the setting with :func:`~itlin.book.experiments.main.quintic_demo.train_setting`
-    (``steps`` steps) and redraws."""
+def quintic_demo(record, *, live_steps: int = 5000, seed: int = 0):
+    """The iterative-linearisation demo on the quintic, declared once (:class:`~itlin.book.widgets.Demo`):
+    knobs ``K`` and ``lr``; each setting drawn by :func:`quintic_setting`. The built book shows the
+    settings of a ``quintic_demo`` ``record`` (its runs, drawn with shared loss axes); in Jupyter
+    the sliders also offer :data:`LIVE_KS` and :data:`LIVE_LEARNING_RATES`, and a setting the record
+    lacks is trained on release for ``live_steps`` full-batch steps (seed ``seed``)."""
     from ..experiments.main import quintic_demo as Q
     from ..labels import fmt_value
-    from ..widgets import Slider, live_demo
+    from ..widgets import Demo, Knob, View
 
-    Ks, lrs = list(LIVE_KS if Ks is None else Ks), list(LIVE_LEARNING_RATES if learning_rates is None else learning_rates)
-    sliders = [Slider("K", Ks, [fmt_value(k) for k in Ks], initial=initial[0] if initial[0] in Ks else Ks[0]),
-               Slider("lr", lrs, [f"{v:g}" for v in lrs], initial=initial[1] if initial[1] in lrs else lrs[0])]
-    return live_demo(lambda K, lr: Q.train_setting(K, lr, steps, seed=seed, evals=100), quintic_setting, sliders,
-                     description=f"Each change trains the 5x50 ReLU MLP for {steps:,} full-batch steps (seed {seed}).")
+    runs = Q.runs_of(record)
+    Ks, lrs = Q.grid(record)
+    ylim = quintic_loss_limits(runs.values())
+    start_K = 100 if 100 in Ks else Ks[len(Ks) // 2]
+    live_Ks = sorted(set(Ks) | set(LIVE_KS))
+    live_lrs = sorted(set(lrs) | set(LIVE_LEARNING_RATES))
+
+    def compute(K, lr):
+        run = runs.get((K, lr))
+        if run is None:
+            run = Q.train_setting(K, lr, live_steps, seed=seed, evals=100)
+        return View(quintic_setting(run, loss_ylim=ylim), text=quintic_caption(run))
+
+    return Demo([Knob("K", Ks, default=start_K, labels=[fmt_value(k) for k in Ks], live=live_Ks),
+                 Knob("lr", lrs, default=lrs[len(lrs) // 2], label="learning rate", live=live_lrs)],
+                compute, title="Iterative linearisation of the 5x50 ReLU MLP on the quintic")
 
 
 __all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "fig9", "fig9_compare", "fig9_functions", "fig9_training",
-           "quintic_caption", "quintic_frames", "quintic_live_demo", "quintic_loss_limits", "quintic_setting"]
+           "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
