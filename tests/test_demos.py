@@ -1,0 +1,58 @@
+"""Every chapter's demo, live, as a reader moves it: each knob set from code changes what is shown,
+each update within 5 seconds at the test's scale.
+
+A demo is built the way its chapter builds it (:data:`DEMOS`: a function returning the chapter's
+:class:`itlin.book.widgets.Demo`, from a recorded run kept with the book where the chapter judges
+on one, else from a tiny run). The browser's side (the static frames in a built book) is tested in
+``tests/test_browser.py``.
+"""
+
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import pytest  # noqa: E402
+
+from itlin.book import runner, widgets  # noqa: E402
+
+UPDATE_SECONDS = 5.0
+
+
+@pytest.fixture()
+def results_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("ITLIN_QUIET", "1")
+    return tmp_path / "results"
+
+
+def _quintic():
+    from itlin.book.figures import main as figures
+
+    rec = runner.run("quintic_demo", {"scale": "tiny", "Ks": [1, 100], "learning_rates": [0.003, 0.01], "steps": 40,
+                                      "evals": 4, "kconv_lr": 0.05}, verbose=False)
+    return figures.quintic_demo(rec, live_steps=20)
+
+
+#: chapter -> a function that builds its demo at the test's scale
+DEMOS = {
+    "iterative_linearisation": _quintic,
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(DEMOS))
+def test_each_knob_of_each_live_demo_changes_what_is_shown_within_seconds(chapter, results_dir):
+    demo = DEMOS[chapter]()
+    assert isinstance(demo, widgets.Demo)
+    box = demo.live()
+    for knob in demo.knobs:
+        control = box.controls[knob.name]
+        before = (bytes(box.image.value), box.table.value)
+        choices = knob.values if len(knob.values) > 1 else knob.live  # a setting of the book's grid if it has two
+        other = next(v for v in choices if widgets._key_part(v) != widgets._key_part(control.value))
+        start = time.perf_counter()
+        control.value = other
+        took = time.perf_counter() - start
+        assert "Error" not in box.status.value, box.status.value
+        assert (bytes(box.image.value), box.table.value) != before, f"{chapter}: moving {knob.name} changed nothing"
+        assert took < UPDATE_SECONDS, f"{chapter}: moving {knob.name} took {took:.1f} s"
