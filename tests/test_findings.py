@@ -16,11 +16,13 @@ from itlin.book import verdicts as V
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _finding(key, paper, gap, rule="not_worse", margin=0.02, tolerance=None):
-    h = F.Headline(key, paper, "Fig. X", "words", "k_sweeps", "rec", "c", tolerance=tolerance, short=key)
-    v = V.judge("c", "claim", "paper", gap, rule, margin)
+def _finding(key, paper, gap, rule="not_worse", margin=0.02, tolerance=None, dropped=0, premise="", parts=()):
+    h = F.Headline(key, paper, "Fig. X", "words", "k_sweeps", "rec", "c", tolerance=tolerance, short=key,
+                   premise="p" if premise else "", parts=tuple((f"rec{i}", f"c{i}") for i in range(len(parts))))
+    v = V.judge("c", "claim", "paper", gap, rule, margin, dropped=dropped)
     margins = [tolerance] if tolerance is not None else [0.5 * margin, 2 * margin]
-    return F.Finding(h, v, (), tuple(V.margin_sensitivity(v, margins)), "", "setting")
+    return F.Finding(h, v, (), tuple(V.margin_sensitivity(v, margins)), premise, "setting",
+                     tuple((f"rec{i}", f"c{i}", pv) for i, pv in enumerate(parts)), "0 of 5 seeds" if premise else "")
 
 
 def test_the_registry_covers_the_three_papers_and_the_figures_the_issue_names():
@@ -43,29 +45,36 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
     found = F.findings()
     assert len(found) == len(F.HEADLINES)
     for f in found:
-        assert f.verdict.id == f.headline.claim and f.verdict.verdict in (V.HOLDS, V.FAILS, V.UNRESOLVED)
+        assert f.verdict.id == f.headline.claim and F.result(f) in F.WORDS
         row = F.row(f)
         assert row["at other margins"] and row["chapter"].startswith("{doc}`")
         if f.verdict.tested and (f.verdict.margin or 0) > 0:
             assert len(f.sensitivity) == (1 if f.headline.tolerance is not None else 2)
+            assert "at margin 0" in row["at other margins"]  # the direction alone, for every row with a margin
+        if f.verdict.tested:  # each row states the level of its interval
+            assert f" at {F.level_text(f.verdict)} (" in row["gap vs margin"]
+        if F.result(f) == V.UNRESOLVED:  # and names why it cannot resolve
+            assert F.why_unresolved(f).split(":")[0].split(" (")[0] in (F.INTERVAL, F.PREMISE, F.LEFT_OUT)
         if f.headline.plan is not None:  # a confirmatory test is judged alone, at 95%
             assert f.verdict.level == V.LEVEL
     assert F.table(found).count("\n") == F.context_table(found).count("\n") == len(found) + 1
     # the sufficiency headlines are one-sided
-    one_sided = {f.headline.key: f.verdict.rule for f in found}
-    for key in ("main.fig2.full", "main.fig2.mini", "main.fig3", "main.2-3", "main.8-12"):
+    one_sided = {f.headline.key: f.verdict.rule for f in found if f.verdict.tested}
+    for key in ("main.fig2.full", "main.fig2.mini", "main.2-3", "main.8-12"):
         assert one_sided[key] == "not_worse", key
     fig3 = next(f for f in found if f.headline.key == "main.fig3")
-    assert fig3.verdict.margin == 0.01 and fig3.premise in (V.HOLDS, V.FAILS)  # the paper's "under 1%"
+    assert fig3.headline.tolerance == 0.01 and fig3.premise in (V.HOLDS, V.FAILS)  # the paper's "under 1%"
+    if fig3.premise != V.HOLDS:  # an unmet premise stops the verdict, as Fig. 4's does
+        assert F.result(fig3) == V.UNRESOLVED and F.why_unresolved(fig3).startswith(F.PREMISE)
     c = F.counts(found)
     assert sum(c.values()) == len(found)
     # the README's line at a glance says what the records say
     import re
 
-    glance = re.search(r"of (\d+) headline claims, (\d+) hold, (\d+) do not hold and (\d+) cannot\s+resolve",
-                       (ROOT / "README.md").read_text())
+    glance = re.search(r"of (\d+) headline claims, (\d+) hold, (\d+) reproduce only the direction, (\d+) do not "
+                       r"hold and (\d+) cannot\s+resolve", " ".join((ROOT / "README.md").read_text().split()))
     assert glance, "README.md lost its 'at a glance' line"
-    assert tuple(map(int, glance.groups())) == (len(found), c[V.HOLDS], c[V.FAILS], c[V.UNRESOLVED]), (
+    assert tuple(map(int, glance.groups())) == (len(found), c[V.HOLDS], c[F.DIRECTION], c[V.FAILS], c[V.UNRESOLVED]), (
         "README.md's counts at a glance differ from the records: update them from python -m itlin.book.findings")
     assert f"{len(found)} headline claims" in subprocess.run(
         ["python", "-m", "itlin.book.findings"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
@@ -115,19 +124,93 @@ def test_counts_and_synthesis_on_constructed_findings():
     g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
     found = [_finding("a", F.MAIN, g(0.05, 0.01)), _finding("b", F.MAIN, g(-0.05, 0.01)),
              _finding("c", F.MAIN, g(-0.02, 0.005)), _finding("d", F.ARBEL, g(0.15, 0.1), "exceeds", 0.1)]
-    assert [f.verdict.verdict for f in found] == [V.HOLDS, V.FAILS, V.UNRESOLVED, V.UNRESOLVED]
-    assert F.counts(found) == {V.HOLDS: 1, V.FAILS: 1, V.UNRESOLVED: 2}
-    assert F.counts(found, F.MAIN) == {V.HOLDS: 1, V.FAILS: 1, V.UNRESOLVED: 1}
+    assert [F.result(f) for f in found] == [V.HOLDS, V.FAILS, V.UNRESOLVED, V.UNRESOLVED]
+    assert F.counts(found) == {V.HOLDS: 1, F.DIRECTION: 0, V.FAILS: 1, V.UNRESOLVED: 2}
+    assert F.counts(found, F.MAIN) == {V.HOLDS: 1, F.DIRECTION: 0, V.FAILS: 1, V.UNRESOLVED: 1}
     text = F.synthesis(found, F.MAIN)
-    assert text.startswith("Of the 3 headline claims of Goldwaser & Ge judged here, 1 hold, 1 do not hold and 1 ")
-    assert "Not holding: Fig. X, b (" in text and "Not resolved: Fig. X, c (" in text
+    assert text.startswith("Of the 3 headline claims of Goldwaser & Ge judged here, 1 hold, 0 reproduce the direction")
+    assert "Not holding: Fig. X, b (" in text and "Not resolved: Fig. X, c (interval too wide" in text
     with pytest.raises(ValueError, match="no finding"):
         F.synthesis(found, F.ORTIZ)
-    # the sensitivity column: half and twice the margin, or the paper's own tolerance
-    assert F.sensitivity_text(found[2]) == "does not hold at 0.5x (1.0); holds at 2x (4.0)"
+    # the sensitivity column: margin 0, half and twice the margin, or the paper's own tolerance, with units
+    assert F.sensitivity_text(found[2]) == ("does not hold at margin 0; does not hold at 0.5x (1.0 points); "
+                                            "holds at 2x (4.0 points)")
     tol = _finding("t", F.MAIN, g(-0.015, 0.003), tolerance=0.01)
-    assert F.sensitivity_text(tol) == "does not hold at the paper's 1 point"
+    assert F.sensitivity_text(tol) == "does not hold at the paper's 1 point; does not hold at margin 0"
     assert "exploratory" == plans.kind_of_test("rec", "c")
+
+
+def test_a_superiority_that_holds_at_margin_0_only_reads_direction_reproduced_and_is_counted_apart():
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
+    short = _finding("s", F.MAIN, g(0.012, 0.004), "exceeds", 0.02)       # +1.2 +- 0.4 against 2 points
+    assert short.verdict.verdict == V.FAILS and F.result(short) == F.DIRECTION
+    assert F.verdict_text(short) == "direction reproduced, smaller than 2.0 points"
+    assert F.at_margins(short, (0.0, 0.25, 0.5, 1.0)) == {0.0: V.HOLDS, 0.25: V.HOLDS, 0.5: V.UNRESOLVED, 1.0: F.DIRECTION}
+    wrong_way = _finding("w", F.MAIN, g(-0.012, 0.004), "exceeds", 0.02)  # the opposite direction
+    assert F.result(wrong_way) == V.FAILS and F.at_margins(wrong_way, (0.0,)) == {0.0: V.FAILS}
+    # a one-sided sufficiency claim never reads "direction": at margin 0 it asks more, not less
+    suff = _finding("n", F.MAIN, g(-0.05, 0.01))
+    assert F.result(suff) == V.FAILS
+    assert F.counts([short, wrong_way, suff])[F.DIRECTION] == 1
+    assert "Direction only: Fig. X, s (" in F.synthesis([short, wrong_way, suff], F.MAIN)
+
+
+def test_cannot_resolve_names_its_reason_interval_premise_or_seeds_left_out():
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
+    wide = _finding("i", F.MAIN, g(-0.02, 0.01))
+    assert F.why_unresolved(wide).startswith("interval too wide: -3.0 points to -1.0 points straddles")
+    left = _finding("l", F.ARBEL, g(0.14, 0.003), "exceeds", 0.01, dropped=3)  # clear of its margin, but 3 seeds out
+    assert F.result(left) == V.UNRESOLVED and F.why_unresolved(left) == "seeds left out: 3 of 11 (a run diverged)"
+    unmet = _finding("p", F.MAIN, g(0.1, 0.01), premise=V.FAILS)
+    unmet = unmet._replace(verdict=V.stated("c", "claim", "paper", "gap measured, not judged", V.UNRESOLVED))
+    assert F.why_unresolved(unmet) == "premise unmet (0 of 5 seeds)"
+    assert F.verdict_text(unmet) == "cannot resolve: premise unmet (0 of 5 seeds)"
+    assert F.reasons_line([wide, left, unmet]) == "1 with an unmet premise, 1 with seeds left out, 1 with too wide an interval"
+    assert F.why_unresolved(_finding("h", F.MAIN, g(0.05, 0.01))) == ""
+
+
+def test_a_claim_made_for_several_settings_holds_only_where_every_setting_holds():
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
+    part = lambda mean: V.judge("x", "", "", g(mean, 0.004), "exceeds", 0.02)
+    both = _finding("b", F.ORTIZ, g(0.05, 0.004), "exceeds", 0.02, parts=(part(0.05),))
+    one_fails = _finding("f", F.ORTIZ, g(0.05, 0.004), "exceeds", 0.02, parts=(part(-0.05),))
+    one_short = _finding("s", F.ORTIZ, g(0.05, 0.004), "exceeds", 0.02, parts=(part(0.012),))
+    assert [F.result(f) for f in (both, one_fails, one_short)] == [V.HOLDS, V.FAILS, F.DIRECTION]
+    assert F.at_margins(one_short, (0.0, 1.0)) == {0.0: V.HOLDS, 1.0: F.DIRECTION}
+    assert "`c0`: +1.2 ± 0.4 points at 95% (8 seeds) vs margin 2.0 points" in F.row(one_short)["gap vs margin"]
+    assert [p["claim"] for p in F.as_json([one_short])[0]["parts"]] == ["c0"]
+
+
+@pytest.mark.parametrize("word", F.WORDS)
+def test_every_sentence_that_reads_a_verdict_renders_for_every_verdict_value(word):
+    """No "is does not hold": each verdict word reads in the table, the syntheses and the margin demo."""
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
+    f = {V.HOLDS: _finding("h", F.MAIN, g(0.05, 0.01)), V.FAILS: _finding("f", F.MAIN, g(-0.05, 0.01)),
+         V.UNRESOLVED: _finding("u", F.MAIN, g(-0.02, 0.01)),
+         F.DIRECTION: _finding("d", F.MAIN, g(0.012, 0.004), "exceeds", 0.02)}[word]
+    assert F.result(f) == word
+    text = F.verdict_text(f)
+    assert text.startswith(word) and "is " + word not in text
+    assert F.synthesis([f], F.MAIN).count(".") >= 1
+    assert word in F.plain_table([f])
+    view = F.margin_demo([f]).view(factor=1.0)
+    assert view.table[0]["verdict"] == word and view.text.startswith("At 1x the book's margins: ")
+
+
+def test_the_margin_demo_shows_what_at_margins_computes_for_every_factor():
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)
+    found = [_finding("s", F.MAIN, g(0.012, 0.004), "exceeds", 0.02), _finding("n", F.MAIN, g(-0.01, 0.004)),
+             _finding("t", F.MAIN, g(-0.015, 0.003), tolerance=0.01)]
+    demo = F.margin_demo(found)
+    assert [k.name for k in demo.knobs] == ["factor"] and demo.knobs[0].values[0] == 0 and max(demo.knobs[0].values) >= 3
+    for factor in demo.knobs[0].values:
+        view = demo.view(factor=factor)
+        assert [r["verdict"] for r in view.table] == [F.at_margins(f, (factor,))[factor] for f in found]
+    assert demo.view(factor=0.0).table[0]["margin"] == "0.0 points (direction only)"
+    assert demo.view(factor=3.0).table[2]["margin"] == "1.0 points (the paper's)"  # the paper's number stays
+    js = F.as_json(found)
+    assert js[0]["at_margins"]["0"] == V.HOLDS and js[0]["at_margins"]["1"] == F.DIRECTION
+    assert set(js[0]) >= {"id", "verdict", "gap", "half_width", "level", "margin", "at_margins", "why_unresolved"}
 
 
 def test_bad_margin_factors_are_refused_before_any_record_is_opened():

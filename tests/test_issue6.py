@@ -94,10 +94,15 @@ def test_fig3_tiny_run_records_network_and_linearised_accuracy(tiny):
     assert not np.allclose(h.eval_array("test/accuracy"), h.eval_array("test/accuracy_lin"))
     verdicts = render.judge(rec)
     assert verdicts.ids == ("large.fits", "large.not_worse", "large.close")
-    assert verdicts["large.not_worse"].headline and verdicts["large.not_worse"].rule == "not_worse"
-    assert verdicts["large.not_worse"].margin == fig3.PAPER_TOLERANCE == 0.01  # the paper's "under 1%"
-    assert not verdicts["large.close"].headline and verdicts["large.close"].rule == "close"
+    measured = {v.id: v for v in fig3.judge_rows(rows, n_test=S.n_test_judged(r), margin=r["close_margin"],
+                                                  premise=False)}
+    assert measured["large.not_worse"].headline and measured["large.not_worse"].rule == "not_worse"
+    assert measured["large.not_worse"].margin == fig3.PAPER_TOLERANCE == 0.01  # the paper's "under 1%"
+    assert not measured["large.close"].headline and measured["large.close"].rule == "close"
     assert not verdicts["large.fits"].tested and "82.3%" in verdicts["large.not_worse"].paper
+    if verdicts["large.fits"].verdict != "holds":  # the premise unmet: the gaps are shown, not judged
+        assert all(verdicts[i].verdict == "cannot resolve" and not verdicts[i].tested
+                   and verdicts[i].detail.startswith(R.PREMISE_UNMET) for i in ("large.not_worse", "large.close"))
     assert [x["run"] for x in fig3.summary(rec)] == ["K=1", "K=20"]
     settings = render.settings(rec)
     assert "| K | 1, 20 | 1, 5e6 | Section 4.1" in settings and "| feature updates (largest finite K) | 2 | 9 |" in settings
@@ -198,7 +203,11 @@ def test_a_diverged_run_never_enters_a_verdict():
     rows = _fig3_rows([0.801, 0.799, 0.10, 0.800, 0.798], status={("K=1000", 2): "diverged at step 7"})
     fits, not_worse, close = fig3.judge_rows(rows, n_test=100_000, margin=0.02)
     assert fits.verdict == "does not hold"  # a diverged run has not fitted its training set
-    # a claim with a seed left out is at most "cannot resolve", one-sided or not
+    # so the premise is unmet: the gaps are not judged, and the description keeps what they measured
+    assert not_worse.verdict == close.verdict == "cannot resolve" and not not_worse.tested
+    assert not_worse.detail.startswith(R.PREMISE_UNMET) and "1 seed(s) left out" in not_worse.measured
+    # measured whatever the premise, a claim with a seed left out is at most "cannot resolve", one-sided or not
+    fits, not_worse, close = fig3.judge_rows(rows, n_test=100_000, margin=0.02, premise=False)
     assert close.verdict == "cannot resolve" and close.dropped == 1 and close.gap.n == 4
     assert not_worse.verdict == "cannot resolve" and not_worse.dropped == 1
 
@@ -311,8 +320,12 @@ def test_records_kept_one_seed_each_pool_into_one():
     assert {r["seed"] for r in R.rows_of(gpu)} == {0, 1, 2, 3, 4}
     assert gpu.history("K=1e4 seed=2").relin_steps == [10_000, 20_000, 30_000, 40_000]
     v = render.judge(gpu)
-    assert v["large.close"].gap.n == 5 and v["large.close"].verdict == "does not hold"
     assert v["large.fits"].verdict == "does not hold" and v["inf.short"].verdict == "holds"
+    assert v["large.close"].verdict == "cannot resolve" and v["large.close"].detail.startswith(R.PREMISE_UNMET)
+    r = gpu.meta["resolved"]
+    measured = {x.id: x for x in fig3.judge_rows(R.rows_of(gpu), n_test=S.n_test_judged(r), margin=r["close_margin"],
+                                                  premise=False)}
+    assert measured["large.close"].gap.n == 5 and measured["large.close"].verdict == "does not hold"
     with pytest.raises(ValueError, match="two records hold the run"):
         R.pool_seeds([recs[0], recs[0]])
 

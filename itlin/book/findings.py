@@ -44,9 +44,13 @@ class Headline(NamedTuple):
     id of a stated premise in the deciding record ("" when the claim has none); ``tolerance``:
     a tolerance the paper states itself (shown instead of half and twice the margin);
     ``departure``: what departs from the paper and could flip the verdict; ``short``: a few
-    words for the README's table and the forest plot. Whether the row is confirmatory is read
-    from :data:`CONFIRMATORY` (:attr:`plan`): a confirmatory record's planned claim is judged
-    alone at 95%."""
+    words for the README's table and the forest plot; ``parts``: the same claim in the paper's
+    other settings, as ``(record, claim id)``: the row's verdict is their conjunction with the
+    deciding claim (it holds when every part holds, does not hold when any part does not, and
+    cannot resolve otherwise); ``note``: what a reader must know about how the row was decided
+    (e.g. a record chosen after both existed). Whether the row is confirmatory is read from
+    :data:`CONFIRMATORY` (:attr:`plan`): a confirmatory record's planned claim is judged alone at
+    95%."""
 
     key: str
     paper: str
@@ -60,6 +64,8 @@ class Headline(NamedTuple):
     tolerance: Optional[float] = None
     departure: str = ""
     short: str = ""
+    parts: tuple = ()
+    note: str = ""
 
     @property
     def plan(self) -> Optional["Plan"]:
@@ -205,7 +211,9 @@ class Finding(NamedTuple):
     ``(record, claim id, verdict)`` (``None`` where the record lacks the claim; a text saying how
     far it has come for a confirmatory record still being made), ``sensitivity`` as
     ``(margin, verdict)`` pairs, ``premise`` the premise's verdict (``""`` when there is none),
-    ``setting`` the deciding record's setting (:func:`setting`)."""
+    ``setting`` the deciding record's setting (:func:`setting`), ``parts`` the headline's other
+    settings as ``(record, claim id, verdict)`` (judged in conjunction: :func:`result`) and
+    ``premise_seen`` what the premise measured."""
 
     headline: Headline
     verdict: V.Verdict
@@ -213,6 +221,18 @@ class Finding(NamedTuple):
     sensitivity: tuple
     premise: str
     setting: str
+    parts: tuple = ()
+    premise_seen: str = ""
+
+    @property
+    def verdicts(self) -> tuple:
+        """The deciding verdict and those of the parts, in order."""
+        return (self.verdict, *(v for _, _, v in self.parts))
+
+    @property
+    def word(self) -> str:
+        """:func:`result` of this row."""
+        return result(self)
 
 
 def _open(name: str):
@@ -282,7 +302,13 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
     margins = [h.tolerance] if h.tolerance is not None else [f * (v.margin or 0.0) for f in margin_factors]
     sens = tuple(V.margin_sensitivity(v, margins)) if v.tested and (v.margin or h.tolerance is not None) else ()
     premise = judged[h.premise].verdict if h.premise else ""
-    return Finding(h, v, tuple(others), sens, premise, setting(_opened(h.record, cache)[0]))
+    seen = judged[h.premise].measured if h.premise else ""
+    parts = []
+    for name, claim in h.parts:
+        pv = _judged(name, cache)[claim]
+        plan = CONFIRMATORY.get(name)
+        parts.append((name, claim, pv.judged_at(V.LEVEL) if plan is not None and plan.claim == claim else pv))
+    return Finding(h, v, tuple(others), sens, premise, setting(_opened(h.record, cache)[0]), tuple(parts), seen)
 
 
 def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Sequence[float] = (0.5, 2.0)) -> list:
@@ -291,34 +317,153 @@ def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Seque
     return [judge_headline(h, cache, margin_factors=margin_factors) for h in headlines]
 
 
+# ------------------------------------------------------------------------------ verdict words
+#: a claim of superiority that holds at margin 0 but not at the book's margin: the direction the
+#: paper states is reproduced, the size the book reads in its adjective is not
+DIRECTION = "direction reproduced"
+WORDS = (V.HOLDS, DIRECTION, V.FAILS, V.UNRESOLVED)
+#: why a row cannot resolve, one of three reasons
+INTERVAL, PREMISE, LEFT_OUT = "interval too wide", "premise unmet", "seeds left out"
+
+
+def _is_book_margin(v: V.Verdict, tolerance) -> bool:
+    """Whether ``v`` is judged against a margin the book chose (above 0, not a number the paper states)."""
+    return v.tested and (v.margin or 0.0) > 0 and tolerance is None
+
+
+def word_of(v: V.Verdict, tolerance: Optional[float] = None) -> str:
+    """The verdict of one claim in the Findings' words: :data:`DIRECTION` for a superiority claim
+    (``exceeds``) that does not hold at the book's margin but holds at margin 0; else its verdict.
+
+    >>> v = V.judge("c", "", "", V.Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02)
+    >>> v.verdict, word_of(v)
+    ('does not hold', 'direction reproduced')
+    """
+    if (v.verdict == V.FAILS and v.rule == "exceeds" and _is_book_margin(v, tolerance)
+            and v.at_margin(0.0).verdict == V.HOLDS):
+        return DIRECTION
+    return v.verdict
+
+
+def conjunction(words: Sequence[str]) -> str:
+    """One row's verdict from its parts' words: holds when every part holds, does not hold when any
+    part does not, cannot resolve when any cannot (and none fails), else direction reproduced.
+
+    >>> conjunction([V.HOLDS, V.HOLDS]), conjunction([V.HOLDS, V.FAILS, V.UNRESOLVED]), conjunction([V.HOLDS, DIRECTION])
+    ('holds', 'does not hold', 'direction reproduced')
+    """
+    words = list(words)
+    for w in (V.FAILS, V.UNRESOLVED, DIRECTION):
+        if w in words:
+            return w
+    return V.HOLDS
+
+
+def result(f: Finding) -> str:
+    """A row's verdict: one of :data:`WORDS` (its parts in conjunction, :func:`conjunction`)."""
+    return conjunction(word_of(v, f.headline.tolerance) for v in f.verdicts)
+
+
+def why_unresolved(f: Finding) -> str:
+    """Why a row cannot resolve ("" when it resolves): :data:`PREMISE` (the premise did not hold:
+    no number of seeds changes that), :data:`LEFT_OUT` (a run diverged: its seeds are out, and a
+    claim with seeds out cannot hold) or :data:`INTERVAL` (the interval straddles the threshold:
+    more seeds would decide it), with the numbers that say so."""
+    if result(f) != V.UNRESOLVED:
+        return ""
+    if f.premise and f.premise != V.HOLDS:
+        return f"{PREMISE} ({f.premise_seen})" if f.premise_seen else PREMISE
+    reasons = []
+    for (name, claim), v in zip([(f.headline.record, f.headline.claim), *[(n, c) for n, c, _ in f.parts]], f.verdicts):
+        if v.verdict != V.UNRESOLVED:
+            continue
+        where = f" in `{claim}`" if f.parts else ""
+        if v.dropped:
+            reasons.append(f"{LEFT_OUT}: {v.dropped} of {v.dropped + (v.gap.n if v.gap else 0)} "
+                           f"(a run diverged){where}")
+        elif v.tested:
+            lo, hi = v.mean - v.half, v.mean + v.half
+            reasons.append(f"{INTERVAL}: {_amount(v, lo)} to {_amount(v, hi)} straddles the threshold{where}")
+        else:
+            reasons.append(f"{v.measured or 'not a test'}{where}")
+    return "; ".join(reasons)
+
+
+def _amount(v: V.Verdict, x: float, digits: Optional[int] = None) -> str:
+    d = v.digits if digits is None else digits
+    return f"{v.scale * x:.{d}f}" + (f" {v.unit}" if v.unit else "")
+
+
+def at_margins(f: Finding, factors: Sequence[float] = (0.0, 0.5, 1.0, 2.0)) -> dict:
+    """``{margin factor: verdict word}``: the row re-judged with every part's margin times each
+    factor, at each part's own level (a margin the paper states is left as it is; a claim judged
+    on the sign of a gap, at margin 0, does not move). Factor 0 reads the direction alone; at any
+    other factor a superiority claim that holds at 0 but not at that margin reads
+    :data:`DIRECTION`.
+
+    This is what the Findings page's margin slider shows."""
+    out = {}
+    for x in factors:
+        words = []
+        for v in f.verdicts:
+            if _is_book_margin(v, f.headline.tolerance):
+                v = v.at_margin(x * v.margin)
+            words.append(word_of(v, f.headline.tolerance))
+        out[float(x)] = conjunction(words)
+    return out
+
+
+def level_text(v: V.Verdict) -> str:
+    """The confidence level of a verdict's interval: ``"95%"``, ``"99.4%"``."""
+    return f"{100 * v.level:.3g}%"
+
+
 # ------------------------------------------------------------------------------ rendering
-_WORD = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve"}
+_WORD = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve", DIRECTION: DIRECTION}
+
+
+def verdict_text(f: Finding) -> str:
+    """A row's verdict as the table prints it: the word, the threshold a direction fell short of,
+    or why it cannot resolve."""
+    w = result(f)
+    if w == DIRECTION:
+        v = next(v for v in f.verdicts if word_of(v, f.headline.tolerance) == DIRECTION)
+        return f"{DIRECTION}, smaller than {_amount(v, v.margin)}"
+    if w == V.UNRESOLVED:
+        return f"{w}: {why_unresolved(f)}"
+    return _WORD[w]
 
 
 def gap_against_margin(v: V.Verdict) -> str:
-    """``"+6.1 ± 2.4 points vs margin 2.0 (non-inferiority)"``: the gap, its interval at the
-    verdict's level and the threshold it is judged against."""
+    """``"+6.1 ± 2.4 points at 99.4% (8 seeds) vs margin 2.0 points (non-inferiority)"``: the gap,
+    its interval at the verdict's level and the threshold it is judged against."""
     if not v.tested:
         return v.measured or "—"
     digits = v.digits
     while math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 4:
         digits += 1  # an interval that would print as "± 0.0"
     v = replace(v, digits=digits)
-    margin = f"{v.scale * (v.margin or 0.0):.{v.digits}f}"
-    return f"{v.gap_text()} vs margin {margin} ({V.RULE_WORDS[v.rule].split(' (')[0]})"
+    gap = v.gap_text()
+    if " (" in gap:  # the level beside the interval, before the seed count
+        gap = gap.replace(" (", f" at {level_text(v)} (", 1)
+    return f"{gap} vs margin {_amount(v, v.margin or 0.0)} ({V.RULE_WORDS[v.rule].split(' (')[0]})"
 
 
 def sensitivity_text(f: Finding) -> str:
-    """The verdict at half and twice the margin, or at the paper's own tolerance."""
-    if not f.sensitivity:
-        return "— (no margin to vary)" if f.verdict.tested else "— (not a test)"
+    """The row at other margins: at margin 0 (the direction alone) and at half and twice the
+    margin, or at the paper's own tolerance, each with its unit."""
     v = f.verdict
+    if not f.sensitivity:
+        return "— (no margin to vary)" if v.tested else "— (not a test)"
     if f.headline.tolerance is not None:
         (m, r), = f.sensitivity
         unit = v.unit[:-1] if v.scale * m == 1 and v.unit.endswith("s") else v.unit
-        return f"{_WORD[r]} at the paper's {v.scale * m:g} {unit}".rstrip()
+        zero = v.at_margin(0.0).verdict
+        return f"{_WORD[r]} at the paper's {v.scale * m:g} {unit}; {_WORD[zero]} at margin 0".replace("  ", " ")
     base = v.margin or 0.0
-    return "; ".join(f"{_WORD[r]} at {m / base:g}x ({v.scale * m:.{v.digits}f})" for m, r in f.sensitivity)
+    zero = at_margins(f, (0.0,))[0.0]
+    return "; ".join([f"{_WORD[zero]} at margin 0"] + [f"{_WORD[r]} at {m / base:g}x ({_amount(v, m)})"
+                                                       for m, r in f.sensitivity])
 
 
 def setting(rec) -> str:
@@ -357,13 +502,18 @@ def row(f: Finding) -> dict:
                 + (f" [{kind_of_test(n, claim)}]" if n in CONFIRMATORY else ""))
 
     others = "; ".join(other(*o) for o in f.others)
+    gap = gap_against_margin(v)
+    if f.parts:
+        gap = f"`{h.claim}`: {gap}; " + "; ".join(f"`{c}`: {gap_against_margin(pv)} ({_WORD[word_of(pv)]})"
+                                                  for _, c, pv in f.parts)
+    test = kind_of_test(h.record, h.claim) + (f"; {h.note}" if h.note else "")
     return {"claim (paper's words)": f"**{h.paper}, {h.figure}**: {h.words}",
             "our setting": f"{f.setting}; {v.measured}" if v.measured else f.setting,
-            "verdict": f"**{_WORD[v.verdict]}**",
-            "gap vs margin": gap_against_margin(v),
+            "verdict": f"**{verdict_text(f)}**",
+            "gap vs margin": gap,
             "at other margins": sensitivity_text(f),
-            "premise": _WORD[f.premise] if f.premise else "—",
-            "test": kind_of_test(h.record, h.claim),
+            "premise": (_WORD[f.premise] + (f" ({f.premise_seen})" if f.premise_seen else "")) if f.premise else "—",
+            "test": test,
             "other records": others or "—",
             "could flip it": h.departure or "—",
             "chapter": f"{{doc}}`{h.chapter}` (`{h.claim}`)"}
@@ -389,75 +539,167 @@ def context_table(found: Sequence[Finding]) -> str:
 def plain_table(found: Sequence[Finding]) -> str:
     """A short table for the README: paper, figure, verdict, gap (no MyST roles)."""
     return render.table([{"paper": f.headline.paper, "claim": f"{f.headline.figure}: {f.headline.short}",
-                          "verdict": _WORD[f.verdict.verdict], "gap vs margin": gap_against_margin(f.verdict)}
+                          "verdict": verdict_text(f), "gap vs margin": gap_against_margin(f.verdict)}
                          for f in found])
 
 
 def counts(found: Sequence[Finding], paper: Optional[str] = None) -> dict:
-    """``{HOLDS: n, FAILS: n, UNRESOLVED: n}`` over the findings (of one paper)."""
+    """``{HOLDS: n, DIRECTION: n, FAILS: n, UNRESOLVED: n}`` over the findings (of one paper)."""
     sel = [f for f in found if paper is None or f.headline.paper == paper]
-    return {r: sum(f.verdict.verdict == r for f in sel) for r in (V.HOLDS, V.FAILS, V.UNRESOLVED)}
+    return {r: sum(result(f) == r for f in sel) for r in WORDS}
+
+
+def counts_line(c: dict) -> str:
+    """``"15 hold, 4 direction reproduced (smaller than the book's threshold), 3 do not hold, 3 cannot resolve"``."""
+    return (f"{c[V.HOLDS]} hold, {c[DIRECTION]} reproduce the direction but not the size the book reads in the "
+            f"paper's words, {c[V.FAILS]} do not hold and {c[V.UNRESOLVED]} cannot resolve")
+
+
+def reasons_line(found: Sequence[Finding]) -> str:
+    """Why the rows that cannot resolve do not: ``"2 with an unmet premise, 1 with seeds left out"``."""
+    why = [why_unresolved(f) for f in found if result(f) == V.UNRESOLVED]
+    names = {PREMISE: "with an unmet premise", LEFT_OUT: "with seeds left out", INTERVAL: "with too wide an interval"}
+    n = {r: sum(w.startswith(r) for w in why) for r in names}
+    return ", ".join(f"{k} {names[r]}" for r, k in n.items() if k) or "none"
 
 
 def synthesis(found: Sequence[Finding], paper: str) -> str:
     """A short paragraph for one paper, from its verdicts: how many headline claims hold, and
-    which do not hold or cannot resolve."""
+    which reproduce only the direction, do not hold or cannot resolve (and why)."""
     sel = [f for f in found if f.headline.paper == paper]
     if not sel:
         raise ValueError(f"no finding of {paper!r}; papers: {', '.join(PAPERS)}.")
     c = counts(sel)
     name = lambda f: f"{f.headline.figure}, {f.headline.short} ({f.verdict.gap_text() or f.verdict.measured})"
-    text = (f"Of the {len(sel)} headline claims of {paper} judged here, {c[V.HOLDS]} hold, "
-            f"{c[V.FAILS]} do not hold and {c[V.UNRESOLVED]} cannot be resolved at the book's scale.")
-    fails = [name(f) for f in sel if f.verdict.verdict == V.FAILS]
-    open_ = [name(f) for f in sel if f.verdict.verdict == V.UNRESOLVED]
-    if fails:
-        text += " Not holding: " + "; ".join(fails) + "."
-    if open_:
-        text += " Not resolved: " + "; ".join(open_) + "."
+    text = f"Of the {len(sel)} headline claims of {paper} judged here, {counts_line(c)} at the book's scale."
+    groups = ((DIRECTION, "Direction only", name), (V.FAILS, "Not holding", name),
+              (V.UNRESOLVED, "Not resolved", lambda f: f"{f.headline.figure}, {f.headline.short} ({why_unresolved(f)})"))
+    for w, label, fmt in groups:
+        rows = [fmt(f) for f in sel if result(f) == w]
+        if rows:
+            text += f" {label}: " + "; ".join(rows) + "."
     return text
 
 
-def forest(found: Sequence[Finding], ax_margin=None, ax_sign=None):
-    """Every headline gap as a forest plot: claims with a margin in units of that margin (the
-    decision lines at -1, 0 and 1) on ``ax_margin``; claims judged at a zero margin (a sign)
-    in units of their own interval's half-width on ``ax_sign`` (the interval clears zero when
-    it ends beyond ±1). Returns the figure."""
+def forest(found: Sequence[Finding], factor: float = 1.0):
+    """Every headline gap as a forest plot, at ``factor`` times the book's margins (the Findings
+    page's slider). Top: the claims judged against a margin, in units of that margin (the book's,
+    or the paper's own number), each with its thresholds at this factor marked on its row; bottom:
+    the claims judged on the sign of a gap, in units of their interval's half-width (the interval
+    clears zero when it ends beyond ±1). Colours are the rows' verdicts at ``factor``
+    (:func:`at_margins`); a row judged on several settings has a point per setting. Returns the
+    figure."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from .plotting import COLUMN_WIDTH
 
-    tested = [f for f in found if f.verdict.tested and math.isfinite(f.verdict.gap.mean)]
-    with_m = [f for f in tested if (f.verdict.margin or 0) > 0]
-    sign = [f for f in tested if not (f.verdict.margin or 0) > 0]
-    if ax_margin is None or ax_sign is None:
-        fig, (ax_margin, ax_sign) = plt.subplots(
-            2, 1, figsize=(COLUMN_WIDTH, 0.3 * (len(with_m) + len(sign)) + 2.2),
-            gridspec_kw={"height_ratios": [max(len(with_m), 1), max(len(sign), 1)]})
-    colour = {V.HOLDS: "tab:green", V.FAILS: "tab:red", V.UNRESOLVED: "tab:gray"}
+    colour = {V.HOLDS: "tab:green", DIRECTION: "tab:orange", V.FAILS: "tab:red", V.UNRESOLVED: "tab:gray"}
+    with_m, sign = [], []
+    for f in found:
+        word = at_margins(f, (factor,))[float(factor)]
+        for i, v in enumerate(f.verdicts):
+            if not (v.tested and math.isfinite(v.gap.mean)):
+                continue
+            label = f"{f.headline.short} [{f.headline.paper.split()[0]}]" if i == 0 else f"  {f.parts[i - 1][1]}"
+            (with_m if (v.margin or 0) > 0 else sign).append((label, v, word, f.headline.tolerance is None))
+    fig, (ax_margin, ax_sign) = plt.subplots(
+        2, 1, figsize=(COLUMN_WIDTH, 0.3 * (len(with_m) + len(sign)) + 2.4),
+        gridspec_kw={"height_ratios": [max(len(with_m), 1), max(len(sign), 1)]})
     for ax, rows, unit in ((ax_margin, with_m, "gap / margin"), (ax_sign, sign, "gap / interval half-width")):
-        for i, f in enumerate(rows):
-            v = f.verdict
+        for i, (label, v, word, movable) in enumerate(rows):
             scale = v.margin if unit == "gap / margin" else (v.half if math.isfinite(v.half) and v.half > 0 else 1.0)
             m, h = v.gap.mean / scale, (v.half / scale if math.isfinite(v.half) else math.nan)
             y = len(rows) - 1 - i
             ax.errorbar([m], [y], xerr=[[h], [h]] if math.isfinite(h) else None, fmt="o", ms=3,
-                        color=colour[v.verdict], capsize=2)
-        ax.set_yticks(range(len(rows)), [f"{f.headline.short} [{f.headline.paper.split()[0]}]" for f in rows][::-1])
-        lines = (-1, 0, 1)
-        for x in lines:
-            ax.axvline(x, color="k", lw=0.6 if x == 0 else 0.4, ls="-" if x == 0 else "--")
+                        color=colour[word], capsize=2)
+            if unit == "gap / margin":
+                x = factor if movable else 1.0
+                edges = {"exceeds": (x,), "not_worse": (-x,), "close": (-x, x)}[v.rule]
+                for e in edges:
+                    ax.plot([e, e], [y - 0.35, y + 0.35], color="k", lw=1.2)
+        ax.set_yticks(range(len(rows)), [r[0] for r in rows][::-1])
+        ax.axvline(0, color="k", lw=0.6)
         ax.set_xlabel(unit)
         ax.set_xscale("symlog", linthresh=2)
         lo, hi = ax.get_xlim()
         ticks = [t for t in (-20, -10, -5, -2, -1, 0, 1, 2, 5, 10, 20, 50) if lo <= t <= hi]
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.xaxis.set_minor_locator(plt.NullLocator())
-    ax_margin.set_title("claims judged against a margin")
-    ax_sign.set_title("claims judged on the sign of a gap")
-    fig = ax_margin.figure
-    fig.tight_layout()
+    ax_margin.set_title(f"claims judged against a margin ({factor:g}x the book's)" if factor != 1 else
+                        "claims judged against a margin", fontsize="medium")
+    ax_sign.set_title("claims judged on the sign of a gap", fontsize="medium")
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=w) for w, c in colour.items()]
+    handles.append(Line2D([], [], color="k", lw=1.2, label="threshold"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize="small")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+#: the margin factors of the Findings page's slider (0: the direction alone)
+DEMO_FACTORS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+
+
+def margin_demo(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTORS):
+    """The Findings at the reader's margins: one knob, a factor on every margin the book chose
+    (0 reads the direction alone; a number the paper states stays as it is), and for each factor
+    the forest plot, the count of verdicts and a verdict per row (:func:`at_margins`)."""
+    from .widgets import Demo, Knob, View
+
+    factors = tuple(float(x) for x in factors)
+    if 1.0 not in factors:
+        raise ValueError(f"the factors must include 1 (the book's margins), got {factors}.")
+
+    def compute(factor):
+        rows, words = [], []
+        for f in found:
+            w = at_margins(f, (factor,))[factor]
+            words.append(w)
+            v = f.verdict
+            if f.headline.tolerance is not None:
+                margin = f"{_amount(v, f.headline.tolerance)} (the paper's)"
+            elif _is_book_margin(v, None):
+                margin = _amount(v, factor * v.margin) + (" (direction only)" if factor == 0 else "")
+            else:
+                margin = "0 (the sign)" if v.tested else "— (not a test)"
+            rows.append({"claim": f"{f.headline.figure}: {f.headline.short}", "paper": f.headline.paper,
+                         "gap": v.gap_text() or v.measured, "margin": margin, "verdict": w})
+        c = {r: words.count(r) for r in WORDS}
+        head = "direction only" if factor == 0 else f"{factor:g}x the book's margins"
+        return View(forest(found, factor), table=rows, text=f"At {head}: {counts_line(c)}.")
+
+    labels = ["0 (direction only)" if x == 0 else f"{x:g}x" for x in factors]
+    return Demo(Knob("factor", factors, default=1.0, labels=labels, label="margin (x the book's)"), compute,
+                title="The verdicts at your margins")
+
+
+def as_json(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTORS) -> list:
+    """Every row as a plain dict (``python -m itlin.book.findings --json``): ``id``, ``verdict``
+    (:func:`result`), ``gap`` and ``half_width`` (of the deciding claim, in its unit), ``unit``,
+    ``level``, ``margin`` (in the unit), ``rule``, ``at_margins`` (margin factor, as text, -> the
+    row's verdict: ``"0"`` is the direction alone), ``why_unresolved``, ``premise`` and, for a row
+    judged on several settings, ``parts`` (each with its ``record``, ``claim``, ``gap``,
+    ``half_width``, ``level`` and ``verdict``)."""
+    def num(x):
+        return None if x is None or not math.isfinite(x) else x
+
+    def part(v):
+        return {"gap": num(v.scale * v.mean) if v.tested else None,
+                "half_width": num(v.scale * v.half) if v.tested else None, "level": v.level if v.tested else None,
+                "verdict": word_of(v), "margin": v.scale * (v.margin or 0.0) if v.tested else None}
+
+    out = []
+    for f in found:
+        h, v = f.headline, f.verdict
+        row = {"id": h.key, "paper": h.paper, "figure": h.figure, "record": h.record, "claim": h.claim,
+               "verdict": result(f), **part(v), "unit": v.unit if v.tested else "", "rule": v.rule,
+               "at_margins": {f"{x:g}": w for x, w in at_margins(f, factors).items()},
+               "why_unresolved": why_unresolved(f), "premise": f.premise or None,
+               "test": kind_of_test(h.record, h.claim)}
+        if f.parts:
+            row["parts"] = [{"record": n, "claim": c, **part(pv)} for n, c, pv in f.parts]
+        out.append(row)
+    return out
 
 
 def main(argv=None) -> int:
@@ -466,18 +708,24 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m itlin.book.findings",
                                 description="Judge every headline claim on its recorded run and print the table.")
     p.add_argument("--full", action="store_true", help="every column (with MyST roles), not the README's short table")
+    p.add_argument("--json", action="store_true", help="every row as JSON (id, verdict, gap, half_width, level, "
+                                                       "margin, at_margins, why_unresolved, ...)")
     a = p.parse_args(argv)
     found = findings()
+    if a.json:
+        import json
+
+        print(json.dumps(as_json(found), indent=1, ensure_ascii=False))
+        return 0
     print(table(found) if a.full else plain_table(found))
-    c = counts(found)
-    print(f"\n{len(found)} headline claims: {c[V.HOLDS]} hold, {c[V.FAILS]} do not hold, "
-          f"{c[V.UNRESOLVED]} cannot resolve.")
+    print(f"\n{len(found)} headline claims: {counts_line(counts(found))}.")
     return 0
 
 
-__all__ = ["ARBEL", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "counts", "findings", "forest",
-           "context_table", "gap_against_margin", "judge_headline", "plain_table", "row", "sensitivity_text", "setting", "synthesis",
-           "table"]
+__all__ = ["ARBEL", "DEMO_FACTORS", "DIRECTION", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "WORDS",
+           "as_json", "at_margins", "reasons_line", "conjunction", "context_table", "counts", "counts_line", "findings", "forest",
+           "gap_against_margin", "judge_headline", "level_text", "margin_demo", "plain_table", "result", "row",
+           "sensitivity_text", "setting", "synthesis", "table", "verdict_text", "why_unresolved", "word_of"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -162,5 +162,23 @@ def mean_cell(rows: Sequence[Mapping], key: str) -> str:
     return V.fmt_mean(done) if done else "n/a"
 
 
-__all__ = ["as_K", "final", "gap_verdict", "late_gain", "mean_cell", "pool_seeds", "rows_of", "run_summary",
+#: the detail of a claim whose premise did not hold
+PREMISE_UNMET = "premise unmet"
+
+
+def premise_unmet(v: V.Verdict, premise: V.Verdict, why: str) -> V.Verdict:
+    """``v`` when its ``premise`` holds; else the same claim as *cannot resolve*, detail
+    :data:`PREMISE_UNMET` and ``why``: the setting is not the one the paper's claim is about. It
+    becomes a stated row (no test: a multiple-testing correction would judge a test again), with
+    the gap it measured kept in its description. Figs. 3 and 4 treat their premises so."""
+    if premise.verdict == V.HOLDS:
+        return v
+    seen = v.measured + (f": gap {V.fmt_gap(v.gap, v.scale, ' ' + v.unit, v.digits)}" if v.gap is not None else "")
+    if v.dropped:
+        seen += f" ({v.dropped} seed(s) left out: a run diverged)"
+    return V.stated(v.id, v.claim, v.paper, seen + ", not judged", V.UNRESOLVED,
+                    detail=f"{PREMISE_UNMET}: {why}, {premise.measured}", headline=v.headline)
+
+
+__all__ = ["PREMISE_UNMET", "premise_unmet", "as_K", "final", "gap_verdict", "late_gain", "mean_cell", "pool_seeds", "rows_of", "run_summary",
            "seeds_cell", "select", "updates"]

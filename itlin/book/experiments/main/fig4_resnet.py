@@ -50,7 +50,7 @@ EVAL_BATCH = 500
 PREMISE_SOURCE = ("Section 4.1: \"trained until convergence on the training data\", \"converges to 100% train "
                   "accuracy\" (said of Fig. 5; none stated for Fig. 4), less the claims' margin")
 #: the ``detail`` of a claim whose premise is unmet
-PREMISE_UNMET = "premise unmet"
+PREMISE_UNMET = R.PREMISE_UNMET
 
 SCALES = {
     "tiny": {"dataset": "mnist1d", "n_train": 256, "n_test": 200, "n_eval_train": 200, "width": 2, "Ks": [1, 10],
@@ -288,18 +288,9 @@ def k1_trained(id: str, what: str, base, margin: float) -> V.Verdict:
 
 
 def premise_unmet(v: V.Verdict, premise: V.Verdict) -> V.Verdict:
-    """``v`` when its ``premise`` holds; else the same claim as *cannot resolve*, detail
-    :data:`PREMISE_UNMET`: a comparison with an untrained K=1 says nothing about the paper's claim.
-    It becomes a stated row (no test: a multiple-testing correction would judge a test again), with
-    the gap it measured kept in its description."""
-    if premise.verdict == V.HOLDS:
-        return v
-    seen = v.measured + (f": gap {V.fmt_gap(v.gap, v.scale, ' ' + v.unit, v.digits)}" if v.gap is not None else "")
-    if v.dropped:
-        seen += f" ({v.dropped} seed(s) left out: a run diverged)"
-    return V.stated(v.id, v.claim, v.paper, seen + ", not judged", V.UNRESOLVED,
-                    detail=f"{PREMISE_UNMET}: K=1 did not fit its training set, {premise.measured}",
-                    headline=v.headline)
+    """:func:`~._rows.premise_unmet` with Fig. 4's premise: a comparison with an untrained K=1
+    says nothing about the paper's claim."""
+    return R.premise_unmet(v, premise, "K=1 did not fit its training set")
 
 
 #: the paper's words on Fig. 4, quoted in the claims
