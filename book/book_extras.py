@@ -19,6 +19,11 @@ book/'s files builds with it. It does what Jupyter Book 1 has no setting for:
   shows no ipywidgets (its demos are static HTML; the live demo's output is removed), so that
   state, and the widget-manager scripts MyST-NB would load from a CDN to read it, are dropped
   from the pages and from the offered ``.ipynb``.
+* **One of each script.** Every page loaded sphinx-thebe's configuration twice, an uncaught
+  "Identifier 'THEBE_JS_URL' has already been declared" in the console; :func:`_dedupe_scripts`
+  keeps one.
+* **Tables that fit.** Long names in tables (record folders, claim ids) wrap, so the Findings
+  tables fit a laptop's width (:data:`TABLE_CSS`).
 * **Static demos.** A chapter's demos (``itlin.book.widgets.Demo``) are live ``ipywidgets`` in
   Jupyter; in the built book they are pre-rendered frames with sliders. :func:`setup` sets
   ``ITLIN_DEMOS=static``, which the kernels the build starts inherit.
@@ -154,6 +159,31 @@ def encrypt_kernel_transport() -> bool:
     return True
 
 
+def _dedupe_scripts(app, pagename, templatename, context, doctree):
+    """Keep one of each script a page loads. sphinx-thebe declares its configuration
+    (``const THEBE_JS_URL = ...``) in an inline script that reaches every page twice under
+    Jupyter Book 1 with Sphinx 7, and the second declaration is an uncaught error in the
+    browser's console on every page."""
+    seen, kept = set(), []
+    for js in context.get("script_files", []):
+        name = getattr(js, "filename", js) or ""  # an inline script's is None or "", as it was added
+        key = (str(name), tuple(sorted((k, str(v)) for k, v in getattr(js, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(js)
+    context["script_files"] = kept
+
+
+#: long names in tables (record folders, claim ids) wrap instead of pushing a table's right-hand
+#: columns out of a laptop's view (the Findings tables)
+TABLE_CSS = ("<style>main table code, main table span.pre {white-space: normal !important; overflow-wrap: anywhere}"
+             " main table td, main table th {overflow-wrap: break-word; hyphens: auto}</style>")
+
+
+def _table_css(app, pagename, templatename, context, doctree):
+    context["metatags"] = context.get("metatags", "") + TABLE_CSS
+
+
 def setup(app):
     # the kernels this build starts inherit it: each chapter's demos render as static frames
     os.environ["ITLIN_DEMOS"] = "static"
@@ -161,5 +191,7 @@ def setup(app):
     app.connect("env-updated", _drop_widget_state)
     register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)
     app.connect("html-page-context", _offer_executed_notebook, priority=500)
+    app.connect("html-page-context", _dedupe_scripts, priority=900)
+    app.connect("html-page-context", _table_css)
     app.connect("build-finished", _clean_downloads)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import itlin
+from itlin.book import verdicts as V
 from itlin.book.plotting import MIN_TEXT_PX
 from itlin.book.run import chapter_parameters, execute_chapter, main as run_main, parameters_cell, _read
 
@@ -149,11 +150,16 @@ def test_chapter_executes_under_papermill_at_tiny_scale(chapter, book_dirs, monk
         assert len(injected) == 1 and "scale = \"tiny\"" in injected[0].source
 
 
+#: the built book of :func:`test_book_builds_without_warnings_and_contains_the_static_demo`, for the
+#: browser test after it (same file, so the same process, in order)
+BUILT: dict = {}
+
+
 @pytest.mark.slow
-def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tmp_path):
+def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tmp_path_factory):
     missing = [c for c in CHAPTERS if not (book_dirs / (c + ".ipynb")).exists()]
     assert not missing, f"chapters that did not execute: {missing}"
-    site = tmp_path / "site"
+    site = tmp_path_factory.mktemp("built") / "site"
     shutil.copytree(book_dirs, site)
     for name in ("_toc.yml", "references.bib"):
         shutil.copy(ROOT / name, site / name)
@@ -187,10 +193,82 @@ def test_book_builds_without_warnings_and_contains_the_static_demo(book_dirs, tm
         assert not leaked, f"{page.name} shows local paths: {leaked}"
     for nb_file in (html / "_sources").rglob("*.ipynb"):
         assert "widgets" not in json.loads(nb_file.read_text())["metadata"], nb_file.name
+    # each page at most 6 MB with the images it shows (a static demo embeds its frames)
+    weights = {}
+    for page in (html / "book").glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        images = {(page.parent / src).resolve() for src in re.findall(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", text)
+                  if not src.startswith(("data:", "http:", "https:"))}
+        weights[page.stem] = len(text.encode()) + sum(p.stat().st_size for p in images if p.is_file())
+    heavy = {k: v for k, v in weights.items() if v > 6_000_000}
+    assert not heavy, f"pages over 6 MB with their images: {heavy}"
+    TIMES["page bytes"] = weights
     demo = (html / "book" / "iterative_linearisation.html").read_text()
     assert 'class="itlin-static-demo"' in demo and "<input type=\"range\"" in demo
+    BUILT["html"] = html
     if os.environ.get("ITLIN_REPORT_TIMES"):
         print(json.dumps(TIMES, indent=1))
+
+
+@pytest.mark.slow
+def test_in_a_browser_every_demo_moves_its_figure_and_no_page_logs_a_script_error():
+    """Every page of the built book in headless Chromium: no uncaught script error in its console,
+    and every slider of every demo, moved with the keyboard, changes the frame shown. Each chapter
+    whose code shows a demo has one that moves, and the Findings table fits a laptop's width."""
+    import browser
+    from itlin.book.live import chapters_with_demos
+
+    if "html" not in BUILT:
+        pytest.fail("the book was not built (the build test above failed or did not run)")
+    with browser.serve(BUILT["html"]) as base, browser.browser() as driver:
+        pages = browser.browse(driver, base, PAGES)
+        errors = {p.name: p.errors for p in pages if p.errors}
+        assert not errors, f"uncaught script errors: {errors}"
+        stuck = {p.name: [m for m in p.moves if not m[2]] for p in pages if not all(m[2] for m in p.moves)}
+        assert not stuck, f"sliders that moved no frame: {stuck}"
+        moving = {p.name.split("/")[-1] for p in pages if p.moved_a_figure}
+        assert moving >= set(chapters_with_demos(ROOT)), set(chapters_with_demos(ROOT)) - moving
+        assert len(moving) >= MIN_DEMO_PAGES, sorted(moving)
+        # the Findings tables at a laptop's width: every column in view, none behind a scroll bar
+        browser.open_page(driver, f"{base}/book/findings.html")
+        overflow = driver.execute_script("""
+            return [...document.querySelectorAll('main table')].filter(t => t.offsetParent)
+                   .map(t => t.scrollWidth - t.parentElement.clientWidth).filter(x => x > 1);""")
+        assert not overflow, f"Findings tables wider than the page's column by {overflow} px"
+
+
+#: the fewest pages whose demo moves a figure (issue 57)
+MIN_DEMO_PAGES = 2
+
+
+@pytest.mark.slow
+def test_in_a_browser_the_findings_margins_change_exactly_the_verdicts_python_computes():
+    """The Findings page's margin slider, moved to each position in the browser, shows for every
+    row the verdict that :func:`itlin.book.findings.at_margins` computes from the same records."""
+    import browser
+    from selenium.webdriver.common.by import By
+
+    from itlin.book import findings as F
+
+    if "html" not in BUILT:
+        pytest.fail("the book was not built (the build test above failed or did not run)")
+    rows = F.as_json(F.findings())
+    with browser.serve(BUILT["html"]) as base, browser.browser() as driver:
+        browser.open_page(driver, f"{base}/book/findings.html")
+        (demo,) = driver.find_elements(By.CSS_SELECTOR, "div.itlin-static-demo")
+        (slider,) = demo.find_elements(By.CSS_SELECTOR, "input[type=range]")
+        assert int(slider.get_attribute("max")) + 1 == len(F.DEMO_FACTORS)
+        changed = set()
+        for i, factor in enumerate(F.DEMO_FACTORS):
+            browser.set_slider(driver, slider, i)
+            shown = [r["verdict"] for r in browser.frame_table(driver, demo)]
+            expected = [r["at_margins"][f"{factor:g}"] for r in rows]
+            assert shown == expected, (factor, [(r["id"], a, b) for r, a, b in zip(rows, shown, expected) if a != b])
+            text = browser.frame_text(driver, demo)
+            for word, n in ((V.HOLDS, expected.count(V.HOLDS)), (V.UNRESOLVED, expected.count(V.UNRESOLVED))):
+                assert f"{n} {'hold' if word == V.HOLDS else 'cannot resolve'}" in text, (factor, text)
+            changed |= {r["id"] for r, e in zip(rows, expected) if e != r["verdict"]}
+        assert changed, "no margin changed any verdict: the slider shows nothing"
 
 
 def test_papermill_parses_every_parameters_cell_without_warnings(caplog):

@@ -213,7 +213,7 @@ class Finding(NamedTuple):
     ``(margin, verdict)`` pairs, ``premise`` the premise's verdict (``""`` when there is none),
     ``setting`` the deciding record's setting (:func:`setting`), ``parts`` the headline's other
     settings as ``(record, claim id, verdict)`` (judged in conjunction: :func:`result`) and
-    ``premise_seen`` what the premise measured."""
+    ``premise_seen`` what the premise measured; ``resolved`` the deciding record's settings."""
 
     headline: Headline
     verdict: V.Verdict
@@ -223,6 +223,7 @@ class Finding(NamedTuple):
     setting: str
     parts: tuple = ()
     premise_seen: str = ""
+    resolved: Optional[dict] = None
 
     @property
     def verdicts(self) -> tuple:
@@ -308,7 +309,9 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
         pv = _judged(name, cache)[claim]
         plan = CONFIRMATORY.get(name)
         parts.append((name, claim, pv.judged_at(V.LEVEL) if plan is not None and plan.claim == claim else pv))
-    return Finding(h, v, tuple(others), sens, premise, setting(_opened(h.record, cache)[0]), tuple(parts), seen)
+    rec = _opened(h.record, cache)[0]
+    return Finding(h, v, tuple(others), sens, premise, setting(rec), tuple(parts), seen,
+                   dict(rec.meta["resolved"]) if rec is not None else None)
 
 
 def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Sequence[float] = (0.5, 2.0)) -> list:
@@ -434,15 +437,20 @@ def verdict_text(f: Finding) -> str:
     return _WORD[w]
 
 
+def _legible(v: V.Verdict) -> V.Verdict:
+    """``v`` with enough digits that its interval does not print as "± 0.0"."""
+    digits = v.digits
+    while v.tested and math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 4:
+        digits += 1
+    return replace(v, digits=digits)
+
+
 def gap_against_margin(v: V.Verdict) -> str:
     """``"+6.1 ± 2.4 points at 99.4% (8 seeds) vs margin 2.0 points (non-inferiority)"``: the gap,
     its interval at the verdict's level and the threshold it is judged against."""
     if not v.tested:
         return v.measured or "—"
-    digits = v.digits
-    while math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 4:
-        digits += 1  # an interval that would print as "± 0.0"
-    v = replace(v, digits=digits)
+    v = _legible(v)
     gap = v.gap_text()
     if " (" in gap:  # the level beside the interval, before the seed count
         gap = gap.replace(" (", f" at {level_text(v)} (", 1)
@@ -489,6 +497,51 @@ def setting(rec) -> str:
     return ", ".join(parts)
 
 
+#: the papers' own scale, from their text (Appendix C of the main paper; Arbel et al. Section 5;
+#: Ortiz-Jiménez et al. Appendix A), beside the book's in :func:`scale_rows`
+PAPER_SCALE = {
+    MAIN: "CIFAR-10 (50,000 training images); a CNN with 50 channels per layer, and ResNet-18; full batch or "
+          "batches of 256, with K up to 5e6 steps",
+    ARBEL: "a teacher-student task in 10 dimensions: M = 5,000 hidden units, N = 500 training samples; up to 1e5 GN "
+           "and 1e6 GD iterations",
+    ORTIZ: "MNIST and CIFAR-10; MLPs, LeNet and ResNet-18",
+}
+
+
+def scale_rows(found: Sequence[Finding]) -> list:
+    """The scale of each paper's headline rows against the paper's own (:data:`PAPER_SCALE`): the
+    data, training examples, width (channels or hidden units), budget and seeds of the deciding
+    records, as ranges."""
+    names = {"mnist1d": "MNIST-1D", "fashion_mnist": "Fashion-MNIST", "digits": "scikit-learn digits",
+             "cifar10": "CIFAR-10"}
+
+    def span(values, unit=""):
+        values = sorted({int(v) for v in values if v})
+        if not values:
+            return "—"
+        text = f"{values[0]:,}" if len(values) == 1 else f"{values[0]:,} to {values[-1]:,}"
+        return text + unit
+
+    out = []
+    for paper in PAPERS:
+        sel = [f for f in found if f.headline.paper == paper and f.resolved is not None]
+        r = [f.resolved for f in sel]
+        data = {names.get(x.get("dataset") or x.get("base"), x.get("dataset") or x.get("base"))
+                for x in r if x.get("dataset") or x.get("base")}
+        data |= {"the quintic" for f in sel if f.headline.record.startswith("fig9")}
+        data |= {"teacher-student" for f in sel if f.headline.record.startswith("arbel") and not f.resolved.get("base")}
+        data = sorted(data)
+        sizes = [x.get("n_train") for x in r] + [n for x in r for n in x.get("sizes", [])]
+        budget = "; ".join(t for t in (span([x.get("steps") for x in r], " steps"),
+                                       span([x.get("gn_steps") for x in r], " GN steps"),
+                                       span([x.get("epochs") for x in r if not x.get("steps")], " epochs")) if t[0] != "—")
+        seeds = [v.gap.n for f in sel for v in f.verdicts if v.tested]
+        out.append({"paper": paper, "the paper's scale": PAPER_SCALE[paper], "data here": ", ".join(data) or "—",
+                    "training examples": span(sizes), "width": span([x.get("channels") or x.get("width") for x in r]),
+                    "budget": budget or "—", "seeds per claim": span(seeds)})
+    return out
+
+
 def row(f: Finding) -> dict:
     """One row of the Findings table."""
     h, v = f.headline, f.verdict
@@ -519,19 +572,19 @@ def row(f: Finding) -> dict:
             "chapter": f"{{doc}}`{h.chapter}` (`{h.claim}`)"}
 
 
-VERDICT_COLUMNS = ("claim (paper's words)", "verdict", "gap vs margin", "at other margins", "premise", "test", "chapter")
-CONTEXT_COLUMNS = ("claim", "our setting", "other records", "could flip it")
+VERDICT_COLUMNS = ("claim (paper's words)", "verdict", "gap vs margin", "at other margins", "chapter")
+CONTEXT_COLUMNS = ("claim", "test", "premise", "our setting", "other records", "could flip it")
 
 
 def table(found: Sequence[Finding]) -> str:
     """The Findings table in Markdown (MyST roles for the chapter links): each claim's verdict,
-    gap, sensitivity, premise, kind of test and chapter (:data:`VERDICT_COLUMNS`)."""
+    gap, sensitivity and chapter (:data:`VERDICT_COLUMNS`)."""
     return render.table([row(f) for f in found], VERDICT_COLUMNS)
 
 
 def context_table(found: Sequence[Finding]) -> str:
-    """The second table: for each claim, our setting, the other records judged on it and the
-    departure from the paper that could flip it (:data:`CONTEXT_COLUMNS`)."""
+    """The second table: for each claim, the kind of test, its premise, our setting, the other
+    records judged on it and the departure from the paper that could flip it (:data:`CONTEXT_COLUMNS`)."""
     return render.table([{**row(f), "claim": f"{f.headline.figure}: {f.headline.short}"} for f in found],
                         CONTEXT_COLUMNS)
 
@@ -555,6 +608,21 @@ def counts_line(c: dict) -> str:
             f"paper's words, {c[V.FAILS]} do not hold and {c[V.UNRESOLVED]} cannot resolve")
 
 
+def highlights(found: Sequence[Finding], keys: Sequence[str]) -> str:
+    """A Markdown list of the rows ``keys``: the claim, its verdict and its gap (for the intro)."""
+    by_key = {f.headline.key: f for f in found}
+    missing = [k for k in keys if k not in by_key]
+    if missing:
+        raise KeyError(f"no Findings row {', '.join(missing)}; rows: {', '.join(by_key)}.")
+    lines = []
+    for k in keys:
+        f = by_key[k]
+        gap = _legible(f.verdict).gap_text() if f.verdict.tested else ""
+        lines.append(f"* **{f.headline.short}** ({f.headline.paper}, {f.headline.figure}): *{verdict_text(f)}*"
+                     + (f", {gap}" if gap else ""))
+    return "\n".join(lines)
+
+
 def reasons_line(found: Sequence[Finding]) -> str:
     """Why the rows that cannot resolve do not: ``"2 with an unmet premise, 1 with seeds left out"``."""
     why = [why_unresolved(f) for f in found if result(f) == V.UNRESOLVED]
@@ -570,7 +638,7 @@ def synthesis(found: Sequence[Finding], paper: str) -> str:
     if not sel:
         raise ValueError(f"no finding of {paper!r}; papers: {', '.join(PAPERS)}.")
     c = counts(sel)
-    name = lambda f: f"{f.headline.figure}, {f.headline.short} ({f.verdict.gap_text() or f.verdict.measured})"
+    name = lambda f: f"{f.headline.figure}, {f.headline.short} ({_legible(f.verdict).gap_text() or f.verdict.measured})"
     text = f"Of the {len(sel)} headline claims of {paper} judged here, {counts_line(c)} at the book's scale."
     groups = ((DIRECTION, "Direction only", name), (V.FAILS, "Not holding", name),
               (V.UNRESOLVED, "Not resolved", lambda f: f"{f.headline.figure}, {f.headline.short} ({why_unresolved(f)})"))
@@ -663,7 +731,7 @@ def margin_demo(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTOR
             else:
                 margin = "0 (the sign)" if v.tested else "— (not a test)"
             rows.append({"claim": f"{f.headline.figure}: {f.headline.short}", "paper": f.headline.paper,
-                         "gap": v.gap_text() or v.measured, "margin": margin, "verdict": w})
+                         "gap": _legible(v).gap_text() or v.measured, "margin": margin, "verdict": w})
         c = {r: words.count(r) for r in WORDS}
         head = "direction only" if factor == 0 else f"{factor:g}x the book's margins"
         return View(forest(found, factor), table=rows, text=f"At {head}: {counts_line(c)}.")
@@ -723,7 +791,7 @@ def main(argv=None) -> int:
 
 
 __all__ = ["ARBEL", "DEMO_FACTORS", "DIRECTION", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "WORDS",
-           "as_json", "at_margins", "reasons_line", "conjunction", "context_table", "counts", "counts_line", "findings", "forest",
+           "as_json", "at_margins", "highlights", "reasons_line", "scale_rows", "PAPER_SCALE", "conjunction", "context_table", "counts", "counts_line", "findings", "forest",
            "gap_against_margin", "judge_headline", "level_text", "margin_demo", "plain_table", "result", "row",
            "sensitivity_text", "setting", "synthesis", "table", "verdict_text", "why_unresolved", "word_of"]
 
