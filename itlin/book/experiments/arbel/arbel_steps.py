@@ -112,7 +112,7 @@ def speed_claim(s, pre: str = "", word: str = "", headline: bool = False):
     reached = lambda ok, c: f"{int(ok.sum())}/{ok.size} reached it" + (
         f", median {int(np.median(c[ok])):,} iterations" if ok.any() else "")
     return A.decades(pre + "speed.gn_faster", f"{word}GN reaches the stopping loss in fewer iterations than GD",
-                     "GN is consistently faster than GD in finding a global optimum (abstract)", gd, gn, r["effect"],
+                     "\"GN is consistently faster than GD in finding a global optimum\" (abstract)", gd, gn, r["effect"],
                      diverged=neither, headline=headline,
                      measured=f"each at its fastest step: GN {reached(gn_ok, gn)} (budget {r['gn_steps']:,}), GD "
                               f"{reached(gd_ok, gd)} (budget {r['gd_steps']:,}); log10 GD over GN",
