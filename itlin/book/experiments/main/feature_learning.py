@@ -385,7 +385,7 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
         V.judge("filters.faster", f"K=1's first-layer filters move over {MUCH_FASTER:g}x as far as {K_label(Kb)}'s",
                 "the evolution of the filters for K=1 is much faster", V.paired_gap(lr, [0.0] * len(lr)), "exceeds",
                 math.log(MUCH_FASTER), measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: "
-                f"{ratio}; log ratio" if nums else "no completed pair", unit="(log ratio)", scale=1.0, digits=2,
+                f"{ratio}; natural-log ratio" if nums else "no completed pair", unit="(natural-log ratio)", scale=1.0, digits=2,
                 dropped=dropped, headline=True),
         V.judge("filters.early", f"{K_label(Kb)}'s final filters are K=1's early in training (before half of it)",
                 about, snapped(V.paired_gap([0.5] * len(frac), frac)), "exceeds", measured=closest,
@@ -401,9 +401,9 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
             out.append(_exceeds(
                 f"kernel.{short}.K{fmt_K(hi)}_K{fmt_K(lo)}", f"{what}: {K_label(hi)} ({R.updates(a):,} updates) "
                 f"above {K_label(lo)} ({R.updates(b):,})", "Definition 1: feature updates count feature learning",
-                a, b, lambda r: math.log(r[key]) if r[key] > 0 else -math.inf, unit="(log ratio)", scale=1.0,
+                a, b, lambda r: math.log(r[key]) if r[key] > 0 else -math.inf, unit="(natural-log ratio)", scale=1.0,
                 digits=2, describe=lambda va, vb: f"{np.exp(np.mean(va)):.3g} against {np.exp(np.mean(vb)):.3g} "
-                                                  f"{unit} (geometric means over seeds); log ratio"))
+                                                  f"{unit} (geometric means over seeds); natural-log ratio"))
     return out
 
 
