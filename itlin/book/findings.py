@@ -166,7 +166,7 @@ HEADLINES = (
              "\"Improvement of generalisation as damping increases\", with \"a reduction in the mean test RMSE\" "
              "(Fig. 9 caption)",
              "damping", "fig9_damping-quintic-128seeds", "flax.mean.falls",
-             others=("fig9_damping-paper-h100", "fig9_damping-quintic-torch-128seeds"),
+             others=("fig9_damping-paper-h100", ("fig9_damping-quintic-torch-128seeds", "torch.mean.falls")),
              departure="the input interval of the quintic is not stated; the book chooses one", short="more damping, lower test error"),
     Headline("arbel.hidden", ARBEL, "§5.3, Fig. 2",
              "a \"hidden learning phenomenon\": at small initial scale and small step GN is able to \"recover "
@@ -323,7 +323,11 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
     seen = judged[h.premise].measured if h.premise else ""
     parts = []
     for name, claim in h.parts:
-        pv = _judged(name, cache)[claim]
+        judged_part = _judged(name, cache)
+        if claim not in judged_part.ids:
+            raise KeyError(f"finding {h.key!r}: part record {name!r} has no claim {claim!r}; its claims: "
+                           f"{', '.join(judged_part.ids)}.")
+        pv = judged_part[claim]
         plan = CONFIRMATORY.get(name)
         parts.append((name, claim, pv.judged_at(V.LEVEL) if plan is not None and plan.claim == claim else pv))
     return Finding(h, v, tuple(others), sens, premise, setting(_opened(h.record, cache)[0]), tuple(parts), seen)
