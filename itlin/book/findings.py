@@ -127,6 +127,14 @@ HEADLINES = (
              "similar performance at a smaller K (Fig. 4 caption)",
              "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "bn.large_not_worse", premise="bn.k1_trained",
              departure="the paper does not say how it linearises batch norm; the book recalibrates its statistics", short="ResNet, batch norm: on par"),
+    Headline("main.fig4.diverge", MAIN, "Fig. 4 (divergence)",
+             "\"Runs with BatchNorm are far more likely to diverge due to linearising the BatchNorm layer\" "
+             "(Fig. 4 caption)", "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "diverge.recalibrate",
+             others=(("fig4_resnet-mnist1d-30seeds", "diverge.frozen"), ("fig4_resnet-mnist1d-30seeds", "diverge.batch")),
+             departure="the paper does not say how it linearises batch norm: the deciding claim is the treatment the "
+                       "batch-norm row uses (statistics recalibrated), the two others are beside it; \"far more\" is "
+                       "judged on the sign of the gap in the share of large-K runs that diverge",
+             short="batch norm diverges more often"),
     Headline("main.fig5.finite", MAIN, "Fig. 5",
              "\"the rate at which performance improves as the dataset size increases is equivalent for all finite K\" "
              "(Fig. 5 caption)", "resnet_and_data", "fig5_data_scaling-mnist1d-120seeds", "finite_close",
@@ -154,6 +162,13 @@ HEADLINES = (
              "feature_learning", "feature_learning-mnist1d-30seeds", "filters.faster",
              departure="\"much faster\" has no number in the paper: the book reads it as more than 2x (a natural-log "
                        "ratio above ln 2 = 0.69)", short="filters: K=1 much faster"),
+    Headline("main.fig7.tenth", MAIN, "Fig. 7 (10%)",
+             "the final filters for K=5e6 are \"often similar to K=1 at about 10% of the way through training\" "
+             "(Fig. 7 caption; §4.1: \"the features are similar to those of K=1 at about 10% of the way through "
+             "training\")", "feature_learning", "feature_learning-mnist1d-30seeds", "filters.ten_percent",
+             others=(("feature_learning-mnist1d-30seeds", "filters.early"),),
+             departure="K=100 against K=1 on MNIST-1D; \"about 10%\" read as 5% to 15% of K=1's run, read from "
+                       "snapshots every 5% of it", short="filters: K=1's at about 10%"),
     Headline("main.2-3", MAIN, "\"2-3 feature updates\"",
              "\"for full batch runs (Figure 2a) on CIFAR10, after 2-3 feature updates, each run seems to have "
              "approximately caught up with the K=1 baseline\"; \"for SGD (Figure 2b) it takes more feature updates to "
@@ -187,6 +202,16 @@ HEADLINES = (
              "damping", "fig9_damping-quintic-128seeds", "flax.mean.falls",
              others=("fig9_damping-paper-h100", ("fig9_damping-quintic-torch-128seeds", "torch.mean.falls")),
              departure="the input interval of the quintic is not stated; the book chooses one", short="more damping, lower test error"),
+    Headline("main.fig9.minimums", MAIN, "Fig. 9 (minimums)",
+             "the best runs are alike at every damping: \"in particular note the number of high RMSE points with low "
+             "damping factor despite the minimums being similar\" (Fig. 9 caption)",
+             "damping", "fig9_damping-quintic-128seeds", "flax.best.similar",
+             others=(("fig9_damping-paper-h100", "flax.best.similar"),
+                     ("fig9_damping-quintic-torch-128seeds", "torch.best.similar")),
+             departure="\"the minimums\" read as the best tenth of the runs at each damping (a minimum over seeds "
+                       "grows with their number), \"similar\" as within a factor 1.5 of test RMSE; the smallest "
+                       "damping against the largest; the input interval of the quintic is not stated",
+             short="minimums similar at every damping"),
     Headline("arbel.hidden", ARBEL, "§5.3, Fig. 2",
              "a \"hidden learning phenomenon\": at small initial scale and small step GN is able to \"recover "
              "features with good generalization properties\" (abstract; §5.3, Fig. 2)", "arbel_setting", "arbel_steps-relu-150seeds", "hidden.gn",
@@ -202,6 +227,17 @@ HEADLINES = (
                     ("arbel_steps-silu-beta1e6-100seeds", "silu_b1e6.gn.step_lrfit")),
              departure="\"do not generalize well\" read as at least 0.1 decades (1.26x) of Test-LRfit; M=250 hidden units "
                        "and N=50 samples", short="larger GN steps generalise worse"),
+    Headline("arbel.gd_step", ARBEL, "§5.3, App. C.3, Figs. 1 and 6 (GD)",
+             "for gradient descent the opposite: \"larger step sizes yield better-performing features\" (§5.3, Fig. 1 "
+             "right, ReLU), and with SiLU \"the opposite is observed in case of gradient descent\" (App. C.3, Fig. 6)",
+             "arbel_setting", "arbel_steps-relu-gn2fullsteps-fresh-277seeds", "gd.step_lrfit",
+             others=("arbel_steps-relu-150seeds", "arbel_steps-relu-gn2fullsteps-24seeds"),
+             parts=(("arbel_steps-silu-beta1-100seeds", "silu_b1.gd.step_lrfit"),
+                    ("arbel_steps-silu-beta1e6-100seeds", "silu_b1e6.gd.step_lrfit")),
+             departure="GD's budget is 4,000 steps (the paper's 1e6): its small step is the smallest whose step x "
+                       "budget covers the paper's GD at 1e-2; at least 0.1 decades of Test-LRfit; M=250, N=50; the "
+                       "images' GD (App. C.4) is not judged: that record has no GD step claim",
+             short="larger GD steps generalise better"),
     Headline("arbel.speed", ARBEL, "abstract, Fig. 1",
              "\"GN is consistently faster than GD in finding a global optimum\" (abstract)",
              "arbel_setting", "arbel_steps-relu-150seeds", "speed.gn_faster",
@@ -209,6 +245,23 @@ HEADLINES = (
              departure="iterations, not time; GD's budget is 4,000 steps (the paper's 1e6), so its count is a lower "
                        "bound, and seeds where neither finishes count against the claim; \"consistently\" is judged "
                        "on ReLU only (the SiLU records do not judge the speed)", short="GN faster than GD"),
+    Headline("arbel.tradeoff", ARBEL, "abstract, §5.3, Fig. 2",
+             "\"a trade-off between the convergence speed of GN and the generalization ability of the learned "
+             "solution\" (abstract): \"Better generalization of GN comes at the cost of a slower training\" (§5.3, "
+             "Fig. 2 right), so the larger GN step trains faster and learns worse features",
+             "arbel_setting", "arbel_steps-relu-gn2fullsteps-fresh-277seeds", "gn.step_faster",
+             others=("arbel_steps-relu-150seeds", "arbel_steps-relu-gn2fullsteps-24seeds"),
+             parts=(("arbel_steps-relu-gn2fullsteps-fresh-277seeds", "gn.step_lrfit"),),
+             departure="iterations to the stopping loss, not seconds, at least 0.1 decades apart; a run that never "
+                       "reaches it counts its budget; the features' half is the row of larger GN steps; M=250, N=50",
+             short="GN: faster steps, worse features"),
+    Headline("arbel.silu_best", ARBEL, "App. C.3, Fig. 6",
+             "with SiLU, depending on β, \"we observe that GN either outperforms GD (β = 10^6) or the opposite (β = 1)\" "
+             "(App. C.3, Fig. 6)",
+             "arbel_ablations", "arbel_steps-silu-beta1e6-100seeds", "silu_b1e6.best",
+             parts=(("arbel_steps-silu-beta1-100seeds", "silu_b1.best"),),
+             departure="\"outperforms\" read as a test loss lower by at least 0.1 decades, each method at its step "
+                       "chosen on validation; M=250, N=50", short="GN or GD ahead, by β"),
     Headline("arbel.init", ARBEL, "§5.3, Fig. 1 left",
              "features are learned at a small initial scale: GN beats random features (RF) at τ0 = 1e-3, where "
              "\"both GN and GD obtained a better test error than RF\" (§5.3, Fig. 1 left)",
@@ -224,6 +277,12 @@ HEADLINES = (
              "(App. C.4, Fig. 8)",
              "arbel_ablations", "arbel_mnist-digits-48seeds", "mnist.gn_step_lrfit",
              others=("arbel_mnist-fashion-24seeds",), departure="scikit-learn's digits instead of MNIST", short="images: larger steps worse"),
+    Headline("arbel.mnist_hidden", ARBEL, "App. C.4, Fig. 8 (hidden)",
+             "on image data too, \"hidden learning occurring for GN when using small step sizes\" (App. C.4, Fig. 8)",
+             "arbel_ablations", "arbel_mnist-digits-48seeds", "mnist.hidden.gn", others=("arbel_mnist-fashion-24seeds",),
+             departure="scikit-learn's digits instead of MNIST; hidden learning read as Test-LRfit at least 0.1 "
+                       "decades below random features' while the training loss has not moved",
+             short="images: hidden learning"),
     Headline("ortiz.decay", ORTIZ, "App. E.1, Figs. 2-3",
              "accuracy on the NTK's eigenfunctions decays with their index: \"the performance of all models "
              "progressively decays with increasing eigenfunction index\" (App. E.1)",
@@ -243,6 +302,13 @@ HEADLINES = (
              departure="\"clear\" read as more than the book's 2-point margin; an MLP and a LeNet (no ResNet-18) on "
                        "MNIST-1D, by SGD and by Adam, the MLP by SGD on the confirmatory record",
              short="linear models clearly ahead"),
+    Headline("ortiz.cross", ORTIZ, "App. E.1, Fig. 3",
+             "on MNIST, \"for the LeNet, the accuracy curves of the neural network and the linearized model cross "
+             "around ϕ_500\" (App. E.1, Fig. 3, by SGD as in App. A)", "ntk_eigenfunctions", _ORTIZ, "cross.lenet.sgd",
+             others=((_ORTIZ, "cross.lenet.adam"),),
+             departure="MNIST-1D's NTK over 2,000 points, eigenfunctions up to j=256: the crossing is read as the "
+                       "network ahead on the mean over the upper half of the targets (from the median index up), not "
+                       "at the paper's 500th", short="LeNet curves cross"),
     Headline("ortiz.network", ORTIZ, "App. A",
              "on the dataset's own labels (CIFAR-2) \"the neural networks perform significantly better than their "
              "linear approximations\" (App. A), said of every network there", "ntk_eigenfunctions", _ORTIZ, "labels.mlp.sgd",
