@@ -184,6 +184,10 @@ def test_a_claim_made_for_several_settings_holds_only_where_every_setting_holds(
     assert F.at_margins(one_short, (0.0, 1.0)) == {0.0: V.HOLDS, 1.0: F.DIRECTION}
     assert "`c0`: +1.2 ± 0.4 points at 95% (8 seeds) vs margin 2.0 points" in F.row(one_short)["gap vs margin"]
     assert [p["claim"] for p in F.as_json([one_short])[0]["parts"]] == ["c0"]
+    # the JSON's verdict is the row's (its parts in conjunction), the deciding claim's beside it
+    js = F.as_json([both, one_fails, one_short])
+    assert [r["verdict"] for r in js] == [V.HOLDS, V.FAILS, F.DIRECTION]
+    assert [r["claim_verdict"] for r in js] == [V.HOLDS] * 3
 
 
 @pytest.mark.parametrize("word", F.WORDS)

@@ -801,7 +801,8 @@ def margin_demo(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTOR
 
 def as_json(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTORS) -> list:
     """Every row as a plain dict (``python -m itlin.book.findings --json``): ``id``, ``verdict``
-    (:func:`result`), ``gap`` and ``half_width`` (of the deciding claim, in its unit), ``unit``,
+    (the row's, :func:`result`: its parts in conjunction), ``claim_verdict`` (the deciding claim's
+    alone), ``gap`` and ``half_width`` (of the deciding claim, in its unit), ``unit``,
     ``level``, ``margin`` (in the unit), ``rule``, ``at_margins`` (margin factor, as text, -> the
     row's verdict: ``"0"`` is the direction alone), ``why_unresolved``, ``premise`` and, for a row
     judged on several settings, ``parts`` (each with its ``record``, ``claim``, ``gap``,
@@ -818,7 +819,8 @@ def as_json(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTORS) -
     for f in found:
         h, v = f.headline, f.verdict
         row = {"id": h.key, "paper": h.paper, "figure": h.figure, "record": h.record, "claim": h.claim,
-               "verdict": result(f), **part(v), "unit": v.unit if v.tested else "", "rule": v.rule,
+               **part(v), "verdict": result(f), "claim_verdict": word_of(v, h.tolerance),
+               "unit": v.unit if v.tested else "", "rule": v.rule,
                "at_margins": {f"{x:g}": w for x, w in at_margins(f, factors).items()},
                "why_unresolved": why_unresolved(f), "premise": f.premise or None,
                "test": kind_of_test(h.record, h.claim)}
