@@ -575,6 +575,16 @@ def gap_against_margin(v: V.Verdict) -> str:
     return f"{gap} vs margin {_amount(v, v.margin or 0.0)} ({V.RULE_WORDS[v.rule].split(' (')[0]})"
 
 
+def gap_cell(f: Finding) -> str:
+    """The row's gap against its margin (:func:`gap_against_margin`); for a row judged on several
+    settings, every setting's, each named by its claim id, the parts with their own verdicts."""
+    gap = gap_against_margin(f.verdict)
+    if not f.parts:
+        return gap
+    return f"`{f.headline.claim}`: {gap}; " + "; ".join(
+        f"`{c}`: {gap_against_margin(pv)} ({_WORD[word_of(pv, f.headline.tolerance)]})" for _, c, pv in f.parts)
+
+
 def sensitivity_text(f: Finding) -> str:
     """The row at other margins: at margin 0 (the direction alone) and at half and twice the
     margin, or at the paper's own tolerance, each with its unit."""
@@ -628,10 +638,7 @@ def row(f: Finding) -> dict:
                 + (f" [{kind_of_test(n, claim)}]" if n in CONFIRMATORY else ""))
 
     others = "; ".join(other(*o) for o in f.others)
-    gap = gap_against_margin(v)
-    if f.parts:
-        gap = f"`{h.claim}`: {gap}; " + "; ".join(f"`{c}`: {gap_against_margin(pv)} ({_WORD[word_of(pv)]})"
-                                                  for _, c, pv in f.parts)
+    gap = gap_cell(f)
     test = kind_of_test(h.record, h.claim) + (f"; {h.note}" if h.note else "")
     return {"claim (paper's words)": f"**{h.paper}, {h.figure}**: {h.words}",
             "our setting": f"{f.setting}; {v.measured}" if v.measured else f.setting,
@@ -665,7 +672,7 @@ def context_table(found: Sequence[Finding]) -> str:
 def plain_table(found: Sequence[Finding]) -> str:
     """A short table for the README: paper, figure, verdict, gap (no MyST roles)."""
     return render.table([{"paper": f.headline.paper, "claim": f"{f.headline.figure}: {f.headline.short}",
-                          "verdict": verdict_text(f), "gap vs margin": gap_against_margin(f.verdict)}
+                          "verdict": verdict_text(f), "gap vs margin": gap_cell(f)}
                          for f in found])
 
 
@@ -852,7 +859,7 @@ def main(argv=None) -> int:
 
 __all__ = ["ARBEL", "DEMO_FACTORS", "DIRECTION", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "WORDS",
            "as_json", "at_margins", "reasons_line", "conjunction", "context_table", "counts", "counts_line", "findings", "forest",
-           "gap_against_margin", "judge_headline", "level_text", "margin_demo", "plain_table", "result", "row",
+           "gap_against_margin", "gap_cell", "judge_headline", "level_text", "margin_demo", "plain_table", "result", "row",
            "sensitivity_text", "setting", "synthesis", "table", "verdict_text", "why_unresolved", "word_of"]
 
 if __name__ == "__main__":  # pragma: no cover
