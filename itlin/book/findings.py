@@ -184,7 +184,8 @@ HEADLINES = (
                        "images), and the networks far smaller", short="2 updates suffice"),
     Headline("main.8-12", MAIN, "\"8-12 feature updates\"",
              "\"It is extremely clear across these results that we get enough feature learning in 8-12 feature updates to "
-             "achieve comparable generalisation\" (§4.1), the results of full-batch and \"SGD runs (Figure 2 centre)\"",
+             "achieve comparable generalisation\" (§4.1), judged on full-batch runs and on mini-batch ones (its \"SGD runs "
+             "(Figure 2 centre)\")",
              "feature_updates", "feature_updates-mnist1d-16seeds", "full.suffices_u8",
              others=("feature_updates-fashion-256-lr3e-3-10seeds", "feature_updates-fashion-256-mini-12seeds",
                      ("feature_updates-fashion-256-mini-12seeds", "mini.suffices_u8")),

@@ -173,19 +173,19 @@ def judge_arrays(s) -> list:
     def pair(id, claim, paper, m, key, hi, lo, margin=e, **kw):  # key at step hi minus at step lo, log10
         return A.decades(id, claim, paper, F[m][key][hi], F[m][key][lo], margin, diverged=div[m][hi] | div[m][lo], **kw)
 
-    out = [pair(pre + "gn.step_lrfit", f"{word}GN: Test-LRfit lower at step {fs} than at {fl}", "smaller GN steps "
-                "learn features that generalise better (Fig. 1 right, Fig. 6)", "gn", "lrfit", nl, ns,
+    out = [pair(pre + "gn.step_lrfit", f"{word}GN: Test-LRfit lower at step {fs} than at {fl}", "\"increasing the "
+                "step size in Gauss-Newton results in features that do not generalize well\" (§5.3, Fig. 1 right; App. C.3, Fig. 6)", "gn", "lrfit", nl, ns,
                 measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the large step "
                          "minus at the small", headline=not pre),
-           pair(pre + "gd.step_lrfit", f"{word}GD: Test-LRfit lower at step {fl} than at {fb}", "GD's features "
-                "improve with the step (Fig. 1 right, Fig. 6)", "gd", "lrfit", ds, dl,
+           pair(pre + "gd.step_lrfit", f"{word}GD: Test-LRfit lower at step {fl} than at {fb}", "for GD \"larger "
+                "step sizes yield better-performing features\" (§5.3, Fig. 1 right; App. C.3, Fig. 6)", "gd", "lrfit", ds, dl,
                 measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the small step "
                          "minus at the large" + budget)]
     if r["activation"] != "relu":
         i, j = s["best"]["gn"], s["best"]["gd"]
         (w, a), (l, b) = (("GN", F["gn"]["test"][i]), ("GD", F["gd"]["test"][j]))[::1 if r["beta"] > 1 else -1]
         return out + [A.decades(pre + "best", f"{word}{w}'s best test loss below {l}'s", "GN outperforms GD at "
-                                "β = 1e6, GD outperforms GN at β = 1 (Fig. 6)", b, a, e,
+                                "β = 1e6, GD outperforms GN at β = 1 (App. C.3, Fig. 6)", b, a, e,
                                 diverged=div["gn"][i] | div["gd"][j], measured=f"decades of test loss, log10; steps chosen on validation: GN "
                                 f"{A.fmt_lr(s['lr']['gn'][i])}, GD {A.fmt_lr(s['lr']['gd'][j])}")]
     T = s["trace"]
@@ -195,7 +195,7 @@ def judge_arrays(s) -> list:
             pair("gd.step_wcd", f"GD: WCD lower at step {fl} than at {fb}", "WCD falls with the GD step (Fig. 1 right)",
                  "gd", "wcd", ds, dl, measured="decades of WCD (Eq. 9), log10 at the small step minus at the large" + budget),
             A.decades("hidden.gn", f"GN at step {fs}: features beat RF's before the readout fits", "hidden learning: "
-                      "the training loss barely moves while Test-LRfit falls (Fig. 2)", gain["gn"], 0 * gain["gn"], e,
+                      "the training loss barely moves while Test-LRfit falls (§5.3, Fig. 2)", gain["gn"], 0 * gain["gn"], e,
                       log=False, diverged=div["gn"][ns], headline=True, measured="decades of test loss, log10 RF's minus "
                       "Test-LRfit at the last checkpoint with the training loss within the margin of its initial value"),
             A.decades("hidden.gn_vs_gd", f"features learned before the readout fits: GN ({fs}) more than GD ({fl})",

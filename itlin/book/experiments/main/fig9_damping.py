@@ -211,11 +211,11 @@ def bootstrap(v, *, resamples: int = BOOTSTRAP, seed: int = 0, **kw) -> dict:
 
 CLAIMS = {  # id: (statistic, the claim, the paper); each the smallest damping's minus the largest's
     "mean.falls": ("mean", "the mean test RMSE is lower at the largest damping than at the smallest",
-                   "a reduction in the mean test RMSE as damping increases"),
+                   "\"a reduction in the mean test RMSE\" as damping increases (Fig. 9 caption)"),
     "spread.narrows": ("std", "the spread (std) of the test RMSE is smaller at the largest damping",
-                       "an increase in consistency"),
+                       "\"an increase in consistency\" (Fig. 9 caption)"),
     "tail.shrinks": ("tail", "fewer runs with a high test RMSE at the largest damping than at the smallest",
-                     "the number of high RMSE points with low damping"),
+                     "\"the number of high RMSE points with low damping factor\" (Fig. 9 caption)"),
 }
 #: every claim's id (after the initialisation's prefix), in the order :func:`judge_columns` gives them
 CLAIM_IDS = (*CLAIMS, "mean.steady", "best.similar")
@@ -292,7 +292,7 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
                                 f"{fmt_lam(lams[w + 1])} (gap: minus the largest rise, simultaneous over the steps)"))
     out.append(V.judge(prefix + "best.similar", f"the best runs ({best_quantile:.0%} quantile) are similar at the "
                        f"smallest and the largest damping (within a factor {similar_factor:g})",
-                       "the minimums are similar", V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
+                       "\"despite the minimums being similar\" (Fig. 9 caption)", V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
                        math.log10(similar_factor), unit="decades", scale=1.0, digits=2,
                        measured=f"{ends}: {obs['best'][0]:.3g} and {obs['best'][-1]:.3g} (decades of test RMSE: log10 ratio; "
                                 "dropped runs count as infinite)"))
