@@ -115,7 +115,8 @@ def speed_claim(s, pre: str = "", word: str = "", headline: bool = False):
                      "\"GN is consistently faster than GD in finding a global optimum\" (abstract)", gd, gn, r["effect"],
                      diverged=neither, headline=headline,
                      measured=f"each at its fastest step: GN {reached(gn_ok, gn)} (budget {r['gn_steps']:,}), GD "
-                              f"{reached(gd_ok, gd)} (budget {r['gd_steps']:,}); decades of iterations, log10 GD's over GN's",
+                              f"{reached(gd_ok, gd)} (budget {r['gd_steps']:,}); decades of iterations, log10 GD's "
+                              "over GN's",
                      detail="a run that never reached it counts its budget; seeds where neither reached it are left "
                             "out; iterations, not time (a GN iteration solves an N x N system; no time per run is kept)")
 
@@ -174,11 +175,13 @@ def judge_arrays(s) -> list:
         return A.decades(id, claim, paper, F[m][key][hi], F[m][key][lo], margin, diverged=div[m][hi] | div[m][lo], **kw)
 
     out = [pair(pre + "gn.step_lrfit", f"{word}GN: Test-LRfit lower at step {fs} than at {fl}", "\"increasing the "
-                "step size in Gauss-Newton results in features that do not generalize well\" (§5.3, Fig. 1 right; App. C.3, Fig. 6)", "gn", "lrfit", nl, ns,
+                "step size in Gauss-Newton results in features that do not generalize well\" (§5.3, Fig. 1 right; "
+                "App. C.3, Fig. 6)", "gn", "lrfit", nl, ns,
                 measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the large step "
                          "minus at the small", headline=not pre),
            pair(pre + "gd.step_lrfit", f"{word}GD: Test-LRfit lower at step {fl} than at {fb}", "for GD \"larger "
-                "step sizes yield better-performing features\" (§5.3, Fig. 1 right; App. C.3, Fig. 6)", "gd", "lrfit", ds, dl,
+                "step sizes yield better-performing features\" (§5.3, Fig. 1 right; App. C.3, Fig. 6)", "gd", "lrfit",
+                ds, dl,
                 measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the small step "
                          "minus at the large" + budget)]
     if r["activation"] != "relu":
@@ -186,27 +189,30 @@ def judge_arrays(s) -> list:
         (w, a), (l, b) = (("GN", F["gn"]["test"][i]), ("GD", F["gd"]["test"][j]))[::1 if r["beta"] > 1 else -1]
         return out + [A.decades(pre + "best", f"{word}{w}'s best test loss below {l}'s", "GN outperforms GD at "
                                 "β = 1e6, GD outperforms GN at β = 1 (App. C.3, Fig. 6)", b, a, e,
-                                diverged=div["gn"][i] | div["gd"][j], measured=f"decades of test loss, log10; steps chosen on validation: GN "
+                                diverged=div["gn"][i] | div["gd"][j],
+                                measured=f"decades of test loss, log10; steps chosen on validation: GN "
                                 f"{A.fmt_lr(s['lr']['gn'][i])}, GD {A.fmt_lr(s['lr']['gd'][j])}")]
     T = s["trace"]
     gain = {m: A.hidden_gain(T[m]["train"][i], T[m]["lrfit"][i], s["rf"], e) for m, i in (("gn", ns), ("gd", dl))}
     out += [pair("gn.step_wcd", f"GN: WCD lower at step {fs} than at {fl}", "WCD grows with the GN step (Fig. 1 right)",
                  "gn", "wcd", nl, ns, measured="decades of WCD (Eq. 9), log10 at the large step minus at the small"),
             pair("gd.step_wcd", f"GD: WCD lower at step {fl} than at {fb}", "WCD falls with the GD step (Fig. 1 right)",
-                 "gd", "wcd", ds, dl, measured="decades of WCD (Eq. 9), log10 at the small step minus at the large" + budget),
+                 "gd", "wcd", ds, dl,
+                 measured="decades of WCD (Eq. 9), log10 at the small step minus at the large" + budget),
             A.decades("hidden.gn", f"GN at step {fs}: features beat RF's before the readout fits", "hidden learning: "
                       "the training loss barely moves while Test-LRfit falls (§5.3, Fig. 2)", gain["gn"], 0 * gain["gn"], e,
                       log=False, diverged=div["gn"][ns], headline=True, measured="decades of test loss, log10 RF's minus "
                       "Test-LRfit at the last checkpoint with the training loss within the margin of its initial value"),
             A.decades("hidden.gn_vs_gd", f"features learned before the readout fits: GN ({fs}) more than GD ({fl})",
                       "GD's test losses before and after re-fitting stay close (Fig. 2)", gain["gn"], gain["gd"], e,
-                      log=False, diverged=div["gn"][ns] | div["gd"][dl], measured="the same gain (decades of test loss), GN's "
-                      "minus GD's")]
+                      log=False, diverged=div["gn"][ns] | div["gd"][dl],
+                      measured="the same gain (decades of test loss), GN's minus GD's")]
     if lr_b is not None:
         out.append(A.decades("gn_vs_gd.small", f"GN at step {fs}: Test-LRfit much lower than GD's at step {fb}",
                              "after re-fitting, much lower for GN than for GD at small steps (Section 5.3)",
                              F["gd"]["lrfit"][ds], F["gn"]["lrfit"][ns], r["large_effect"],
-                             diverged=div["gn"][ns] | div["gd"][ds], measured="decades of Test-LRfit, log10 GD's minus GN's" + budget))
+                             diverged=div["gn"][ns] | div["gd"][ds],
+                             measured="decades of Test-LRfit, log10 GD's minus GN's" + budget))
     return out
 
 

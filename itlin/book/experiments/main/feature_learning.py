@@ -358,15 +358,18 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
         later = lambda r: r[ex][1:].mean(axis=0)
         out += [
             _exceeds(f"probe.{L}.improves", f"{L}: K=1's features become more linearly separable{by}",
-                     "\"the linear separability of the feature representations learnt at these layers improves\" (Fig. 6 caption)", base, base, lambda r: r[key][-1],
+                     "\"the linear separability of the feature representations learnt at these layers improves\" "
+                     "(Fig. 6 caption)", base, base, lambda r: r[key][-1],
                      lambda r: r[key][0], n_test=n_test, examples=(last, first) if paired else None, margin=margin,
                      describe=lambda va, vb: f"end {m(va)}, step 0 {m(vb)}"),
             _exceeds(f"probe.{L}.slower", f"{L}: {K_label(Kb)}'s features improve more slowly{by}",
-                     "the large K features \"improving slower\" (Fig. 6 caption)", base, big, lambda r: float(np.mean(r[key][1:])),
+                     "the large K features \"improving slower\" (Fig. 6 caption)", base, big,
+                     lambda r: float(np.mean(r[key][1:])),
                      n_test=n_test, examples=(later, later) if paired else None, margin=margin,
                      describe=lambda va, vb: f"mean over snapshots: K=1 {m(va)}, {K_label(Kb)} {m(vb)}"),
             _exceeds(f"probe.{L}.lower", f"{L}: {K_label(Kb)}'s features level off lower{by}",
-                     "the large K features \"levelling off at a lower point\" (Fig. 6 caption)", base, big, lambda r: r[key][-1], n_test=n_test,
+                     "the large K features \"levelling off at a lower point\" (Fig. 6 caption)", base, big,
+                     lambda r: r[key][-1], n_test=n_test,
                      examples=(last, last) if paired else None, margin=margin,
                      describe=lambda va, vb: f"at the end: K=1 {m(va)}, {K_label(Kb)} {m(vb)}")]
     nums = filter_numbers(rows_)
@@ -383,10 +386,11 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
     about = f"\"often similar to K=1 at about {PAPER_FRACTION:.0%} of the way through training\" (Fig. 7 caption)"
     out += [
         V.judge("filters.faster", f"K=1's first-layer filters move over {MUCH_FASTER:g}x as far as {K_label(Kb)}'s",
-                "\"the evolution of the filters for K=1 is much faster\" (Fig. 7 caption)", V.paired_gap(lr, [0.0] * len(lr)), "exceeds",
-                math.log(MUCH_FASTER), measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: "
-                f"{ratio}; natural-log ratio" if nums else "no completed pair", unit="(natural-log ratio)", scale=1.0, digits=2,
-                dropped=dropped, headline=True),
+                "\"the evolution of the filters for K=1 is much faster\" (Fig. 7 caption)",
+                V.paired_gap(lr, [0.0] * len(lr)), "exceeds", math.log(MUCH_FASTER),
+                measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: {ratio}; natural-log ratio"
+                if nums else "no completed pair", unit="(natural-log ratio)", scale=1.0, digits=2, dropped=dropped,
+                headline=True),
         V.judge("filters.early", f"{K_label(Kb)}'s final filters are K=1's early in training (before half of it)",
                 about, snapped(V.paired_gap([0.5] * len(frac), frac)), "exceeds", measured=closest,
                 unit="% of the run", digits=0, dropped=dropped, headline=True),

@@ -277,7 +277,8 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
     for cid, (key, claim, paper) in CLAIMS.items():
         t = key == "tail"
         measured = f"{ends}: " + (f"{100 * obs[key][0]:.0f}% and {100 * obs[key][-1]:.0f}% of the runs above "
-                                  f"{high_rmse:g}" if t else f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (decades of test RMSE: log10 ratio)")
+                                  f"{high_rmse:g}" if t else
+                                  f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (decades of test RMSE: log10 ratio)")
         out.append(V.judge(prefix + cid, claim, paper, V.bootstrap_gap(obs[key], reps[key], 0, -1, n, log=not t), "exceeds",
                            measured=measured, headline=cid in ("mean.falls", "spread.narrows"),
                            detail=robust if cid == "mean.falls" else "",
@@ -292,7 +293,8 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
                                 f"{fmt_lam(lams[w + 1])} (gap: minus the largest rise, simultaneous over the steps)"))
     out.append(V.judge(prefix + "best.similar", f"the best runs ({best_quantile:.0%} quantile) are similar at the "
                        f"smallest and the largest damping (within a factor {similar_factor:g})",
-                       "\"despite the minimums being similar\" (Fig. 9 caption)", V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
+                       "\"despite the minimums being similar\" (Fig. 9 caption)",
+                       V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
                        math.log10(similar_factor), unit="decades", scale=1.0, digits=2,
                        measured=f"{ends}: {obs['best'][0]:.3g} and {obs['best'][-1]:.3g} (decades of test RMSE: log10 ratio; "
                                 "dropped runs count as infinite)"))
