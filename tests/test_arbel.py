@@ -184,7 +184,7 @@ def test_steps_and_init_at_tiny_scale(results):
         assert rec[f"gn/{k}"].shape == (L, S, T) and np.all(np.isfinite(rec[f"gn/{k}"])), k
     np.testing.assert_allclose(rec["gn/lrfit"][:, :, 0], rec["gd/lrfit"][:, :, 0], rtol=1e-4)  # same initial features
     assert render.judge(rec).ids == ("gn.step_lrfit", "gd.step_lrfit", "gn.step_wcd", "gd.step_wcd", "hidden.gn",
-                                     "hidden.gn_vs_gd", "speed.gn_faster")
+                                     "hidden.gn_vs_gd", "speed.gn_faster", "gn.step_faster")
     assert "| the claims' small step | 0.01 |" in render.settings(rec)
     assert len(ES.summary(rec)) == 2 * L + 1
     s = A.lr_arrays(rec)
@@ -430,6 +430,42 @@ def test_speed_claim_counts_iterations_to_the_stopping_loss_and_cannot_order_unf
     s["steps"]["gn"][1], s["converged"]["gn"][1] = 200, True
     count, exact = ES.iterations_to_optimum(s, "gn")
     assert exact.all() and (count == 200).all() and ES.speed_claim(s).verdict == HOLDS
+
+
+def _gn_stops(small, large, small_ok, large_ok, seeds=8, budget=400):
+    """Constructed step-sweep arrays for step_speed_claim: GN's stop step at the claims' small
+    (1e-2) and large (100) steps per seed, converged where ``*_ok``; budget ``budget``."""
+    s = _steps(seeds=seeds, gn_steps=budget)
+    s["steps"]["gn"] = np.full((3, seeds), budget)
+    s["converged"]["gn"] = np.zeros((3, seeds), bool)
+    s["steps"]["gn"][0], s["converged"]["gn"][0] = small, small_ok
+    s["steps"]["gn"][2], s["converged"]["gn"][2] = large, large_ok
+    return s
+
+
+def test_step_speed_claim_counts_the_small_steps_budget_and_cannot_order_unfinished_pairs():
+    """gn.step_faster (the trade-off's speed half, §5.3): log10 GN's iterations at the small step
+    over those at the large, above `effect`. The large step at ~150 iterations against a small
+    step that never gets there in 400 holds (its budget a lower bound of its count); a small step
+    that finishes first does not hold; seeds where neither finished are left out and counted, so
+    the claim cannot hold; a diverged run counts as unfinished."""
+    rng = np.random.default_rng(2)
+    n = 8
+    fast = np.round(150 * 10 ** (0.05 * rng.standard_normal(n)))
+    v = ES.step_speed_claim(_gn_stops(np.full(n, 400), fast, np.zeros(n, bool), np.ones(n, bool)))
+    assert v.id == "gn.step_faster" and v.verdict == HOLDS and v.gap.n == n and not v.dropped
+    assert v.gap.mean == pytest.approx(np.mean(np.log10(400 / fast)))
+    assert "GN at 100: 8/8 reached it" in v.measured and "at 1e-2: 0/8 reached it" in v.measured
+    assert v.unit == "decades" and "decades of iterations" in v.measured
+    slow = ES.step_speed_claim(_gn_stops(fast, np.full(n, 400), np.ones(n, bool), np.zeros(n, bool)))
+    assert slow.verdict == FAILS and slow.gap.mean < 0
+    ok = np.ones(n, bool)
+    ok[:3] = False
+    left = ES.step_speed_claim(_gn_stops(np.full(n, 400), fast, np.zeros(n, bool), ok))
+    assert left.dropped == 3 and left.gap.n == n - 3 and left.verdict == UNRESOLVED
+    s = _gn_stops(np.full(n, 400), fast, np.zeros(n, bool), np.ones(n, bool))
+    s["diverged"]["gn"][2, :2] = True  # diverged at the large step: not a finished run
+    assert ES.step_speed_claim(s).dropped == 2
 
 
 def test_effect_readings_show_where_a_decade_claim_flips():

@@ -221,7 +221,7 @@ def test_kernel_claims_compare_neighbouring_finite_periods_only():
     kernel = [i for i in held if i.startswith("kernel.")]
     # K=inf's model kernel cannot move: no verdict compares with it (it could only fail by noise)
     assert kernel == ["kernel.change.K1_K100", "kernel.rotation.K1_K100"]
-    assert all(held[i].verdict == V.HOLDS and held[i].unit == "(log ratio)" for i in kernel)
+    assert all(held[i].verdict == V.HOLDS and held[i].unit == "(natural-log ratio)" for i in kernel)
     assert held["kernel.change.K1_K100"].gap.mean == pytest.approx(math.log(1.0 / 0.6), abs=0.03)
     bad = _by_id(_rows(move={1: 0.5, 100: 0.9, math.inf: 0.0}))
     worse = bad["kernel.change.K1_K100"]
@@ -242,7 +242,7 @@ def test_claims_table_writes_each_verdict_in_its_own_unit():
     from itlin.book import render
 
     text = render.claims(fl.judge_rows(_rows(), n_test=100_000))
-    assert "(log ratio)" in text and "% of the run" in text and "points" in text
+    assert "(natural-log ratio)" in text and "% of the run" in text and "points" in text
     assert "At these settings" in text
 
 

@@ -46,6 +46,11 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
     assert len(found) == len(F.HEADLINES)
     for f in found:
         assert f.verdict.id == f.headline.claim and F.result(f) in F.WORDS
+        # every record beside a row, and every part, is judged on a claim it has (not "not judged":
+        # a record whose claim ids carry a prefix, such as fig9's torch. and flax., is named with its id)
+        assert all(o is not None for _, _, o in f.others), (f.headline.key, [(n, c) for n, c, o in f.others if o is None])
+        assert [(n, c) for n, c, _ in f.parts] == list(f.headline.parts)
+        assert all(pv.id == c for _, c, pv in f.parts)
         row = F.row(f)
         assert row["at other margins"] and row["chapter"].startswith("{doc}`")
         if f.verdict.tested and (f.verdict.margin or 0) > 0:
@@ -179,6 +184,10 @@ def test_a_claim_made_for_several_settings_holds_only_where_every_setting_holds(
     assert F.at_margins(one_short, (0.0, 1.0)) == {0.0: V.HOLDS, 1.0: F.DIRECTION}
     assert "`c0`: +1.2 ± 0.4 points at 95% (8 seeds) vs margin 2.0 points" in F.row(one_short)["gap vs margin"]
     assert [p["claim"] for p in F.as_json([one_short])[0]["parts"]] == ["c0"]
+    # the JSON's verdict is the row's (its parts in conjunction), the deciding claim's beside it
+    js = F.as_json([both, one_fails, one_short])
+    assert [r["verdict"] for r in js] == [V.HOLDS, V.FAILS, F.DIRECTION]
+    assert [r["claim_verdict"] for r in js] == [V.HOLDS] * 3
 
 
 @pytest.mark.parametrize("word", F.WORDS)
@@ -296,3 +305,22 @@ def test_another_claim_beside_a_headline_is_judged_as_that_claim(monkeypatch):
     assert "`other`: " in text and "`other` (`mini.suffices_u2`): " in text and "`other` (`absent`): not judged" in text
     assert "[confirmatory (fixed in 78ce98f, before its runs)]" in text
     assert "[exploratory (the record is confirmatory for `mini.suffices_u2`)]" in text
+
+
+def test_a_part_or_a_deciding_claim_the_record_lacks_is_refused_by_name(monkeypatch):
+    """A row judged on a claim id its record does not have (fig9's torch record names its claims
+    ``torch.*``, not ``flax.*``) stops with the ids the record has, rather than showing nothing."""
+    judged = V.Verdicts([V.judge("torch.mean.falls", "c", "p", V.paired_gap([0.5, 0.6, 0.7], [0.4, 0.5, 0.6]),
+                                 "exceeds", 0.0, unit="decades", scale=1.0)])
+    monkeypatch.setattr(F, "_opened", lambda n, cache: (None, judged))
+    monkeypatch.setattr(F, "setting", lambda rec: "setting")
+    monkeypatch.setattr(F, "_in_progress", lambda name: "")
+    h = F.Headline("k", F.MAIN, "Fig. X", "words", "damping", "rec", "torch.mean.falls")
+    assert F.judge_headline(h).verdict.id == "torch.mean.falls"
+    with pytest.raises(KeyError, match="part record 'rec' has no claim 'flax.mean.falls'; its claims: torch.mean.falls"):
+        F.judge_headline(h._replace(parts=(("rec", "flax.mean.falls"),)))
+    with pytest.raises(KeyError, match="has no claim 'flax.mean.falls'"):
+        F.judge_headline(h._replace(claim="flax.mean.falls"))
+    # beside a row, a record without the claim shows "not judged" (the slow test keeps HEADLINES free of it)
+    f = F.judge_headline(h._replace(others=(("rec", "flax.mean.falls"),)))
+    assert f.others[0][2] is None and "not judged" in F.row(f)["other records"]

@@ -88,20 +88,23 @@ def judge_arrays(s) -> list:
     tl, th = A.fmt_lr(t[0]), A.fmt_lr(t[-1])
     step = lambda m, g: A.fmt_lr(s["lr"][m][s["best"][m][g]])  # noqa: E731
     out = [A.decades(f"init.small_{m}_beats_rf", f"τ0 = {tl}: {A.LABELS[m]} beats RF", "features are learned at small "
-                     "τ0 (Fig. 1 left)", s["rf"][0], F[m]["test"][0], e, diverged=s["best_diverged"][m][0],
-                     measured=f"log10 test loss of RF minus {A.LABELS[m]}'s at step {step(m, 0)}")
+                     "τ0: \"both GN and GD obtained a better test error than RF\" (§5.3, Fig. 1 left)", s["rf"][0],
+                     F[m]["test"][0], e, diverged=s["best_diverged"][m][0],
+                     measured=f"decades of test loss, log10 RF's minus {A.LABELS[m]}'s at step {step(m, 0)}")
            for m in ("gn", "gd")]
     out += [A.decades(f"init.large_{m}_matches_rf", f"τ0 = {th}: {A.LABELS[m]} matches RF", "the lazy (kernel) "
                       "regime at large τ0 (Fig. 1 left)", F[m]["test"][-1], s["rf"][-1], e, rule="close",
                       diverged=s["best_diverged"][m][-1],
-                      measured=f"log10 test loss of {A.LABELS[m]} at step {step(m, -1)} minus RF's") for m in ("gn", "gd")]
+                      measured=f"decades of test loss, log10 {A.LABELS[m]}'s at step {step(m, -1)} minus RF's")
+            for m in ("gn", "gd")]
     sig, div, what = s["best_trace"]["gn"]["sigma_rel"], s["best_diverged"]["gn"], "σ_min(JJᵀ) relative to its mean"
-    out += [A.decades("init.sigma_grows", f"τ0 = {tl}: {what} grows during GN training", "σ_min increases during "
-                      "training, most at small τ0 (Fig. 4 right)", sig[0, :, -1], sig[0, :, 0], e, diverged=div[0],
-                      measured="log10 σ_min / mean eigenvalue, final minus initial"),
+    out += [A.decades("init.sigma_grows", f"τ0 = {tl}: {what} grows during GN training", "σ_min \"systematically "
+                      "increases during training, especially in the feature learning regime\" (App. C.1, Fig. 4 right)",
+                      sig[0, :, -1], sig[0, :, 0], e, diverged=div[0],
+                      measured="decades of σ_min over the mean eigenvalue, log10 final minus initial"),
             A.decades("init.sigma_stays", f"τ0 = {th}: {what} stays during GN training", "nearly constant at large τ0 "
                       "(Fig. 4 right)", sig[-1, :, -1], sig[-1, :, 0], e, rule="close", diverged=div[-1],
-                      measured="log10 σ_min / mean eigenvalue, final minus initial")]
+                      measured="decades of σ_min over the mean eigenvalue, log10 final minus initial")]
     return out
 
 

@@ -115,13 +115,16 @@ def judge_arrays(s) -> list:
     i, j, fs = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"]), A.fmt_lr(r["small_lr"])
     gain = A.hidden_gain(s["trace"]["gn"]["train"][i], s["trace"]["gn"]["lrfit"][i], s["rf"], r["effect"])
     out = [A.decades("mnist.gn_step_lrfit", f"images: GN's Test-LRfit lower at step {fs} than at "
-                     f"{A.fmt_lr(r['large_lr'])}", "smaller GN steps learn better features on MNIST too (Fig. 8)",
+                     f"{A.fmt_lr(r['large_lr'])}", "on MNIST \"a degraded generalization error as the step size "
+                     "increases\" (App. C.4, Fig. 8)",
                      F["gn"]["lrfit"][j], F["gn"]["lrfit"][i], r["effect"], diverged=div["gn"][i] | div["gn"][j],
-                     measured="log10 at the large step minus at the small", headline=True),
+                     measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the large "
+                              "step minus at the small", headline=True),
            A.decades("mnist.hidden.gn", f"images: GN at step {fs} beats RF's features before the readout fits",
-                     "hidden learning occurs for GN with small steps (Fig. 8)", gain, 0 * gain, r["effect"], log=False,
-                     diverged=div["gn"][i], measured="log10 RF minus Test-LRfit while the training loss is within "
-                                                     "the margin of its initial value")]
+                     "\"hidden learning occurring for GN when using small step sizes\" (App. C.4, Fig. 8)", gain, 0 * gain,
+                     r["effect"], log=False, diverged=div["gn"][i],
+                     measured="decades of test loss, log10 RF's minus Test-LRfit while the training loss is within the "
+                              "margin of its initial value")]
     lr, d = s["lr"]["gd"], div["gd"]
     up = lr > r["gd_limit"] * (1 + 1e-9)
     if up.any() and (~up).any():

@@ -358,15 +358,18 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
         later = lambda r: r[ex][1:].mean(axis=0)
         out += [
             _exceeds(f"probe.{L}.improves", f"{L}: K=1's features become more linearly separable{by}",
-                     "separability improves as training progresses", base, base, lambda r: r[key][-1],
+                     "\"the linear separability of the feature representations learnt at these layers improves\" "
+                     "(Fig. 6 caption)", base, base, lambda r: r[key][-1],
                      lambda r: r[key][0], n_test=n_test, examples=(last, first) if paired else None, margin=margin,
                      describe=lambda va, vb: f"end {m(va)}, step 0 {m(vb)}"),
             _exceeds(f"probe.{L}.slower", f"{L}: {K_label(Kb)}'s features improve more slowly{by}",
-                     "large-K features improve slower", base, big, lambda r: float(np.mean(r[key][1:])),
+                     "the large K features \"improving slower\" (Fig. 6 caption)", base, big,
+                     lambda r: float(np.mean(r[key][1:])),
                      n_test=n_test, examples=(later, later) if paired else None, margin=margin,
                      describe=lambda va, vb: f"mean over snapshots: K=1 {m(va)}, {K_label(Kb)} {m(vb)}"),
             _exceeds(f"probe.{L}.lower", f"{L}: {K_label(Kb)}'s features level off lower{by}",
-                     "large-K features level off at a lower point", base, big, lambda r: r[key][-1], n_test=n_test,
+                     "the large K features \"levelling off at a lower point\" (Fig. 6 caption)", base, big,
+                     lambda r: r[key][-1], n_test=n_test,
                      examples=(last, last) if paired else None, margin=margin,
                      describe=lambda va, vb: f"at the end: K=1 {m(va)}, {K_label(Kb)} {m(vb)}")]
     nums = filter_numbers(rows_)
@@ -380,13 +383,14 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
     closest = f"closest at {m(frac, 100.0, '% of the run', 0)} (seeds {', '.join(f'{f:.0%}' for f in frac)}; " \
               f"snapshots every {res:.0%})" if nums else "no completed pair"
     band = f"{PAPER_FRACTION - PAPER_FRACTION_MARGIN:.0%} to {PAPER_FRACTION + PAPER_FRACTION_MARGIN:.0%}"
-    about = f"about {PAPER_FRACTION:.0%} of the way through training"
+    about = f"\"often similar to K=1 at about {PAPER_FRACTION:.0%} of the way through training\" (Fig. 7 caption)"
     out += [
         V.judge("filters.faster", f"K=1's first-layer filters move over {MUCH_FASTER:g}x as far as {K_label(Kb)}'s",
-                "the evolution of the filters for K=1 is much faster", V.paired_gap(lr, [0.0] * len(lr)), "exceeds",
-                math.log(MUCH_FASTER), measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: "
-                f"{ratio}; log ratio" if nums else "no completed pair", unit="(log ratio)", scale=1.0, digits=2,
-                dropped=dropped, headline=True),
+                "\"the evolution of the filters for K=1 is much faster\" (Fig. 7 caption)",
+                V.paired_gap(lr, [0.0] * len(lr)), "exceeds", math.log(MUCH_FASTER),
+                measured=f"distance from initialisation at the end, K=1 over {K_label(Kb)}: {ratio}; natural-log ratio"
+                if nums else "no completed pair", unit="(natural-log ratio)", scale=1.0, digits=2, dropped=dropped,
+                headline=True),
         V.judge("filters.early", f"{K_label(Kb)}'s final filters are K=1's early in training (before half of it)",
                 about, snapped(V.paired_gap([0.5] * len(frac), frac)), "exceeds", measured=closest,
                 unit="% of the run", digits=0, dropped=dropped, headline=True),
@@ -401,9 +405,9 @@ def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:
             out.append(_exceeds(
                 f"kernel.{short}.K{fmt_K(hi)}_K{fmt_K(lo)}", f"{what}: {K_label(hi)} ({R.updates(a):,} updates) "
                 f"above {K_label(lo)} ({R.updates(b):,})", "Definition 1: feature updates count feature learning",
-                a, b, lambda r: math.log(r[key]) if r[key] > 0 else -math.inf, unit="(log ratio)", scale=1.0,
+                a, b, lambda r: math.log(r[key]) if r[key] > 0 else -math.inf, unit="(natural-log ratio)", scale=1.0,
                 digits=2, describe=lambda va, vb: f"{np.exp(np.mean(va)):.3g} against {np.exp(np.mean(vb)):.3g} "
-                                                  f"{unit} (geometric means over seeds); log ratio"))
+                                                  f"{unit} (geometric means over seeds); natural-log ratio"))
     return out
 
 

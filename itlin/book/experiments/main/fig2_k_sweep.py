@@ -208,7 +208,8 @@ def judge_rows(rows_, *, n_test: int, margin: float, rescale: int, inf_lr_multip
             label_a = f"{K_label(finite[-1])} ({R.updates(big)} feature updates)"
             out.append(R.gap_verdict(
                 f"{sweep}.large_not_worse", f"{name}: the largest finite K ends no worse than K=1",
-                "§5: large K performs on par with K=1, \"comparable generalisation\" after a few feature updates",
+                "large K performs on par with K=1: \"comparable generalisation performance\" after a few feature updates "
+                "(§4.1, Fig. 2)",
                 big, base, n_test=n_test, rule="not_worse", margin=margin, label_a=label_a, label_b="K=1",
                 headline=True))
             out.append(R.gap_verdict(

@@ -135,7 +135,7 @@ def judge_rows(rows_, *, n_test: int, margin: float, premise: bool = True) -> li
         lowest = min((x["train"] for x in big if x["status"] == "completed"), default=math.nan)
         fits = V.stated(
             "large.fits", f"{K_label(big_K)} fits its training set: train accuracy within {100 * margin:g} points "
-            "of K=1's on every seed", "the premise: \"given enough time to train\"",
+            "of K=1's on every seed", "the premise: \"given enough time to train\" (Fig. 3 caption)",
             f"{len(big) - len(short)} of {len(big)} seeds; lowest {pct(lowest)} (un-augmented training examples)",
             V.HOLDS if big and not short else V.FAILS)
         out.append(fits)
@@ -144,7 +144,7 @@ def judge_rows(rows_, *, n_test: int, margin: float, premise: bool = True) -> li
         unmet = f"{K_label(big_K)} did not fit its training set"
         out.append(R.premise_unmet(R.gap_verdict(
             "large.not_worse", f"with augmentation, a very large K ends less than {100 * PAPER_TOLERANCE:g} point "
-            "below K=1", "§5: \"final results differ by under 1%\" (K=1 "
+            "below K=1", "\"the final results differ by under 1%\" (§4.1; K=1 "
             f"{pct(S.PAPER['fig3_k1'])}, K=5e6 {pct(S.PAPER['fig3_k5e6'])})", big, base, n_test=n_test,
             rule="not_worse", margin=PAPER_TOLERANCE, label_a=label_a, label_b="K=1", headline=True), given, unmet))
         out.append(R.premise_unmet(R.gap_verdict(

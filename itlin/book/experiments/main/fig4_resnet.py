@@ -349,7 +349,8 @@ def judge_rows(rows_, *, n_test: int, margin: float, bn_mode: str, premise: bool
 
     if NO_BN in counts:
         out += [more(f"diverge.{m}", f"with batch norm ({CONFIG_LABELS[m]}), large-K runs diverge more often",
-                     "far more likely to diverge with batch norm, so K was 10x smaller", m, NO_BN) for m in modes]
+                     "runs with batch norm \"are far more likely to diverge due to linearising the BatchNorm layer\" (Fig. 4 "
+                     "caption), so K was 10x smaller", m, NO_BN) for m in modes]
     out += [more(f"modes.{a}.{b}", f"{CONFIG_LABELS[a]} diverges more often than {CONFIG_LABELS[b]}",
                  "not compared (one treatment, not stated which)", a, b) for a, b in itertools.combinations(modes, 2)]
     return out

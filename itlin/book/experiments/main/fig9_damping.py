@@ -211,11 +211,11 @@ def bootstrap(v, *, resamples: int = BOOTSTRAP, seed: int = 0, **kw) -> dict:
 
 CLAIMS = {  # id: (statistic, the claim, the paper); each the smallest damping's minus the largest's
     "mean.falls": ("mean", "the mean test RMSE is lower at the largest damping than at the smallest",
-                   "a reduction in the mean test RMSE as damping increases"),
+                   "\"a reduction in the mean test RMSE\" as damping increases (Fig. 9 caption)"),
     "spread.narrows": ("std", "the spread (std) of the test RMSE is smaller at the largest damping",
-                       "an increase in consistency"),
+                       "\"an increase in consistency\" (Fig. 9 caption)"),
     "tail.shrinks": ("tail", "fewer runs with a high test RMSE at the largest damping than at the smallest",
-                     "the number of high RMSE points with low damping"),
+                     "\"the number of high RMSE points with low damping factor\" (Fig. 9 caption)"),
 }
 #: every claim's id (after the initialisation's prefix), in the order :func:`judge_columns` gives them
 CLAIM_IDS = (*CLAIMS, "mean.steady", "best.similar")
@@ -277,7 +277,8 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
     for cid, (key, claim, paper) in CLAIMS.items():
         t = key == "tail"
         measured = f"{ends}: " + (f"{100 * obs[key][0]:.0f}% and {100 * obs[key][-1]:.0f}% of the runs above "
-                                  f"{high_rmse:g}" if t else f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (log10 ratio)")
+                                  f"{high_rmse:g}" if t else
+                                  f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (decades of test RMSE: log10 ratio)")
         out.append(V.judge(prefix + cid, claim, paper, V.bootstrap_gap(obs[key], reps[key], 0, -1, n, log=not t), "exceeds",
                            measured=measured, headline=cid in ("mean.falls", "spread.narrows"),
                            detail=robust if cid == "mean.falls" else "",
@@ -288,14 +289,15 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
     out.append(V.judge(prefix + "mean.steady", "the mean test RMSE falls at every step up in damping",
                        "the mean falls as damping increases (read as a steady fall)",
                        V.largest_rise(obs["mean"], reps["mean"], n), "exceeds", unit="decades", scale=1.0, digits=2,
-                       measured=f"largest step {rises[w]:+.2f} decades, λ = {fmt_lam(lams[w])} to "
+                       measured=f"largest step {rises[w]:+.2f} decades of mean test RMSE, λ = {fmt_lam(lams[w])} to "
                                 f"{fmt_lam(lams[w + 1])} (gap: minus the largest rise, simultaneous over the steps)"))
     out.append(V.judge(prefix + "best.similar", f"the best runs ({best_quantile:.0%} quantile) are similar at the "
                        f"smallest and the largest damping (within a factor {similar_factor:g})",
-                       "the minimums are similar", V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
+                       "\"despite the minimums being similar\" (Fig. 9 caption)",
+                       V.bootstrap_gap(obs["best"], reps["best"], 0, -1, n, log=True), "close",
                        math.log10(similar_factor), unit="decades", scale=1.0, digits=2,
-                       measured=f"{ends}: {obs['best'][0]:.3g} and {obs['best'][-1]:.3g} (log10 ratio; dropped "
-                                "runs count as infinite)"))
+                       measured=f"{ends}: {obs['best'][0]:.3g} and {obs['best'][-1]:.3g} (decades of test RMSE: log10 ratio; "
+                                "dropped runs count as infinite)"))
     return out
 
 

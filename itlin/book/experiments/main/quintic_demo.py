@@ -251,8 +251,8 @@ def judge_checks(c: dict) -> list:
         # fixed by construction: with zero biases every K=∞ model is one line on each side of 0, so the
         # bound is the training data's best two-line fit whatever the run; a check of the set-up, not a finding
         ("inf.cannot_fit", "no K=∞ model fits the training data as K=1 does (follows from the zero-bias "
-         "initialisation)", "not tested here: \"some feature learning is needed\" is the paper's reading of Figs. 2 and "
-         "5; this follows from the initialisation", c["inf_bound"] > 5 * c["k1_best"] if has else None,
+         "initialisation)", "not tested here: \"some feature learning is required for good generalisation\" (§5) "
+         "is the paper's reading of Figs. 2 and 5; this follows from the initialisation", c["inf_bound"] > 5 * c["k1_best"] if has else None,
          f"best two-line train RMSE {c.get('inf_bound', 0):.3f} against K=1's {c.get('k1_best', 0):.3g}",
          "a stated check of the set-up, fixed by the zero biases (every K=∞ model is two lines), not a finding "
          "about feature learning; cannot fit: over five times K=1's train RMSE"),

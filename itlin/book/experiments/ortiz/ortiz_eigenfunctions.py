@@ -276,7 +276,8 @@ def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: 
                         if J >= 3 and np.all(np.isfinite(a[:J])) and np.ptp(a[:J]) > 0]
                 out.append(C.gap_claim(
                     f"decay.{name}.{opt}.{variant}", f"{L} {variant}, {opt.upper()}: accuracy decays with j",
-                    "decays for every model (Figs. 2-3, Section 3.2)", acc[:, 0], acc[:, J - 1], n_test=n_val,
+                    "\"the performance of all models progressively decays with increasing eigenfunction index\" "
+                    "(App. E.1, Figs. 2-3)", acc[:, 0], acc[:, J - 1], n_test=n_val,
                     examples=None if c is None else (c[:, 0], c[:, J - 1]),
                     measured=f"{C.fmt_finite(acc[:, 0])} at j={js[0]}, {C.fmt_finite(acc[:, J - 1])} at j={js[-1]}",
                     detail=f"Spearman ρ(j, accuracy) {np.mean(rhos):+.2f} on average" if rhos else "",
@@ -287,13 +288,13 @@ def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: 
             cn, cl = _correct(res, name, f"{opt}_network", n_val), _correct(res, name, f"{opt}_linear", n_val)
             out.append(C.gap_claim(
                 f"linear_advantage.{name}.{opt}", f"{L}, {opt.upper()}: linear advantage on eigenfunctions",
-                "linearised models are clearly ahead on the eigenfunctions (Figs. 2-3)", lin[:, :J].mean(1),
-                net[:, :J].mean(1), margin=CLEAR_MARGIN, n_test=n_val * J,
+                "linearised models have \"a clear linear advantage\" on the eigenfunctions (App. E.1, Figs. 2-3)",
+                lin[:, :J].mean(1), net[:, :J].mean(1), margin=CLEAR_MARGIN, n_test=n_val * J,
                 measured=f"linearised minus network, mean over {J} targets",
                 examples=cn is not None and (cl[:, :J].mean(1), cn[:, :J].mean(1)) or None, headline=opt == "sgd"))
             out.append(C.gap_claim(
                 f"labels.{name}.{opt}", f"{L}, {opt.upper()}: network ahead on the dataset's own labels",
-                "networks 'perform significantly better than their linear approximations' on CIFAR-2 (App. A)",
+                "networks \"perform significantly better than their linear approximations\" on CIFAR-2 (App. A)",
                 net[:, J], lin[:, J], margin=CLEAR_MARGIN, n_test=n_val,
                 examples=cn is not None and (cn[:, J], cl[:, J]) or None,
                 measured=f"network {C.fmt_finite(net[:, J])}, linearised {C.fmt_finite(lin[:, J])}"))
@@ -302,8 +303,8 @@ def judge_accuracy(res: Mapping, js: Sequence[int], n_val: int, *, cross_model: 
                 per_j = ", ".join(f"j={js[i]}: {100 * np.nanmean(net[:, i] - lin[:, i]):+.1f}" for i in range(J))
                 out.append(C.gap_claim(
                     f"cross.{name}.{opt}", f"{L}, {opt.upper()}: the curves cross (the network ahead from "
-                    f"j={js[up[0]]} on)", "on MNIST the LeNet's curves cross near j=500, the network ahead beyond "
-                    "(Fig. 3)", net[:, up].mean(1), lin[:, up].mean(1), n_test=n_val * len(up),
+                    f"j={js[up[0]]} on)", "on MNIST the LeNet's accuracy curves \"cross around\" j=500 (App. E.1, "
+                    "Fig. 3), read as the network ahead beyond", net[:, up].mean(1), lin[:, up].mean(1), n_test=n_val * len(up),
                     examples=cn is not None and (cn[:, up].mean(1), cl[:, up].mean(1)) or None,
                     measured=f"network minus linearised, mean over j >= {js[up[0]]}",
                     detail=f"network minus linearised per j, points: {per_j}"))
@@ -319,7 +320,7 @@ def judge_hardness(res: Mapping, js: Sequence[int], threshold: float, steps: int
     weights lie further from the initial ones at the largest ``j`` every seed fitted
     (:func:`fitted_range`) than at the first (unfitted runs stop where the budget ends)."""
     out, J = [], len(js)
-    paper = "grows with the eigenfunction index (Figs. 4-5)"
+    paper = "grows with the eigenfunction index (App. E.1.1, Figs. 4-5)"
     for name in [n for n in res["models"] if f"{opt}_network" in res["models"][n]]:
         h, L = hardness(res, name, threshold, steps, steps_per_epoch, opt), C.LABELS.get(name, name)
         it, reached = h["iterations_bound"][:, :J], np.isfinite(h["iterations"][:, :J]).sum(0)
