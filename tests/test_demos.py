@@ -53,8 +53,19 @@ def _gradient_flow():
     return gradient_flow.gradient_flow_demo(kernel, f0, ds.y_train, x)
 
 
+def _gauss_newton():
+    import jax
+
+    from itlin.book.chapters import gauss_newton
+
+    with jax.enable_x64(True):  # the chapter runs in float64; a slider change is NumPy only
+        x, y = gauss_newton.quintic()
+        return gauss_newton.damped_step_demo(x, y, 0)
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
+    "gauss_newton": _gauss_newton,
     "gradient_flow": _gradient_flow,
     "iterative_linearisation": _quintic,
 }

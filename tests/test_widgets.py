@@ -408,6 +408,38 @@ def test_eigen_residuals_are_gradient_descent_and_the_flow_along_each_eigenvecto
         GF.eigen_residuals(theta, z0, 0.1, [5, 1])
 
 
+def test_damped_steps_agree_in_both_forms_with_the_svd_and_reach_both_limits():
+    """The gauss_newton chapter's demo: the kernel (Woodbury) and primal forms of the damped step
+    equal the SVD's closed form -V diag(s / (s^2 + lam)) U^T z0; a large damping gives the gradient
+    step -J^T z0 / lam and a small one the minimum-norm step -J^+ z0, also for a rank-deficient J."""
+    from itlin.book.chapters import gauss_newton as C
+
+    rng = np.random.default_rng(5)
+    full = rng.normal(size=(6, 15))
+    deficient = rng.normal(size=(6, 3)) @ rng.normal(size=(3, 15))  # rank 3
+    for J in (full, deficient):
+        z0 = rng.normal(size=6)
+        U, sv, Vt = np.linalg.svd(J, full_matrices=False)
+        keep = sv > sv[0] * 1e-10
+        small, large = 1e-8 * sv[keep][-1] ** 2, 1e8 * sv[0] ** 2  # far into each limit
+        lams = [small, 1e-3, 1.0, 30.0, large]
+        out = C.damped_steps(J, z0, lams)
+        for i, lam in enumerate(lams[1:-1], 1):  # well conditioned: both forms to rounding
+            exact = -Vt.T @ (sv / (sv ** 2 + lam) * (U.T @ z0))
+            for form in ("kernel", "primal"):
+                assert np.linalg.norm(out[form][i] - exact) <= 1e-10 * np.linalg.norm(exact), (form, lam)
+        np.testing.assert_allclose(out["min_norm"], -Vt.T[:, keep] @ ((U.T @ z0)[keep] / sv[keep]), rtol=1e-9)
+        np.testing.assert_allclose(out["gradient"], J.T @ z0, rtol=1e-12)
+        assert out["cos_min_norm"][0] == pytest.approx(1.0, abs=1e-6)
+        assert out["ratio_min_norm"][0] == pytest.approx(1.0, abs=1e-6)
+        assert out["cos_gradient"][-1] == pytest.approx(1.0, abs=1e-6)
+        assert out["ratio_gradient"][-1] == pytest.approx(1.0, abs=1e-6)
+        assert out["cos_gradient"][0] < 0.999 and out["cos_min_norm"][-1] < 0.999  # the two limits differ here
+        assert np.all(np.diff(out["residual"]) >= -1e-12)  # more damping fits less
+    with pytest.raises(ValueError, match="positive"):
+        C.damped_steps(full, z0, [0.0])
+
+
 def test_loglog_slope_and_time_call():
     x = np.array([1.0, 2.0, 4.0, 8.0])
     assert derivations.loglog_slope(x, 3 * x ** 2) == pytest.approx(2.0)
