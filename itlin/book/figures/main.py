@@ -25,8 +25,8 @@ from ..experiments.main import fig8_adam as _fig8
 from ..labels import K_label, legend_label
 from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band, shared_legend, update_axis
 from ..verdicts import seed_interval
-from .quintic import (LIVE_KS, LIVE_LEARNING_RATES, fig9, fig9_compare, fig9_functions, fig9_training, quintic_caption,
-                      quintic_demo, quintic_loss_limits, quintic_setting)
+from .quintic import (FIG9_DEMO_COLUMNS, LIVE_KS, LIVE_LEARNING_RATES, fig9, fig9_compare, fig9_demo, fig9_functions,
+                      fig9_training, quintic_caption, quintic_demo, quintic_loss_limits, quintic_setting)
 
 
 def fig2(rec):
@@ -495,4 +495,4 @@ def adaptive_stability(rec):
     return fig
 
 
-__all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
+__all__ = ["FIG9_DEMO_COLUMNS", "LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_demo", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
