@@ -69,12 +69,19 @@ def _damping():
     return figures.fig9_demo(runner.open_record("fig9_damping-quintic-128seeds"))  # the record the chapter judges on
 
 
+def _k_sweeps():
+    from itlin.book.figures import main as figures
+
+    return figures.fig2_demo(runner.open_record("fig2_k_sweep-mnist1d-10seeds"))  # the record the chapter judges on
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
     "damping": _damping,
     "gauss_newton": _gauss_newton,
     "gradient_flow": _gradient_flow,
     "iterative_linearisation": _quintic,
+    "k_sweeps": _k_sweeps,
 }
 
 
