@@ -49,6 +49,8 @@ def test_tiny_scale_runs_and_returns_what_the_chapter_needs(tiny):
     assert [v.id for v in f9.claims(tiny)] == [f"flax.{c}" for c in f9.CLAIM_IDS]
     assert f9.EXPERIMENT.summary is f9.summary and f9.EXPERIMENT.claims is f9.claims
     # the figures: a scatter, four panels of learnt functions (or one per damping), training, a comparison
+    import warnings
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -333,3 +335,37 @@ def test_blowup_is_divergence_in_gauss_newton_and_in_recorded_traces():
     assert f9.diverged(rec, blowup=100.0).tolist() == [[False, True, True]]      # the same rule as fit's
     Rec.params = {"blowup": 100.0, "rmse_threshold": 2.5}
     assert f9.diverged(rec).tolist() == [[False, True, True]]
+
+
+def test_fig9_demo_draws_the_records_own_runs_at_each_damping(tiny):
+    """The chapter's demo shows the record: per damping, its sampled seeds' learnt functions, the mean
+    over its kept runs' test RMSE, and that damping's row of the chapter's summary; legibly."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from itlin.book.figures import main as figures
+    from itlin.book.plotting import MIN_TEXT_PX, smallest_text
+
+    demo = figures.fig9_demo(tiny)
+    (knob,) = demo.knobs
+    np.testing.assert_array_equal(knob.values, tiny["dampings"])
+    rows = f9.summary(tiny)
+    cols = f9.columns(tiny)
+    for d, lam in enumerate(tiny["dampings"]):
+        view = demo.compute(damping=float(lam))
+        top, bottom = view.figure.axes
+        drawn = [np.asarray(line.get_ydata()) for line in top.lines if len(line.get_ydata()) == tiny["x_test"].size]
+        for s, f in enumerate(tiny["functions"][d]):  # each sampled seed's function, as the record holds it
+            assert any(np.array_equal(y, np.clip(f, tiny["y_test"].min() - 2.5, tiny["y_test"].max() + 2.5))
+                       for y in drawn), (d, s)
+        (mean_line,) = [line for line in bottom.lines if line.get_marker() == "D"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a damping whose runs were all dropped
+            np.testing.assert_allclose(mean_line.get_ydata(), np.nanmean(cols, axis=1))
+        assert view.table == [{k: rows[d][k] for k in figures.FIG9_DEMO_COLUMNS}]
+        assert smallest_text(view.figure)[0] >= MIN_TEXT_PX
+        plt.close(view.figure)

@@ -594,3 +594,42 @@ def test_quintic_maths_checks():
     none = {k: c[k] for k in ("kconv", "lr_lo", "lr_hi", "N")} | {"div_hi": [], "finite_large": [], "inf_hi": None}
     v = {x.id: x.verdict for x in Q.judge_checks(none)}
     assert v.pop("kconv.agrees") == "holds" and set(v.values()) == {"cannot resolve"}
+
+
+def test_fig2_demo_draws_every_seed_of_the_record_on_the_full_batch_step_axis():
+    """The k_sweeps chapter's demo, on the record the chapter judges on: per (K, batch) it draws each
+    seed's test accuracy of the model being trained (mini-batch steps divided by the rescaling), the
+    chapter's summary rows of what it draws, and says where the record lacks a setting."""
+    import matplotlib.pyplot as plt
+
+    from itlin.book.plotting import MIN_TEXT_PX, smallest_text
+
+    rec = runner.open_record("fig2_k_sweep-mnist1d-10seeds")
+    rows, f = fig2.rows(rec), int(rec.meta["resolved"]["rescale"])
+    summary = dict(zip(fig2.settings_of(rows), fig2.summary(rec)))
+    demo = figures.fig2_demo(rec)
+    K_knob, batch_knob = demo.knobs
+    assert batch_knob.values == ("full", "mini") and 1 in K_knob.values and math.inf in K_knob.values
+    checked = 0
+    for K in K_knob.values:
+        for batch in batch_knob.values:
+            K_run = K if batch == "full" or K in (1, math.inf) else K * f
+            view = demo.compute(K=K, batch=batch)
+            (ax,) = view.figure.axes
+            group = R.select(rows, sweep=batch, K=K_run, control=False)
+            if not group:
+                assert "not in this record" in ax.get_title()
+                plt.close(view.figure)
+                continue
+            lines = [(np.asarray(line.get_xdata()), np.asarray(line.get_ydata())) for line in ax.lines]
+            for r in group:  # every seed of the setting, as the record holds it
+                h = rec.history(r["tag"])
+                x, y = h.eval_array("step") / (f if batch == "mini" else 1), h.eval_array("test/accuracy_lin")
+                assert any(lx.shape == x.shape and np.array_equal(lx, x) and np.array_equal(ly, y) for lx, ly in lines)
+            assert view.table[0] == summary[(batch, float(K_run), False)]
+            if K != 1:
+                assert view.table[1] == summary[(batch, 1.0, False)]  # K=1 of the same sweep beside it
+            assert smallest_text(view.figure)[0] >= MIN_TEXT_PX
+            plt.close(view.figure)
+            checked += 1
+    assert checked >= 4

@@ -373,6 +373,73 @@ def test_linearised_gd_converges_to_the_gauss_newton_step_and_damping_solves_the
         assert derivations.ridge_gradient_norm(net.bind(), params, d, x, y, 1.0) > 1e-3
 
 
+def test_eigen_residuals_are_gradient_descent_and_the_flow_along_each_eigenvector():
+    """The gradient_flow chapter's demo: the residual under k steps of the output-space map
+    (I - lr Theta) equals a plain loop of those steps, its components along the eigenvectors are
+    (1 - lr lambda_i)^k, and the flow's residual is expm(-tau Theta) z0 (scipy, no eigenvectors)."""
+    from scipy.linalg import expm
+
+    from itlin.book.chapters import gradient_flow as GF
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(7, 4))
+    theta = A @ np.diag([9.0, 3.0, 0.5, 0.05]) @ A.T  # rank 4 of 7: three zero eigenvalues
+    z0 = rng.normal(size=7)
+    lam_max = np.linalg.eigvalsh(theta)[-1]
+    steps = [0, 1, 5, 40, 300]
+    for lr in (0.3 / lam_max, 1.9 / lam_max, 2.05 / lam_max):
+        out = GF.eigen_residuals(theta, z0, lr, steps)
+        z, loop = z0.copy(), []
+        for k in range(steps[-1] + 1):
+            if k in steps:
+                loop.append(z.copy())
+            z = z - lr * theta @ z
+        scale = np.max(np.abs(loop), axis=1, keepdims=True)
+        np.testing.assert_allclose(out["gd_z"] / scale, np.stack(loop) / scale, rtol=0, atol=1e-12)
+        nz = out["nonzero"]
+        assert nz.sum() == 4
+        factor = (1 - lr * out["lam"][nz]) ** np.asarray(steps)[:, None]
+        np.testing.assert_allclose(out["gd"][:, nz], factor, rtol=1e-9, atol=1e-12 * np.abs(factor).max())
+        for tau, zf in zip(out["tau"], out["flow_z"]):
+            np.testing.assert_allclose(zf, expm(-tau * theta) @ z0, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(out["flow"][:, nz], np.exp(-np.outer(out["tau"], out["lam"][nz])), rtol=1e-12)
+        np.testing.assert_allclose(out["gd"][:, ~nz], 1.0, atol=1e-9)  # a zero eigenvalue's component never moves
+    with pytest.raises(ValueError, match="increasing"):
+        GF.eigen_residuals(theta, z0, 0.1, [5, 1])
+
+
+def test_damped_steps_agree_in_both_forms_with_the_svd_and_reach_both_limits():
+    """The gauss_newton chapter's demo: the kernel (Woodbury) and primal forms of the damped step
+    equal the SVD's closed form -V diag(s / (s^2 + lam)) U^T z0; a large damping gives the gradient
+    step -J^T z0 / lam and a small one the minimum-norm step -J^+ z0, also for a rank-deficient J."""
+    from itlin.book.chapters import gauss_newton as C
+
+    rng = np.random.default_rng(5)
+    full = rng.normal(size=(6, 15))
+    deficient = rng.normal(size=(6, 3)) @ rng.normal(size=(3, 15))  # rank 3
+    for J in (full, deficient):
+        z0 = rng.normal(size=6)
+        U, sv, Vt = np.linalg.svd(J, full_matrices=False)
+        keep = sv > sv[0] * 1e-10
+        small, large = 1e-8 * sv[keep][-1] ** 2, 1e8 * sv[0] ** 2  # far into each limit
+        lams = [small, 1e-3, 1.0, 30.0, large]
+        out = C.damped_steps(J, z0, lams)
+        for i, lam in enumerate(lams[1:-1], 1):  # well conditioned: both forms to rounding
+            exact = -Vt.T @ (sv / (sv ** 2 + lam) * (U.T @ z0))
+            for form in ("kernel", "primal"):
+                assert np.linalg.norm(out[form][i] - exact) <= 1e-10 * np.linalg.norm(exact), (form, lam)
+        np.testing.assert_allclose(out["min_norm"], -Vt.T[:, keep] @ ((U.T @ z0)[keep] / sv[keep]), rtol=1e-9)
+        np.testing.assert_allclose(out["gradient"], J.T @ z0, rtol=1e-12)
+        assert out["cos_min_norm"][0] == pytest.approx(1.0, abs=1e-6)
+        assert out["ratio_min_norm"][0] == pytest.approx(1.0, abs=1e-6)
+        assert out["cos_gradient"][-1] == pytest.approx(1.0, abs=1e-6)
+        assert out["ratio_gradient"][-1] == pytest.approx(1.0, abs=1e-6)
+        assert out["cos_gradient"][0] < 0.999 and out["cos_min_norm"][-1] < 0.999  # the two limits differ here
+        assert np.all(np.diff(out["residual"]) >= -1e-12)  # more damping fits less
+    with pytest.raises(ValueError, match="positive"):
+        C.damped_steps(full, z0, [0.0])
+
+
 def test_loglog_slope_and_time_call():
     x = np.array([1.0, 2.0, 4.0, 8.0])
     assert derivations.loglog_slope(x, 3 * x ** 2) == pytest.approx(2.0)

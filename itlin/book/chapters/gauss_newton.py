@@ -21,9 +21,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = [
-    "FORMS_TOL", "SETTINGS", "classification_problem", "convergence_figure", "convergence_values", "cost",
-    "cost_figure", "cost_lines", "device_line", "filter_gap_line", "flat", "forms_check", "gauss_newton_direction",
-    "gd_convergence", "ntk_lines", "quintic", "quintic_network", "rel_diff", "ridge_lines", "settings",
+    "DEMO_DAMPINGS", "FORMS_TOL", "LIVE_DAMPINGS", "SETTINGS", "classification_problem", "convergence_figure",
+    "convergence_values", "cost", "cost_figure", "cost_lines", "damped_step_demo", "damped_steps", "device_line",
+    "filter_gap_line", "flat", "forms_check", "gauss_newton_direction", "gd_convergence", "ntk_lines", "quintic",
+    "quintic_network", "rel_diff", "ridge_lines", "settings", "step_problem",
 ]
 
 SETTINGS = {  # what None means, per scale
@@ -354,3 +355,152 @@ def cost_figure(cost_: dict):
     ax.set_title(f"cost of one damped GN direction, n = 20, float64, {jax.devices()[0].platform}", fontsize=10)
     ax.legend(frameon=False, fontsize=9)
     return fig
+
+
+# ------------------------------------------------------------------------------ the demo: the damped step
+#: the demo's dampings (static grid, one a decade pair) and its live values (every half decade)
+DEMO_DAMPINGS = (1e-8, 1e-6, 1e-4, 1e-2, 1.0, 1e2, 1e4)
+LIVE_DAMPINGS = tuple(float(f"{v:.3g}") for v in np.logspace(-8, 4, 25))
+
+
+def damped_steps(J, z0, dampings: Sequence[float]) -> dict:
+    """The damped Gauss-Newton step ``delta = -(J^T J + lam I)^{-1} J^T z0`` of the summed squared
+    loss (Eq. 6) at each damping, in both forms, beside its two limits.
+
+    ``kernel``: ``-J^T (J J^T + lam I)^{-1} z0`` (Woodbury, an ``n x n`` solve); ``primal``: the
+    ``P x P`` solve; both ``(len(dampings), P)``. ``gradient``: ``g = J^T z0``, so that
+    ``-g / lam`` is a gradient step of size ``1 / lam`` (the ``lam -> inf`` limit); ``min_norm``:
+    ``-J^+ z0`` from ``numpy.linalg.lstsq`` (an SVD of ``J``; the ``lam -> 0`` limit, the
+    minimum-norm least-squares step). Per damping: ``difference`` (``||kernel - primal|| /
+    ||primal||``), ``cos_gradient`` and ``ratio_gradient`` (the cosine of the kernel-form step with
+    ``-g`` and ``||delta|| / ||g / lam||``), ``cos_min_norm`` and ``ratio_min_norm`` (the same
+    against the minimum-norm step), and ``residual`` (``||z0 + J delta|| / ||z0||``, the linearised
+    training residual left).
+
+    >>> out = damped_steps(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([1.0, 1.0]), [1.0])
+    >>> out["kernel"].tolist(), out["min_norm"].tolist()  # -s/(s^2 + lam) per direction; -1/s
+    ([[-0.5, -0.4]], [-1.0, -0.5])
+    """
+    J = np.asarray(J, np.float64)
+    z0 = np.asarray(z0, np.float64).reshape(-1)
+    lams = np.asarray(dampings, np.float64)
+    if lams.ndim != 1 or not np.all(lams > 0):
+        raise ValueError(f"dampings are positive numbers (the limit 0 is min_norm), got {lams.tolist()}.")
+    n, P = J.shape
+    theta, gram, g = J @ J.T, J.T @ J, J.T @ z0
+    kernel = np.stack([-J.T @ np.linalg.solve(theta + lam * np.eye(n), z0) for lam in lams])
+    primal = np.stack([-np.linalg.solve(gram + lam * np.eye(P), g) for lam in lams])
+    min_norm = -np.linalg.lstsq(J, z0, rcond=None)[0]
+    norm = np.linalg.norm(kernel, axis=1)
+
+    def cos(a, b):
+        return (a @ b) / (norm * np.linalg.norm(b))
+
+    return {"dampings": lams, "kernel": kernel, "primal": primal, "gradient": g, "min_norm": min_norm,
+            "difference": np.linalg.norm(kernel - primal, axis=1) / np.linalg.norm(primal, axis=1),
+            "cos_gradient": cos(kernel, -g), "ratio_gradient": lams * norm / np.linalg.norm(g),
+            "cos_min_norm": cos(kernel, min_norm), "ratio_min_norm": norm / np.linalg.norm(min_norm),
+            "residual": np.linalg.norm(z0[None, :] + kernel @ J.T, axis=1) / np.linalg.norm(z0),
+            "ntk_eigenvalues": np.linalg.eigvalsh(theta)}
+
+
+def step_problem(x, y, seed: int, *, width: int = 16, depth: int = 3, grid: int = 300) -> SimpleNamespace:
+    """The demo's problem: a small ReLU MLP (``width`` x ``depth``, PyTorch's initialisation, so
+    that biases spread the kinks and the kernel has high rank) at its float64 initialisation
+    ``seed``, on the quintic's training points ``x``, ``y``: its Jacobian ``J`` there, the residual
+    ``z0``, and on ``grid`` inputs across them ``x_grid``, the outputs ``f_grid`` and Jacobian
+    ``J_grid`` (to draw the linearised model after a step). Needs ``jax_enable_x64``."""
+    import itlin
+    import jax
+    import jax.numpy as jnp
+
+    from ... import models
+    from .. import derivations
+
+    net = models.mlp(width=width, depth=depth, init="torch")
+    x = jnp.asarray(x, jnp.float64)
+    params = derivations.to_float64(net.init(jax.random.PRNGKey(seed), x)[0])
+    apply = net.bind()
+    xg = jnp.linspace(float(x.min()), float(x.max()), grid, dtype=jnp.float64)[:, None]
+    return SimpleNamespace(x=np.asarray(x)[:, 0], y=np.asarray(y, np.float64).reshape(-1),
+                           J=np.asarray(itlin.jacobian(apply, params, x)),
+                           z0=np.asarray(apply(params, x), np.float64).reshape(-1) - np.asarray(y).reshape(-1),
+                           x_grid=np.asarray(xg)[:, 0], f_grid=np.asarray(apply(params, xg)).reshape(-1),
+                           J_grid=np.asarray(itlin.jacobian(apply, params, xg)), params=itlin.num_params(params),
+                           width=width, depth=depth)
+
+
+def damped_step_demo(x, y, seed: int, *, dampings: Sequence[float] = DEMO_DAMPINGS, default: float = 1.0):
+    """The chapter's demo (:class:`itlin.book.widgets.Demo`), one knob: the damping ``lam``.
+
+    On :func:`step_problem` (built here, so call it with ``jax_enable_x64`` on; a slider change is
+    NumPy only), each frame draws against the damping, marked at the chosen one: the relative
+    difference of the kernel-form (Woodbury) and primal steps; the cosine and norm ratio of the
+    step to the gradient step ``-g / lam`` and to the minimum-norm step (:func:`damped_steps`),
+    with the NTK's eigenvalues as ticks; and the linearised model after the step at the chosen
+    damping, both forms, beside the minimum-norm step's and the training points. A table gives the
+    numbers at the chosen damping. Jupyter also offers :data:`LIVE_DAMPINGS`.
+    """
+    import matplotlib.pyplot as plt
+
+    from ..plotting import COLUMN_WIDTH
+    from ..widgets import Demo, Knob, View
+
+    prob = step_problem(x, y, seed)
+    values = sorted(set(map(float, dampings)) | {float(default)})
+    live = sorted(set(values) | set(LIVE_DAMPINGS))
+    curve = damped_steps(prob.J, prob.z0, np.logspace(-9, 5, 57))
+    eig = curve["ntk_eigenvalues"]
+    eig = eig[eig > eig[-1] * len(eig) * np.finfo(np.float64).eps]
+    f_min_norm = prob.f_grid + prob.J_grid @ curve["min_norm"]
+    lo, hi = min(prob.y.min(), prob.f_grid.min()) - 1.0, max(prob.y.max(), prob.f_grid.max()) + 1.0
+    c_grad, c_mn, c_k, c_p = "#8c2d4f", "#1f5fa8", "#1f5fa8", "#c9731b"
+
+    def compute(damping):
+        at = damped_steps(prob.J, prob.z0, [damping])
+        fig, (ax, bx, cx) = plt.subplots(3, 1, figsize=(COLUMN_WIDTH, 9.6), layout="constrained",
+                                         gridspec_kw={"height_ratios": [1.0, 1.5, 1.6]})
+        lams = curve["dampings"]
+        ax.loglog(lams, curve["difference"], color="0.25", lw=1.6)
+        ax.plot(damping, at["difference"][0], "o", color="k", ms=6)
+        ax.set(ylabel="relative\ndifference")
+        ax.set_title(r"kernel form (Woodbury) against primal form: $\|\delta_{\mathrm{kernel}} - "
+                     r"\delta_{\mathrm{primal}}\| \,/\, \|\delta_{\mathrm{primal}}\|$", fontsize=10.5)
+        labels = {"gradient": (r"$\cos(\delta, -g)$", r"$\|\delta\| \,/\, \|g/\lambda\|$"),
+                  "min_norm": (r"$\cos(\delta, \delta_{\min})$", r"$\|\delta\| \,/\, \|\delta_{\min}\|$")}
+        for name, colour in (("gradient", c_grad), ("min_norm", c_mn)):
+            bx.semilogx(lams, curve[f"cos_{name}"], color=colour, lw=1.8, label=labels[name][0])
+            bx.semilogx(lams, curve[f"ratio_{name}"], color=colour, lw=1.5, ls="--", label=labels[name][1])
+            bx.plot([damping] * 2, [at[f"cos_{name}"][0], at[f"ratio_{name}"][0]], "o", color=colour, ms=6)
+        bx.plot(eig, np.zeros_like(eig), "|", color="0.35", ms=12, mew=1.4, clip_on=False,
+                label="NTK\neigenvalues")
+        bx.set(ylim=(-0.02, 1.08), ylabel="cosine, norm ratio")
+        bx.set_title(r"the step $\delta$ against the gradient step $-g/\lambda$ and the minimum-norm step "
+                     r"$\delta_{\min}$", fontsize=10.5)
+        bx.legend(frameon=False, fontsize=9.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        for a in (ax, bx):
+            a.axvline(damping, color="0.2", lw=1.0, ls=":")
+            a.set_xlim(lams[0], lams[-1])
+        bx.set_xlabel(r"damping $\lambda$")
+        f_k = prob.f_grid + prob.J_grid @ at["kernel"][0]
+        f_p = prob.f_grid + prob.J_grid @ at["primal"][0]
+        cx.plot(prob.x_grid, prob.f_grid, color="0.6", lw=1.0, ls=":", label=r"anchor $\theta_s$")
+        cx.plot(prob.x_grid, f_min_norm, color="k", lw=1.0, ls="--", label=r"after $\delta_{\min}$")
+        cx.plot(prob.x_grid, f_k, color=c_k, lw=2.6, alpha=0.8, label=r"after $\delta$," "\nkernel form")
+        cx.plot(prob.x_grid, f_p, color=c_p, lw=1.2, label=r"after $\delta$," "\nprimal form")
+        cx.plot(prob.x, prob.y, "o", color="k", ms=4.5, label="training\npoints")
+        cx.set(ylim=(lo, hi), xlabel="input $x$", ylabel="linearised output")
+        cx.set_title(rf"the linearised network after one step at $\lambda$ = {damping:g}", fontsize=10.5)
+        cx.legend(frameon=False, fontsize=9.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        rows = [{"λ": f"{damping:g}", "kernel vs primal": f"{at['difference'][0]:.1e}",
+                 "cos(δ, −g)": f"{at['cos_gradient'][0]:.4f}", "‖δ‖ / ‖g/λ‖": f"{at['ratio_gradient'][0]:.4f}",
+                 "cos(δ, δ_min-norm)": f"{at['cos_min_norm'][0]:.4f}",
+                 "‖δ‖ / ‖δ_min-norm‖": f"{at['ratio_min_norm'][0]:.4f}",
+                 "residual left": f"{at['residual'][0]:.3f}"}]
+        text = (f"MLP {prob.depth} x {prob.width} (P = {prob.params:,}), n = {len(prob.z0)} quintic points: the "
+                f"kernel form solves a {len(prob.z0)} x {len(prob.z0)} system, the primal form a "
+                f"{prob.params:,} x {prob.params:,} one. Residual left: ||z0 + Jδ|| / ||z0||.")
+        return View(fig, table=rows, text=text)
+
+    return Demo(Knob("damping", values, default=default, label="damping λ", live=live), compute,
+                title="The damped Gauss-Newton step against its damping")

@@ -25,8 +25,8 @@ from ..experiments.main import fig8_adam as _fig8
 from ..labels import K_label, legend_label
 from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band, shared_legend, update_axis
 from ..verdicts import seed_interval
-from .quintic import (LIVE_KS, LIVE_LEARNING_RATES, fig9, fig9_compare, fig9_functions, fig9_training, quintic_caption,
-                      quintic_demo, quintic_loss_limits, quintic_setting)
+from .quintic import (FIG9_DEMO_COLUMNS, LIVE_KS, LIVE_LEARNING_RATES, fig9, fig9_compare, fig9_demo, fig9_functions,
+                      fig9_training, quintic_caption, quintic_demo, quintic_loss_limits, quintic_setting)
 
 
 def fig2(rec):
@@ -86,6 +86,85 @@ def fig2(rec):
     axes[2].set_ylabel("test accuracy")
     fig.tight_layout()
     return fig
+
+
+def fig2_demo(rec):
+    """Fig. 2 as a demo (:class:`~itlin.book.widgets.Demo`), drawn from the record alone: knobs
+    ``K`` (in full-batch steps; the mini-batch run of ``K`` is the record's ``K x rescale``, as the
+    caption rescales) and ``batch`` (``"full"`` or ``"mini"``).
+
+    Each frame shows the test accuracy of the model being trained for that setting: every seed as
+    a thin line, their mean and the band from the lowest to the highest seed, its relinearisations
+    as ticks along the bottom; beside it ``K=1`` of the same sweep (and at ``K=inf`` full batch the
+    control at the larger learning rate, dotted). Steps are full-batch steps (a mini-batch run's
+    divided by the rescaling factor), so the two sweeps share one axis. A setting the record lacks
+    says so. The table holds the chapter's summary rows (``fig2_k_sweep.summary``) of what is drawn.
+    """
+    from ..widgets import Demo, Knob, View
+
+    rows = _fig2.rows(rec)
+    f = int(rec.meta["resolved"]["rescale"])
+    mult = rec.meta["resolved"]["inf_lr_multiplier"]
+    settings = _fig2.settings_of(rows)
+    table = dict(zip(settings, _fig2.summary(rec)))
+    to_full = lambda sweep, K: K if (sweep == "full" or K in (1.0, math.inf)) else K / f
+    to_sweep = lambda sweep, K: K if (sweep == "full" or K in (1.0, math.inf)) else K * f
+    Ks = sorted({to_full(sw, K) for sw, K, control in settings if not control})
+    col = colours(Ks)
+    runs = {key: [rec.history(r["tag"]) for r in R.select(rows, sweep=key[0], K=key[1], control=key[2])]
+            for key in settings}
+    scaled = {key: [type(h).from_arrays({**h.arrays(), "eval/step": h.eval_array("step") / (f if key[0] == "mini" else 1)},
+                                        h.meta()) for h in hs] for key, hs in runs.items()}
+    acc = np.concatenate([h.eval_array("test/accuracy_lin") for hs in runs.values() for h in hs])
+    acc = acc[np.isfinite(acc)]
+    ylim = (max(0.0, acc.min() - 0.03), min(1.0, acc.max() + 0.03)) if acc.size else (0.0, 1.0)
+    x_end = max(float(h.eval_array("step")[-1]) for hs in scaled.values() for h in hs if h.eval_array("step").size)
+    words = {"full": "full batch", "mini": "mini-batch"}
+
+    def band(ax, key, colour, label, *, seeds=True, ls="-", alpha=0.18, lw=2.2):
+        hs = scaled[key]
+        if seeds:  # every seed of the record, thin
+            for h in hs:
+                ax.plot(h.eval_array("step"), h.eval_array("test/accuracy_lin"), color=colour, lw=0.7, alpha=0.4,
+                        ls=ls)
+        seed_band(ax, hs, "test/accuracy_lin", color=colour, label=label, lw=lw, linestyle=ls, alpha=alpha)
+
+    def compute(K, batch):
+        key = (batch, to_sweep(batch, float(K)), False)
+        ref, control = (batch, 1.0, False), ("full", math.inf, True)
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.8), layout="constrained")
+        shown = []
+        if key in runs:
+            g = R.select(rows, sweep=key[0], K=key[1], control=False)
+            band(ax, key, col.get(float(K), "C0"), legend_label(key[1], R.updates(g)) + " (thin: each seed)")
+            relin_marks(ax, runs[key][0], x_scale=f if batch == "mini" else 1, color=col.get(float(K), "C0"))
+            shown.append(key)
+            title = (f"{words[batch]}, {K_label(key[1])}" + (f" ({K_label(K)} x {f})" if key[1] != K else "") +
+                     f", learning rate {g[0]['learning_rate']:g}: {len(g)} seeds")
+        else:
+            ax.text(0.5, 0.5, f"this record has no {words[batch]} run at {K_label(key[1])}", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=11, color="#b00020")
+            title = f"{words[batch]}, {K_label(key[1])}: not in this record"
+        if key != ref and ref in runs:
+            g1 = R.select(rows, sweep=batch, K=1.0, control=False)
+            band(ax, ref, col[1.0], legend_label(1, R.updates(g1)) + " (reference)", seeds=False, alpha=0.1, lw=1.4)
+            shown.append(ref)
+        if key == ("full", math.inf, False) and control in runs:
+            band(ax, control, "#2a8f84", legend_label(math.inf, 0, f", lr x{mult:g}") + " (control)", seeds=False,
+                 ls=":", alpha=0.12, lw=1.8)
+            shown.append(control)
+        ax.set(ylim=ylim, xlim=(0, x_end), ylabel="test accuracy (model being trained)",
+               xlabel="full-batch step" + (f" (mini-batch step / {f})" if batch == "mini" else ""))
+        ax.set_title(title, fontsize=11)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=9.5, title="mean over seeds, band: lowest to highest",
+                      title_fontsize=9.5)
+        return View(fig, table=[table[k] for k in shown])
+
+    finite = [K for K in Ks if 1 < K < math.inf]
+    return Demo([Knob("K", Ks, default=finite[-1] if finite else Ks[0]),
+                 Knob("batch", ["full", "mini"], labels=["full batch", "mini-batch"])], compute,
+                title="Sweeps over K: test accuracy of the model being trained, every seed of the record")
 
 
 # --- Figs 3 and 8 (main paper Fig. 3: augmentation; Fig. 8: Adam-solved linearisations)
@@ -495,4 +574,4 @@ def adaptive_stability(rec):
     return fig
 
 
-__all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
+__all__ = ["FIG9_DEMO_COLUMNS", "LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig2_demo", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_demo", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]

@@ -1,8 +1,8 @@
 """Figures on the quintic regression of the main paper (Goldwaser & Ge): Fig. 9, damped
-Gauss-Newton against its damping (:func:`fig9`, with the learned functions, the training and a
-comparison of implementations), and the iterative-linearisation demo on the same task (one
-setting, :func:`quintic_setting`; the demo with sliders for ``K`` and the learning rate,
-:func:`quintic_demo`).
+Gauss-Newton against its damping (:func:`fig9`, with the learned functions, the training, a
+comparison of implementations, and the demo with a slider for the damping, :func:`fig9_demo`),
+and the iterative-linearisation demo on the same task (one setting, :func:`quintic_setting`; the
+demo with sliders for ``K`` and the learning rate, :func:`quintic_demo`).
 
 :mod:`itlin.book.figures.main` re-exports every name here, so chapters reach them as
 ``figures.fig9`` after ``from itlin.book.figures import main as figures``.
@@ -154,6 +154,92 @@ def fig9_compare(records, labels):
     return fig
 
 
+#: the columns of :func:`fig9_demo`'s table (of the chapter's summary, ``fig9_damping.summary``)
+FIG9_DEMO_COLUMNS = ("λ", "kept / dropped / diverged", "mean [95% CI]", "median [95% CI]", "best tenth", "worst kept",
+                     "reached tol / stalled / descending")
+
+
+def fig9_demo(rec):
+    """Fig. 9 as a demo (:class:`~itlin.book.widgets.Demo`), one knob: the damping, over the
+    record's dampings; drawn from the record alone (nothing is trained).
+
+    Each frame shows, top, the learnt functions of the record's sampled initialisations (the first
+    ``samples`` seeds, the same networks in every frame, one colour each; a dropped run dashed) at
+    that damping, with the band from their lowest to their highest value among the kept ones, the
+    quintic and the training points; bottom, the test RMSE of every run against the damping: the
+    mean of the kept runs, a band over their 25th-75th percentile and a lighter one from the lowest
+    to the highest, with the chosen damping's runs as dots (the sampled ones in their colours).
+    A table gives the chapter's summary row of that damping (:data:`FIG9_DEMO_COLUMNS`)."""
+    import warnings
+
+    from ..experiments.main import fig9_damping as f9
+    from ..labels import fmt_lam
+    from ..widgets import Demo, Knob, View
+
+    lams = np.asarray(rec["dampings"], float)
+    kept = f9.masks(rec)[0]
+    test = np.asarray(rec["test_rmse"], float)
+    cols = f9.columns(rec)
+    funcs = np.asarray(rec["functions"], float)
+    xg, yg = np.asarray(rec["x_test"], float), np.asarray(rec["y_test"], float)
+    lo, hi = yg.min() - 1.5, yg.max() + 1.5
+    n_samples, n_seeds = funcs.shape[1], test.shape[1]
+    seed_colours = plt.get_cmap("tab10" if n_samples <= 10 else "turbo")(np.linspace(0, 1, n_samples)
+                                                                         if n_samples > 10 else np.arange(n_samples))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a damping whose runs were all dropped
+        mean = np.nanmean(cols, axis=1)
+        q25, q75 = np.nanquantile(cols, [0.25, 0.75], axis=1)
+        low, high = np.nanmin(cols, axis=1), np.nanmax(cols, axis=1)
+    rows = {row["λ"]: {k: row[k] for k in FIG9_DEMO_COLUMNS} for row in f9.summary(rec)}
+    rng = np.random.default_rng(0)
+    jitter = 10 ** rng.uniform(-0.12, 0.12, n_seeds)
+    shown = test[kept & (test > 0)]  # the kept runs set the axis; a dropped run above it sits on its edge
+    ylim = (10 ** np.floor(np.log10(shown.min())), 10 ** np.ceil(np.log10(shown.max()))) if shown.size else (0.1, 10)
+    right = {"frameon": False, "fontsize": 9.5, "loc": "center left", "bbox_to_anchor": (1.01, 0.5)}
+
+    def compute(damping):
+        d = int(np.argmin(np.abs(np.log(lams) - np.log(float(damping)))))
+        fig, (ax, bx) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 8.0), layout="constrained")
+        f = np.clip(funcs[d], lo - 1, hi + 1)
+        ks = kept[d, :n_samples]
+        ax.plot(xg, yg, color="k", lw=1.4, label="the quintic", zorder=3)
+        ax.plot(rec["x_train"], rec["y_train"], "o", color="k", ms=3.5, zorder=4, label="training points")
+        for s in range(n_samples):
+            ax.plot(xg, f[s], color=seed_colours[s], lw=1.1, alpha=0.9, ls="-" if ks[s] else "--")
+        ax.plot([], [], color="0.4", lw=1.1, label=f"the first {n_samples}\ninitialisations\n(dashed: dropped)")
+        if ks.any():
+            with np.errstate(all="ignore"):
+                ax.fill_between(xg, np.nanmin(f[ks], axis=0), np.nanmax(f[ks], axis=0), color="0.5", alpha=0.2, lw=0,
+                                label=f"band of the kept\nones ({int(ks.sum())} of {n_samples})")
+        ax.set(ylim=(lo, hi), xlim=(xg[0], xg[-1]), xlabel="x", ylabel="f(x)")
+        ax.set_title(rf"learnt functions at $\lambda$ = {fmt_lam(lams[d])}", fontsize=11)
+        ax.legend(**right)
+        bx.plot(lams, mean, "D-", color="k", ms=4.5, lw=1.2, label="mean of the\nkept runs")
+        bx.fill_between(lams, q25, q75, color="0.35", alpha=0.3, lw=0, label="25th-75th\npercentile")
+        bx.fill_between(lams, low, high, color="0.5", alpha=0.13, lw=0, label="lowest to\nhighest kept")
+        others = kept[d].copy()
+        others[:n_samples] = False
+        bx.scatter(lams[d] * jitter[others], test[d, others], s=10, color="0.45", alpha=0.6, lw=0, zorder=3,
+                   label="this damping's\nkept runs")
+        for s in range(n_samples):
+            if np.isfinite(test[d, s]):
+                bx.plot(lams[d] * jitter[s], np.clip(test[d, s], *ylim), "o", ms=6, zorder=4, mec=seed_colours[s],
+                        mfc=seed_colours[s] if kept[d, s] else "white", mew=1.4, clip_on=False)
+        bx.plot([], [], "o", ms=6, mec="0.3", mfc="white", mew=1.4, label="the runs above\n(hollow: dropped)")
+        bx.axvline(lams[d], color="0.2", lw=1.0, ls=":")
+        bx.set(xscale="log", yscale="log", ylim=ylim, xlim=(lams.min() / 10 ** 0.3, lams.max() * 10 ** 0.3),
+               xlabel=r"damping $\lambda$", ylabel="test RMSE")
+        bx.set_title(f"test RMSE of all {n_seeds} initialisations against the damping", fontsize=11)
+        bx.legend(**right)
+        return View(fig, table=[rows[fmt_lam(lams[d])]])
+
+    default = lams[len(lams) // 2]
+    return Demo(Knob("damping", [float(v) for v in lams], default=float(default), label="damping λ",
+                     labels=[fmt_lam(v) for v in lams]),
+                compute, title="Damped Gauss-Newton on the quintic: the learnt functions and the test RMSE by damping")
+
+
 # the quintic demo: colours, the figure of one setting, the static frames and the live demo
 _NET, _LIN, _TRUTH, _RELIN = "#1f5fa8", "#e07b00", "0.15", "#7a3fa0"
 #: the live demo's slider values (finer than the static grid: it trains on demand)
@@ -263,5 +349,5 @@ def quintic_demo(record, *, live_steps: int = 5000, seed: int = 0):
                 compute, title="Iterative linearisation of the 5x50 ReLU MLP on the quintic")
 
 
-__all__ = ["LIVE_KS", "LIVE_LEARNING_RATES", "fig9", "fig9_compare", "fig9_functions", "fig9_training",
-           "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
+__all__ = ["FIG9_DEMO_COLUMNS", "LIVE_KS", "LIVE_LEARNING_RATES", "fig9", "fig9_compare", "fig9_demo", "fig9_functions",
+           "fig9_training", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
