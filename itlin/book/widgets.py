@@ -176,16 +176,17 @@ def figure_to_png(fig, *, dpi: Optional[float] = None, close: bool = True, palet
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-    data = buf.getvalue()
-    if palette:
-        from PIL import Image
+    return _palette(buf.getvalue()) if palette else buf.getvalue()
 
-        img = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
-        out = io.BytesIO()
-        img.save(out, format="PNG", optimize=True)
-        if out.tell() < len(data):
-            data = out.getvalue()
-    return data
+
+def _palette(data: bytes) -> bytes:
+    """PNG bytes stored with an adaptive 256-colour palette, when that is smaller."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    out = io.BytesIO()
+    img.save(out, format="PNG", optimize=True)
+    return out.getvalue() if out.tell() < len(data) else data
 
 
 def _png_width(data: bytes) -> int:
@@ -274,7 +275,10 @@ class Demo:
                 out = self.draw(out)
             v = out if isinstance(out, View) else View(figure=out)
             fig = v.figure
-            png = figure_to_png(fig, dpi=self.dpi) if hasattr(fig, "savefig") else (bytes(fig) if fig is not None else None)
+            # no palette here: it costs about half a second a frame, worth it only for the page
+            # weight of static frames (:meth:`static` applies it), not for a live update
+            png = (figure_to_png(fig, dpi=self.dpi, palette=False) if hasattr(fig, "savefig")
+                   else (bytes(fig) if fig is not None else None))
             if png is not None and not png.startswith(b"\x89PNG"):
                 raise ValueError("a demo's figure is a matplotlib figure or PNG bytes.")
             self._cache[key] = (View(png, v.table, v.text), _Rendered(png, _table_html(v.table), html.escape(v.text or "")))
@@ -305,7 +309,7 @@ class Demo:
             inner = f'<p class="itlin-demo-text">{r.text}</p>' if r.text else ""
             if r.png is not None:
                 width = _png_width(r.png) / (self.dpi / 100)
-                src = "data:image/png;base64," + base64.b64encode(r.png).decode("ascii")
+                src = "data:image/png;base64," + base64.b64encode(_palette(r.png)).decode("ascii")
                 alt = html.escape(r.text or self._label(values), quote=True)
                 inner += f'<img style="width:{width:.0f}px" alt="{alt}" src="{src}">'
             inner += r.table
