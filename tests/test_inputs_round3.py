@@ -5,10 +5,14 @@ hypothesis properties of joining parts are at the end."""
 
 from __future__ import annotations
 
+import base64
+
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import itlin
 
@@ -117,3 +121,311 @@ def test_a_sweep_whose_outputs_cannot_fit_is_refused_with_the_chunk_that_fits(mo
     _one_line(e)
     out = itlin.sweep(small, grid, chunk=1992)
     np.testing.assert_array_equal(out, np.arange(4000, dtype=np.float32)[:, None] * np.ones(250, np.float32))
+
+
+# ------------------------------------------------------------------------------ records: parts, joins, damage
+def _run(seed: int, seeds: int, *, experiment: str = "toy", lr: float = 0.1, name: str = ""):
+    """A finished run of ``seeds`` seeds from ``seed`` as the runner stores it (one training run a
+    seed: ``full K=1 seed=<s>``), the digest of its record renewed."""
+    from itlin import _io
+    from itlin.book import opendata
+    from itlin.book.store import record_digest
+
+    tree = {"_fits": {f"full K=1 seed={s}": {"loss": np.linspace(1.0, 0.1, 5) * (s + 1) * lr,
+                                             "relin_steps": np.arange(1, 6, dtype=np.int64)}
+                      for s in range(seed, seed + seeds)}}
+    flat, paths = _io.flatten_tree(tree)
+    runs = {f"full K=1 seed={s}": {"status": "completed", "diverged_at": None, "loss_every": 1, "steps": 5}
+            for s in range(seed, seed + seeds)}
+    info = {"experiment": experiment, "version": "1", "params": {"seed": seed, "seeds": seeds, "lr": lr},
+            "status": "completed", "runs": runs, "meta": {"resolved": {"seed": seed, "seeds": seeds, "lr": lr}},
+            "git_commit": "abc", "device": "cpu", "wall_seconds": 1.0}
+    info["record_sha256"] = record_digest(info)
+    return opendata.Part(flat, paths, info, name)
+
+
+def _files(folder):
+    """Every file under ``folder`` and its bytes: what a refused command must leave as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _seeds_of(folder):
+    from itlin.book import runner
+
+    return sorted(s for r in runner.open_records(folder) for s in runner.seed_range(r.meta["resolved"]))
+
+
+def _cli_opendata(capsys, *argv):
+    from itlin.book import opendata
+
+    rc = opendata.main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip()
+    return rc, err
+
+
+def test_converting_a_run_onto_a_record_refuses_to_replace_it_unless_forced(tmp_path, capsys):
+    """The issue's data loss: REC/record.nc holds seeds 0-3 in two parts; converting a run of seeds 4-5
+    to REC replaced them. Now it is refused, and the way to join is named; --force replaces."""
+    from itlin.book import opendata
+
+    rec, run = tmp_path / "REC", tmp_path / "RUN"
+    opendata.write([_run(0, 2, name="seeds-0"), _run(2, 2, name="seeds-2")], rec / "record.nc")
+    opendata.write([_run(4, 2)], run / "record.nc")
+    before = _files(tmp_path)
+    rc, err = _cli_opendata(capsys, run, rec)
+    assert rc == 2 and "\n" not in err and "already holds a record" in err and "--force replaces it" in err, err
+    assert _files(tmp_path) == before and _seeds_of(rec) == [0, 1, 2, 3]
+    # the way the error names: the run in a part folder of its own, joined in place
+    assert _cli_opendata(capsys, run, rec / "seeds-4")[0] == 0
+    assert _cli_opendata(capsys, rec)[0] == 0
+    assert _seeds_of(rec) == [0, 1, 2, 3, 4, 5] and sorted(p.name for p in rec.iterdir()) == ["record.nc"]
+    # --force replaces, once the new file reads back right; nothing is left beside it
+    assert _cli_opendata(capsys, run, rec, "--force")[0] == 0
+    assert _seeds_of(rec) == [4, 5] and sorted(p.name for p in rec.iterdir()) == ["record.nc"]
+    with pytest.raises(FileExistsError, match="replaced only when asked"):
+        opendata.write([_run(0, 1)], rec / "record.nc")
+
+
+@pytest.mark.parametrize("case", ["shared seed", "other settings", "other experiment", "same name"])
+def test_a_join_of_parts_that_would_not_pool_is_refused_before_any_file_changes(tmp_path, capsys, case):
+    from itlin.book import opendata
+
+    folder = tmp_path / "rec"
+    opendata.write([_run(0, 4, name="seeds-0")], folder / "record.nc")
+    late = {"shared seed": _run(3, 2), "other settings": _run(4, 2, lr=1.0),
+            "other experiment": _run(4, 2, experiment="fig9_damping"), "same name": _run(4, 2)}[case]
+    opendata.write([late], folder / ("seeds-0" if case == "same name" else "seeds-4") / "record.nc")
+    before = _files(tmp_path)
+    rc, err = _cli_opendata(capsys, folder)
+    want = {"shared seed": "both have seed 3; join parts of different seeds",
+            "other settings": "was made with lr=1.0, seeds-0 with lr=0.1; join parts that differ only in their seeds",
+            "other experiment": "is fig9_damping version 1, seeds-0 is toy version 1; join parts of one experiment",
+            "same name": "two different parts are named 'seeds-0'"}[case]
+    assert rc == 2 and "\n" not in err and want in err and "Nothing was written" in err, err
+    assert _files(tmp_path) == before
+
+
+def test_a_join_run_again_after_an_interruption_adds_no_part_twice(tmp_path, capsys, monkeypatch):
+    """Interrupted between writing record.nc and removing the parts' files, a join run again gave
+    part-A, part-B, part-A, part-B. Now a part already in the file is not added again; and an
+    interruption while the file is written leaves the file there as it was."""
+    from itlin.book import opendata
+
+    folder = tmp_path / "rec"
+    parts = [_run(0, 2, name="seeds-0"), _run(2, 2, name="seeds-2")]
+    for p in parts:
+        opendata.write([p._replace(name="")], folder / p.name / "record.nc")
+    kept = {p.name: (folder / p.name / "record.nc").read_bytes() for p in parts}
+    assert _cli_opendata(capsys, folder)[0] == 0
+    once = opendata.read(folder / "record.nc")
+    for name, data in kept.items():  # the parts' files as an interruption before their removal left them
+        (folder / name).mkdir()
+        (folder / name / "record.nc").write_bytes(data)
+    assert _cli_opendata(capsys, folder)[0] == 0
+    again = opendata.read(folder / "record.nc")
+    assert [p.name for p in again] == [p.name for p in once] == ["seeds-0", "seeds-2"]
+    assert [p.made for p in again] == [p.made for p in once] and _seeds_of(folder) == [0, 1, 2, 3]
+    assert sorted(p.name for p in folder.iterdir()) == ["record.nc"]
+    # Ctrl-C while the joined file is written: one line, exit 130, the file there as it was, no .new
+    opendata.write([_run(4, 2)], folder / "seeds-4" / "record.nc")
+    before = _files(tmp_path)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(opendata, "read", lambda path, real=opendata.read: interrupted() if str(path).endswith(".new")
+                        else real(path))
+    rc, err = _cli_opendata(capsys, folder)
+    assert rc == 130 and "\n" not in err and "interrupted" in err and "run the same command again" in err, err
+    assert _files(tmp_path) == before
+
+
+def test_opendata_failures_are_one_line_with_exit_2(tmp_path, capsys):
+    from itlin.book import opendata
+
+    rc, err = _cli_opendata(capsys, tmp_path / "no-such-folder", tmp_path / "out")
+    assert rc == 2 and "\n" not in err and "is not a folder" in err, err
+    opendata.write([_run(0, 2, experiment="adaptive_schedules")], tmp_path / "r" / "record.nc")
+    rc, err = _cli_opendata(capsys, tmp_path / "r", "--tally")
+    assert rc == 2 and "\n" not in err and "adaptive_schedules reads each seed's per-example results" in err, err
+    path = tmp_path / "r" / "record.nc"
+    path.write_bytes(path.read_bytes()[:4000])  # truncated
+    rc, err = _cli_opendata(capsys, tmp_path / "r", tmp_path / "out")
+    assert rc == 2 and "\n" not in err and "damaged or incomplete" in err and "git checkout -- " in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def _flip_a_byte(path, variable: str):
+    """One bit of ``variable``'s stored data changed in the file, as a disk or a copy might."""
+    import h5py
+
+    with h5py.File(path, "r") as h:
+        at = h[variable].id.get_chunk_info(0).byte_offset
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_seen_by_a_plain_xarray_reader_and_by_itlin(tmp_path):
+    import xarray as xr
+
+    from itlin.book import opendata, runner
+
+    run = _run(0, 3)
+    path = opendata.write([run], tmp_path / "rec" / "record.nc")
+    with xr.open_dataset(path, engine="h5netcdf") as ds:  # before: the runs' losses, stacked over K and seed
+        np.testing.assert_array_equal(ds["fits_full_loss"].values[0],
+                                      np.stack([run.arrays[f"_fits/full K=1 seed={s}/loss"] for s in range(3)]))
+    _flip_a_byte(path, "fits_full_loss")
+    with pytest.raises(OSError, match="filter returned failure"):  # HDF5's Fletcher-32 checksum, no itlin
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            ds.load()
+    for call in (opendata.read, lambda p: runner.open_record(p.parent)):
+        with pytest.raises(ValueError, match=r"is damaged or incomplete: restore it with: git checkout -- ") as e:
+            call(path)
+        assert "record.nc" in _one_line(e)
+
+
+def test_a_truncated_or_missing_record_is_one_line_naming_the_file_and_the_restore(tmp_path, monkeypatch):
+    from itlin.book import opendata, records, runner
+
+    root = tmp_path / "checkout"  # a source checkout of its own: its book/recorded is git's
+    folder = root / "book" / "recorded" / "toy-4seeds"
+    monkeypatch.setattr(records, "_source_checkout", lambda: root)
+    path = opendata.write([_run(0, 4)], folder / "record.nc")
+    path.write_bytes(path.read_bytes()[:3000])
+    monkeypatch.chdir(root)
+    for call in (runner.open_record, runner.open_records, lambda n: opendata.attributes(folder / "record.nc")):
+        with pytest.raises(ValueError, match=r"toy-4seeds/record\.nc is unreadable \(.*\); the file is damaged or "
+                                             r"incomplete: restore it with: git checkout -- book/recorded/toy-4seeds/"
+                                             r"record\.nc$") as e:
+            call("toy-4seeds")
+        _one_line(e)
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match="holds no finished run .*; restore it with: git checkout -- "
+                                                "book/recorded/toy-4seeds/record.nc") as e:
+        runner.open_record("toy-4seeds")
+    _one_line(e)
+
+
+def test_rewrite_adds_the_checksums_and_keeps_every_array_attribute_and_verdict(tmp_path):
+    """The records kept with the book were written without Fletcher-32; rewrite re-encodes one (here a
+    copy) with it, and everything a reader or a chapter reads stays as it was."""
+    import shutil
+
+    import h5py
+    import xarray as xr
+
+    from itlin.book import opendata, render, runner
+
+    name = "fig3_augmentation-mnist1d-10seeds"
+    folder = tmp_path / name
+    folder.mkdir()
+    shutil.copy(runner.recorded_dir() / name / "record.nc", folder / "record.nc")
+    path = folder / "record.nc"
+    with h5py.File(path, "r") as h:
+        assert not any(h[k].fletcher32 for k in h if isinstance(h[k], h5py.Dataset))  # as committed
+    before = runner.open_record(folder)
+    verdicts = [repr(v) for v in render.judge(before)]
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        plain = ds.load()
+    opendata.rewrite(path)
+    with h5py.File(path, "r") as h:  # every array of numbers a reader gets (not the bare dimensions' scales)
+        arrays = [k for k, v in plain.variables.items() if v.dtype.kind in "biuf" and v.ndim]
+        assert arrays and all(h[k].fletcher32 for k in arrays)
+    after = runner.open_record(folder)
+    assert after.info == before.info and after.paths == before.paths
+    for k, a in before.arrays.items():
+        assert np.asarray(after.arrays[k]).tobytes() == np.asarray(a).tobytes(), k
+    assert [repr(v) for v in render.judge(after)] == verdicts
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        assert ds.load().identical(plain) and ds.attrs == plain.attrs
+    # an edit that adds attributes is kept; one that changes a run is refused and changes nothing
+    opendata.rewrite(path, edit=lambda ds: ds.assign_attrs(claims="per-claim attributes"))
+    assert opendata.attributes(path)["claims"] == "per-claim attributes"
+    data = path.read_bytes()
+    var = next(v for v in plain.data_vars if plain[v].dtype.kind == "f" and plain[v].ndim)
+
+    def change(ds):
+        ds[var] = ds[var] + 1.0
+        return ds
+
+    with pytest.raises(ValueError, match="does not hold the same runs; nothing was changed"):
+        opendata.rewrite(path, edit=change)
+    assert path.read_bytes() == data and not path.with_name("record.nc.new").exists()
+
+
+def test_rewrite_keeps_a_tallied_record_made_in_parts(tmp_path):
+    from itlin.book import opendata
+    from itlin.book.store import record_digest
+
+    parts = []
+    for p in range(2):
+        part = _run(2 * p, 2, experiment="feature_updates", name=f"seeds-{2 * p}")
+        rng = np.random.default_rng(p)
+        runs = part.info["meta"].setdefault("runs", {})
+        for s in range(2 * p, 2 * p + 2):
+            for setting in ("full K=1", "full K=8"):
+                bits = rng.random(20) < 0.6
+                runs[f"{setting} seed={s}"] = {"final_correct": base64.b64encode(np.packbits(bits).tobytes()).decode(),
+                                               "setting": setting, "seed": s, "n_test_final": 20}
+                part.info["runs"].setdefault(f"{setting} seed={s}", {"status": "completed", "diverged_at": None,
+                                                                      "loss_every": 1, "steps": 5})
+        part.info["record_sha256"] = record_digest(part.info)
+        parts.append(part)
+    kept, tallies = opendata.tally_parts(parts)
+    path = opendata.write(kept, tmp_path / "r" / "record.nc", tallies)
+    before = opendata.read(path)
+    opendata.rewrite(path)
+    assert opendata._same_parts(before, opendata.read(path))
+    assert opendata._tally_digest(opendata.tallies_in(path)) == opendata._tally_digest(tallies)
+
+
+# ------------------------------------------------------------------------------ properties of joins
+@st.composite
+def _join_cases(draw):
+    """Parts as they come to a record's folder: each of some seeds (overlapping or not), mostly of one
+    experiment and setting, some a repeat of an earlier part (as a join interrupted before it removed
+    the parts' files leaves them); the first one joined to the file already or not."""
+    specs = []
+    for _ in range(draw(st.integers(1, 4))):
+        if specs and draw(st.integers(0, 3)) == 0:
+            specs.append(draw(st.sampled_from(specs)))
+            continue
+        specs.append((draw(st.integers(0, 8)), draw(st.integers(1, 3)), draw(st.sampled_from(["toy"] * 4 + ["other"])),
+                      draw(st.sampled_from([0.1] * 4 + [0.2]))))
+    return specs, draw(st.booleans())
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_join_cases())
+def test_any_set_of_parts_joins_to_the_pooled_record_or_is_refused_before_any_file_changes(tmp_path_factory, case):
+    from itlin.book import opendata, runner
+
+    specs, first_joined = case
+    folder = tmp_path_factory.mktemp("join") / "rec"
+    for i, (seed, seeds, experiment, lr) in enumerate(specs):
+        part = _run(seed, seeds, experiment=experiment, lr=lr, name=f"p{i}")
+        if i == 0 and first_joined:
+            opendata.write([part], folder / "record.nc")
+        else:
+            opendata.write([part._replace(name="")], folder / f"p{i}" / "record.nc")
+    distinct = list(dict.fromkeys(specs))  # the oracle: the runs, each once, and whether they pool
+    covered = [s for seed, seeds, _, _ in distinct for s in range(seed, seed + seeds)]
+    pools = len({(e, lr) for _, _, e, lr in distinct}) == 1 and len(covered) == len(set(covered))
+    before = _files(folder)
+    try:
+        opendata.convert(folder)
+    except ValueError as err:
+        assert not pools and "Nothing was written" in str(err) and "\n" not in str(err)
+        assert _files(folder) == before
+        return
+    assert pools
+    assert sorted(p.name for p in folder.iterdir()) == ["record.nc"]
+    recs = runner.open_records(folder)
+    pooled = runner.pooled_record(recs, {}, [])
+    assert pooled.meta["resolved"]["seeds"] == len(covered) and _seeds_of(folder) == sorted(covered)
+    names = [p.name for p in opendata.read(folder / "record.nc")]
+    assert names == [f"p{specs.index(s)}" for s in distinct]
+    opendata.convert(folder)  # joined again: the same file
+    assert [p.name for p in opendata.read(folder / "record.nc")] == names
