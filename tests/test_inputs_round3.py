@@ -381,6 +381,194 @@ def test_rewrite_keeps_a_tallied_record_made_in_parts(tmp_path):
     assert opendata._tally_digest(opendata.tallies_in(path)) == opendata._tally_digest(tallies)
 
 
+# ------------------------------------------------------------------------------ commands: one line per failure
+def _seeds_run(p, ctx):
+    seeds = range(p["seed"], p["seed"] + p["seeds"])
+    return {"draws": np.stack([np.random.default_rng(s).normal(1.0, 1.0, size=3) for s in seeds])}
+
+
+def _seeds_claims(rec):
+    from itlin.book import verdicts as V
+
+    d = np.asarray(rec["draws"])
+    return [V.judge("positive", "the draws exceed zero", "-", V.paired_gap(d[:, 0], np.zeros(len(d))), "exceeds")]
+
+
+def _register():
+    from dataclasses import dataclass
+
+    from itlin.book import experiments as E
+
+    if "issue59_seeds" in E.names():
+        return
+
+    @dataclass(frozen=True)
+    class P(E.Params):
+        seeds: int = E.param(2, "seeds", min=1)
+
+    E.register(E.Experiment("issue59_seeds", P, _seeds_run, version="1", claims=_seeds_claims,
+                            doc="Test only: normal draws per seed."))
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A source checkout of its own for the records (book/recorded under tmp_path), holding the record
+    ``twelve`` that repeats the live run ``seeds=2`` with more seeds, and the live run."""
+    from itlin.book import opendata, records, runner
+
+    _register()
+    root = tmp_path / "checkout"
+    monkeypatch.setattr(records, "_source_checkout", lambda: root)
+    results = tmp_path / "results"
+    twelve = runner.run("issue59_seeds", {"seeds": 12}, results_dir=results, verbose=False)
+    opendata.convert(twelve.path, root / "book" / "recorded" / "twelve")
+    live = runner.run("issue59_seeds", {"seeds": 2}, results_dir=results, verbose=False)
+    return root / "book" / "recorded", live
+
+
+def test_verify_reports_a_damaged_record_it_does_not_need_and_goes_on(checkout, monkeypatch, capsys):
+    from itlin.book import opendata, verify
+
+    recorded, live = checkout
+    broken = opendata.write([_run(0, 4)], recorded / "broken" / "record.nc")
+    broken.write_bytes(broken.read_bytes()[:3000])
+    monkeypatch.setattr(verify, "live_runs", lambda chapter, root=None, say=None: [live])
+    assert verify.main(["damping"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 3, out
+    assert "broken/record.nc is unreadable" in out[0] and "git checkout -- " in out[0]
+    assert out[1].startswith("twelve: ") and out[1].endswith("1 of 1 verdict unchanged")
+    assert out[2].startswith("verify: 1 record re-checked")
+    # the record it needs, damaged: that chapter is one line, not checked, and the status says so
+    _flip_a_byte(recorded / "twelve" / "record.nc", "draws")
+    assert verify.main(["damping"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("damping: not checked: ") and "twelve/record.nc" in line and "git checkout -- " in line
+               for line in out), out
+    assert out[-1] == "verify: 1 chapter not checked (damping)"
+
+
+def test_verify_refuses_a_path_that_is_not_a_chapter_of_this_checkout(capsys, tmp_path):
+    from itlin.book import verify
+
+    (tmp_path / "damping.md").write_text("# not the book's chapter\n")
+    for arg in ("no/such/folder/damping.md", str(tmp_path / "damping.md"), "damping.txt"):
+        assert verify.main([arg]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "is not a chapter file of this checkout" in err, err
+
+
+@pytest.mark.parametrize("module", ["verify", "findings", "run"])
+def test_ctrl_c_is_one_line_and_exit_130(module, monkeypatch, capsys, tmp_path):
+    from itlin.book import findings, run, verify
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    if module == "verify":
+        monkeypatch.setattr(verify, "live_runs", stop)
+        rc = verify.main(["damping"])
+    elif module == "findings":
+        monkeypatch.setattr(findings, "findings", stop)
+        rc = findings.main([])
+    else:
+        monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+        monkeypatch.setattr(run, "execute_chapter", stop)
+        rc = run.main([str(BOOK / "damping.md"), str(tmp_path / "out.ipynb")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 130 and err and "\n" not in err and "interrupted" in err, err
+
+
+def test_findings_with_a_damaged_or_missing_record_is_one_line(monkeypatch, capsys, tmp_path):
+    from itlin.book import findings, opendata, records
+
+    root = tmp_path / "checkout"
+    monkeypatch.setattr(records, "_source_checkout", lambda: root)
+    name = findings.HEADLINES[0].record
+    folder = root / "book" / "recorded" / name
+    path = opendata.write([_run(0, 4)], folder / "record.nc")
+    path.write_bytes(path.read_bytes()[:3000])
+    monkeypatch.chdir(root)
+    assert findings.main([]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{name}/record.nc is unreadable" in err
+    assert err.endswith(f"restore it with: git checkout -- book/recorded/{name}/record.nc"), err
+    path.unlink()
+    assert findings.main([]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "holds no finished run" in err and f"git checkout -- book/recorded/{name}/record.nc" in err
+
+
+BOOK = __import__("pathlib").Path(__file__).resolve().parent.parent / "book"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_run_refuses_a_timeout_that_is_not_positive(value, monkeypatch, capsys, tmp_path):
+    from itlin.book import run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    assert run.main([str(BOOK / "damping.md"), "out.ipynb", "--timeout", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--timeout must be a positive number of seconds per cell, got {value}" in err, err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="time-out must be a positive number"):
+        run.execute_chapter(BOOK / "damping.md", tmp_path / "out.ipynb", timeout=0)
+
+
+_DYING = """---
+jupytext:
+  formats: md:myst
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# A chapter whose kernel dies, or whose cell runs long
+
+```{code-cell} ipython3
+:tags: [parameters]
+how = "die"
+```
+
+```{code-cell} ipython3
+import os, signal, time
+if how == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+else:
+    time.sleep(120)
+```
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["die", "sleep"])
+def test_a_dead_kernel_or_a_cell_past_its_timeout_is_one_line_naming_the_cell(how, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    chapter = tmp_path / "dying.md"
+    chapter.write_text(_DYING)
+    out = tmp_path / "out.ipynb"
+    env = {**os.environ, "ITLIN_RESULTS": str(tmp_path / "results"),  # this checkout's itlin, wherever it runs
+           "PYTHONPATH": os.pathsep.join([str(BOOK.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    args = [sys.executable, "-m", "itlin.book.run", str(chapter), str(out), "-p", "how", how]
+    done = subprocess.run(args + (["--timeout", "3"] if how == "sleep" else []), capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    err = done.stderr.strip()
+    assert done.returncode == 1 and "\n" not in err, err  # the kernel's own stderr included: nothing else
+    if how == "die":
+        assert err.startswith("error: the kernel died while running code cell 3 (import os, signal, time)"), err
+    else:
+        assert "ran past --timeout 3 s and was interrupted" in err, err
+    assert out.exists()
+
+
 # ------------------------------------------------------------------------------ properties of joins
 @st.composite
 def _join_cases(draw):

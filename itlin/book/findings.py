@@ -20,6 +20,7 @@ pre-registered claim alone at 95% (``alone=True``).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from typing import NamedTuple, Optional, Sequence
 
@@ -467,7 +468,15 @@ def main(argv=None) -> int:
                                 description="Judge every headline claim on its recorded run and print the table.")
     p.add_argument("--full", action="store_true", help="every column (with MyST roles), not the README's short table")
     a = p.parse_args(argv)
-    found = findings()
+    try:
+        found = findings()
+    except KeyboardInterrupt:
+        print("itlin.book.findings: interrupted.", file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as err:  # a damaged or missing record: one line naming it and how to restore it
+        text = str(err).strip()
+        print(f"error: {text.splitlines()[0] if text else type(err).__name__}", file=sys.stderr)
+        return 1
     print(table(found) if a.full else plain_table(found))
     c = counts(found)
     print(f"\n{len(found)} headline claims: {c[V.HOLDS]} hold, {c[V.FAILS]} do not hold, "
