@@ -203,7 +203,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                         warnings.simplefilter("always", RuntimeWarning)
                         other = runner.matching_record(live)
                     for w in seen:  # a damaged record this run does not need: said once, then left out
-                        if str(w.message) not in damaged:
+                        if issubclass(w.category, RuntimeWarning) and str(w.message) not in damaged:
                             damaged.add(str(w.message))
                             print(str(w.message), flush=True)
                     if other is None:
