@@ -253,6 +253,17 @@ def test_opendata_failures_are_one_line_with_exit_2(tmp_path, capsys):
     rc, err = _cli_opendata(capsys, tmp_path / "r", tmp_path / "out")
     assert rc == 2 and "\n" not in err and "damaged or incomplete" in err and "git checkout -- " in err, err
     assert not (tmp_path / "out").exists()
+    # a run of the runner whose arrays do not match the checksum in its record.json
+    from itlin.book import runner
+
+    _register()
+    made = runner.run("issue59_seeds", {"seeds": 2}, results_dir=tmp_path / "results", verbose=False)
+    data = bytearray((made.path / "results.npz").read_bytes())
+    data[len(data) // 2] ^= 1
+    (made.path / "results.npz").write_bytes(bytes(data))
+    rc, err = _cli_opendata(capsys, made.path, tmp_path / "out")
+    assert rc == 2 and "\n" not in err and "does not match the checksum in its record.json" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def _flip_a_byte(path, variable: str):
