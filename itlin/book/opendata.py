@@ -64,7 +64,7 @@ _BITS = "_bits"  # per-example results of a run's meta, moved out of the JSON in
 _SETTING = re.compile(r"(?<![\w.])([A-Za-z_]\w*)=(-?(?:inf|nan|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![\w.])")
 _UNITS = (("seconds", "s"), ("accuracy", "1 (fraction of examples)"),
           ("correct", "packed bits (numpy.packbits along the last axis; 1 = example right)"))
-_SMALL = 8192  # bytes: variables smaller than this are stored contiguous, uncompressed (less overhead)
+_SMALL = 8192  # bytes: variables smaller than this are stored uncompressed (less overhead)
 
 
 def restore_hint(path) -> str:
@@ -556,8 +556,11 @@ def _encoding(ds) -> dict:
     encoding = {}
     for name, v in ds.variables.items():
         if v.dtype.kind in "biuf":
-            encoding[name] = {"_FillValue": None, **({"fletcher32": True} if v.ndim else {}),
-                              **({"zlib": True, "complevel": 9, "shuffle": True} if v.nbytes >= _SMALL and v.ndim else {})}
+            encoding[name] = {"_FillValue": None}
+            if v.ndim:
+                encoding[name]["fletcher32"] = True
+                if v.nbytes >= _SMALL:
+                    encoding[name].update(zlib=True, complevel=9, shuffle=True)
     return encoding
 
 
@@ -637,8 +640,8 @@ def rewrite(path, edit=None) -> Path:
             same = False
         if not same:
             raise ValueError(f"{path}: the rewritten file does not hold the same runs; nothing was changed.")
-        if (tallies is None) != (tallies_in(new) is None) or (
-                tallies is not None and _tally_digest(tallies_in(new)) != _tally_digest(tallies)):
+        got = tallies_in(new)
+        if (got is None) != (tallies is None) or (got is not None and _tally_digest(got) != _tally_digest(tallies)):
             raise ValueError(f"{path}: the rewritten file does not hold the same tallies; nothing was changed.")
         if edit is None:
             with open_(new) as back:
