@@ -20,6 +20,7 @@ pre-registered claim alone at 95% (``alone=True``).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from typing import NamedTuple, Optional, Sequence
 
@@ -915,7 +916,15 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="every row as JSON (id, verdict, gap, half_width, level, "
                                                        "margin, at_margins, why_unresolved, ...)")
     a = p.parse_args(argv)
-    found = findings()
+    try:
+        found = findings()
+    except KeyboardInterrupt:
+        print("itlin.book.findings: interrupted.", file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as err:  # a damaged or missing record: one line naming it and how to restore it
+        text = str(err).strip()
+        print(f"error: {text.splitlines()[0] if text else type(err).__name__}", file=sys.stderr)
+        return 1
     if a.json:
         import json
 

@@ -18,6 +18,13 @@ every run, that a reader needs itlin to make sense of. The runs kept with the bo
   ``record.json`` as JSON.
 * **Compressed** with HDF5's deflate and shuffle filters, which every netCDF-4 reader decodes
   (xarray, netCDF4-python, h5py, ncdump, R, Julia, MATLAB): no plug-in codec.
+* **Checked by any reader**: each array carries HDF5's Fletcher-32 checksum, which those readers
+  verify as they read, so a damaged array is an error, not changed values; itlin's reader names
+  a damaged or missing file and how to restore it (``git checkout -- <path>``) in one line.
+  :func:`rewrite` adds the checksums to a file written before them.
+* **Never lost**: a record file is replaced only when asked (``--force``), and only once its
+  replacement reads back right; parts are joined each once (:func:`join`), and only parts that
+  pool, checked before anything is written.
 * **Exact.** Every array and every field comes back as it was made, with two exceptions: a
   training run's per-step loss (``_fits/<tag>/loss``) longer than :data:`CURVE_POINTS` points is
   kept as the means of equal blocks of it (its ``loss_every`` grows to match: the resolution
@@ -57,7 +64,28 @@ _BITS = "_bits"  # per-example results of a run's meta, moved out of the JSON in
 _SETTING = re.compile(r"(?<![\w.])([A-Za-z_]\w*)=(-?(?:inf|nan|\d+(?:\.\d*)?(?:e[-+]?\d+)?))(?![\w.])")
 _UNITS = (("seconds", "s"), ("accuracy", "1 (fraction of examples)"),
           ("correct", "packed bits (numpy.packbits along the last axis; 1 = example right)"))
-_SMALL = 8192  # bytes: variables smaller than this are stored contiguous, uncompressed (less overhead)
+_SMALL = 8192  # bytes: variables smaller than this are stored uncompressed (less overhead)
+
+
+def restore_hint(path) -> str:
+    """How to get a damaged or missing record file back: ``git checkout -- <path>`` (the path
+    relative to the working directory when it lies under it)."""
+    path = Path(path).absolute()
+    try:
+        path = path.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"restore it with: git checkout -- {path}"
+
+
+def _damaged(path, what: str) -> ValueError:
+    """The one-line error of a record file that cannot be read as it was written."""
+    return ValueError(f"{path} {what}; the file is damaged or incomplete: {restore_hint(path)}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
 class Part(NamedTuple):
@@ -298,21 +326,24 @@ def tallies_in(path) -> Optional[ExampleTallies]:
 
     from .intervals import PairedTally
 
-    with h5py.File(path, "r") as h:
-        if "tally_a_only" not in h:
-            return None
-        field, digest = h.attrs["tally_field"], h.attrs["tally_sha256"]
-        field, digest = (x.decode() if isinstance(x, bytes) else str(x) for x in (field, digest))
-        a_only, b_only, grid = h["tally_a_only"][...], h["tally_b_only"][...], h["tally_seeds"][...]
-        names = [[x.decode() if isinstance(x, bytes) else str(x) for x in h[v][...]]
-                 for v in ("tally_setting_a", "tally_setting_b")]
+    try:
+        with h5py.File(path, "r") as h:
+            if "tally_a_only" not in h:
+                return None
+            field, digest = h.attrs["tally_field"], h.attrs["tally_sha256"]
+            field, digest = (x.decode() if isinstance(x, bytes) else str(x) for x in (field, digest))
+            a_only, b_only, grid = h["tally_a_only"][...], h["tally_b_only"][...], h["tally_seeds"][...]
+            names = [[x.decode() if isinstance(x, bytes) else str(x) for x in h[v][...]]
+                     for v in ("tally_setting_a", "tally_setting_b")]
+    except (OSError, KeyError) as err:
+        raise _damaged(path, f"is unreadable ({_first_line(err)})") from None
     pairs = {}
     for i, (a, b) in enumerate(zip(*names)):
         seeds = tuple(int(s) for s in grid[i] if s >= 0)
         pairs[(a, b)] = (seeds, PairedTally(a_only[i].astype(np.int64), b_only[i].astype(np.int64), len(seeds)))
     out = ExampleTallies(field, pairs)
     if _tally_digest(out) != digest:
-        raise ValueError(f"{path}: its per-example tallies do not match their digest.")
+        raise _damaged(path, "has per-example tallies that do not match their digest")
     return out
 
 
@@ -517,21 +548,50 @@ def _present(members, index, grid) -> np.ndarray:
     return out
 
 
-def write(parts: Sequence[Part], path, tallies: Optional[ExampleTallies] = None) -> Path:
-    """Write ``parts`` (with their ``tallies``, see :func:`tally_parts`) as one netCDF-4 record
-    file at ``path`` (atomically), read it back and check that each part's arrays and record
-    are the ones stored; returns the path."""
-    ds = to_dataset(parts, tallies)
+def _encoding(ds) -> dict:
+    """How each variable is stored: numbers without a fill value; arrays with HDF5's Fletcher-32
+    checksum, which every HDF5 reader (xarray, h5py, netCDF4, ncdump) verifies as it reads, and, from
+    :data:`_SMALL` bytes, deflate and shuffle. (A scalar cannot carry a filter: HDF5 filters need
+    chunked storage; itlin's digests check those and everything else.)"""
     encoding = {}
     for name, v in ds.variables.items():
         if v.dtype.kind in "biuf":
-            big = v.nbytes >= _SMALL
-            encoding[name] = {"_FillValue": None, **({"zlib": True, "complevel": 9, "shuffle": True} if big else {})}
-    path = Path(path)
-    new = path.with_name(path.name + ".new")  # checked before it replaces a file already there
-    data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
-    _io.atomic_write(new, lambda fh: fh.write(bytes(data)))
+            encoding[name] = {"_FillValue": None}
+            if v.ndim:
+                encoding[name]["fletcher32"] = True
+                if v.nbytes >= _SMALL:
+                    encoding[name].update(zlib=True, complevel=9, shuffle=True)
+    return encoding
+
+
+def _put(ds, path: Path, replace: bool, check) -> Path:
+    """Write ``ds`` beside ``path`` (``<name>.new``), ``check(new file)`` it, then move it over
+    ``path``: a file already there stays, untouched, until its replacement reads back right (a
+    failure or an interruption before leaves it as it was, and no ``.new`` file behind)."""
+    if path.exists() and not replace:
+        raise FileExistsError(f"{path} already holds a record; it is replaced only when asked (replace=True, or "
+                              "--force on the command line).")
+    new = path.with_name(path.name + ".new")
+    data = ds.to_netcdf(engine="h5netcdf", encoding=_encoding(ds))
     try:
+        _io.atomic_write(new, lambda fh: fh.write(bytes(data)))
+        check(new)
+    except BaseException:
+        new.unlink(missing_ok=True)
+        raise
+    new.replace(path)
+    return path
+
+
+def write(parts: Sequence[Part], path, tallies: Optional[ExampleTallies] = None, *, replace: bool = False) -> Path:
+    """Write ``parts`` (with their ``tallies``, see :func:`tally_parts`) as one netCDF-4 record
+    file at ``path`` (atomically), read it back and check that each part's arrays and record
+    are the ones stored; returns the path. A file already at ``path`` is replaced only with
+    ``replace=True``, and only once the new one reads back right (:class:`FileExistsError`
+    otherwise)."""
+    ds = to_dataset(parts, tallies)
+
+    def check(new):
         back = read(new)
         expected = [thin_curves(p) for p in parts]
         if tallies is not None and _tally_digest(tallies_in(new)) != _tally_digest(tallies):
@@ -542,11 +602,53 @@ def write(parts: Sequence[Part], path, tallies: Optional[ExampleTallies] = None)
             same = json.dumps(_io.jsonable(want.info), sort_keys=True) == json.dumps(_io.jsonable(got.info), sort_keys=True)
             if not same or want.paths != got.paths or want.name != got.name:
                 raise ValueError(f"{path}: part {want.name!r} does not read back as written.")
-    except Exception:
-        new.unlink(missing_ok=True)
-        raise
-    new.replace(path)
-    return path
+
+    return _put(ds, Path(path), replace, check)
+
+
+def _same_parts(a: Sequence[Part], b: Sequence[Part]) -> bool:
+    """Whether two lists of parts hold the same runs: arrays bit for bit, records, names, digests."""
+    key = lambda p: (p.name, p.paths, json.dumps(_io.jsonable(p.info), sort_keys=True),
+                     json.dumps(_io.jsonable(p.made), sort_keys=True), _io.content_digest(p.arrays, p.paths))
+    return len(a) == len(b) and all(key(x) == key(y) for x, y in zip(a, b))
+
+
+def rewrite(path, edit=None) -> Path:
+    """Re-encode the record file ``path`` as :func:`write` writes one today (each array with HDF5's
+    Fletcher-32 checksum, which plain xarray and h5py readers verify), keeping every value,
+    attribute and itlin digest as it is; returns the path. ``edit(dataset) -> dataset``, if given,
+    changes the :class:`xarray.Dataset` (loaded whole, undecoded) before it is written, e.g. to add
+    attributes; the runs it holds may not change. The file is replaced only once the new one reads
+    back with the same parts (arrays bit for bit, records, digests) and tallies and, without
+    ``edit``, the same dataset (:meth:`xarray.Dataset.identical`); a damaged file is refused."""
+    import xarray as xr
+
+    path = Path(path)
+    before, tallies = read(path), tallies_in(path)
+    open_ = lambda p: xr.open_dataset(p, engine="h5netcdf", mask_and_scale=False, decode_times=False,
+                                      decode_timedelta=False)
+    with open_(path) as ds:
+        ds = ds.load()
+    for v in ds.variables.values():
+        v.encoding = {}
+    new_ds = ds if edit is None else edit(ds.copy())
+
+    def check(new):
+        try:
+            same = _same_parts(before, read(new))
+        except ValueError:  # an edit that changed an array: its digest no longer matches
+            same = False
+        if not same:
+            raise ValueError(f"{path}: the rewritten file does not hold the same runs; nothing was changed.")
+        got = tallies_in(new)
+        if (got is None) != (tallies is None) or (got is not None and _tally_digest(got) != _tally_digest(tallies)):
+            raise ValueError(f"{path}: the rewritten file does not hold the same tallies; nothing was changed.")
+        if edit is None:
+            with open_(new) as back:
+                if not back.load().identical(ds):
+                    raise ValueError(f"{path}: the rewritten file is not the same dataset; nothing was changed.")
+
+    return _put(new_ds, path, True, check)
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -555,51 +657,67 @@ def attributes(path) -> dict:
     without reading its arrays."""
     import h5py
 
-    with h5py.File(path, "r") as h:
-        return {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
-                for k, v in h.attrs.items() if not k.startswith("_")}
+    try:
+        with h5py.File(path, "r") as h:
+            return {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+                    for k, v in h.attrs.items() if not k.startswith("_")}
+    except OSError as err:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path} is missing; {restore_hint(path)}") from None
+        raise _damaged(path, f"is unreadable ({_first_line(err)})") from None
 
 
 def read(path) -> list:
     """Every :class:`Part` of a record file, with its arrays and ``record.json`` as stored; raises
-    ``ValueError`` when the file is not one, or an array does not match its stored digest."""
+    ``FileNotFoundError`` when there is no file, and a one-line ``ValueError`` that says how to
+    restore it when the file is not a record, is damaged (HDF5's checksums or an array that does not
+    match its stored digest) or incomplete."""
     import xarray as xr
 
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; {restore_hint(path)}")
     try:
         ds = xr.open_dataset(path, engine="h5netcdf", mask_and_scale=False, decode_times=False,
                              decode_timedelta=False)
-    except Exception as err:
-        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err})") from err
+    except Exception as err:  # noqa: BLE001 - whatever h5py or xarray make of a damaged file: one line
+        raise _damaged(path, f"is unreadable ({_first_line(err)})") from None
     with ds:
         if ds.attrs.get("itlin_format") != FORMAT:
             raise ValueError(f"{path} is not an itlin record file (no itlin_format {FORMAT!r}).")
-        entries = json.loads(bytes(ds["runs_json"].values).decode("utf-8"))
-        var_of = {ds[v].attrs["key"]: v for v in ds.data_vars if "key" in ds[v].attrs}
-        values = {v: ds[v].values for v in var_of.values()}
-        dims = {v: ds[v].dims for v in var_of.values()}
-        shapes = {v: ds[v + "__shape"].values for v in var_of.values() if v + "__shape" in ds}
-        where = {n: {str(x): i for i, x in enumerate(ds[n].values)} for n in ds.coords if ds[n].dims == (n,)}
+        try:
+            entries = json.loads(bytes(ds["runs_json"].values).decode("utf-8"))
+            var_of = {ds[v].attrs["key"]: v for v in ds.data_vars if "key" in ds[v].attrs}
+            values = {v: ds[v].values for v in var_of.values()}
+            dims = {v: ds[v].dims for v in var_of.values()}
+            shapes = {v: ds[v + "__shape"].values for v in var_of.values() if v + "__shape" in ds}
+            where = {n: {str(x): i for i, x in enumerate(ds[n].values)} for n in ds.coords if ds[n].dims == (n,)}
+        except Exception as err:  # noqa: BLE001 - a checksum (Fletcher-32) or a read that fails: one line
+            raise _damaged(path, f"is unreadable ({_first_line(err)})") from None
     parts = []
     for p, entry in enumerate(entries):
         flat = {}
-        for path_ in entry["paths"]:
-            key = "/".join(path_) if path_ else _io._LEAF
-            template, settings = _template(key)
-            var = var_of[template]
-            if dims[var] and dims[var][0] == "part" and (not settings or settings[0][0] != "part"):
-                settings = (("part", str(p)),) + settings
-            at = tuple(where[n][label] for n, label in settings)
-            a = values[var][at]
-            if var in shapes and np.ndim(shapes[var][at]) == 1:
-                a = a[tuple(slice(0, int(s)) for s in shapes[var][at])]
-            flat[key] = np.array(a)
+        try:
+            for path_ in entry["paths"]:
+                key = "/".join(path_) if path_ else _io._LEAF
+                template, settings = _template(key)
+                var = var_of[template]
+                if dims[var] and dims[var][0] == "part" and (not settings or settings[0][0] != "part"):
+                    settings = (("part", str(p)),) + settings
+                at = tuple(where[n][label] for n, label in settings)
+                a = values[var][at]
+                if var in shapes and np.ndim(shapes[var][at]) == 1:
+                    a = a[tuple(slice(0, int(s)) for s in shapes[var][at])]
+                flat[key] = np.array(a)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise _damaged(path, f"does not hold the arrays its part {p} ({entry.get('name')}) lists "
+                                 f"({_first_line(err)})") from None
         if _io.content_digest(flat, entry["paths"]) != entry["digest"]:
-            raise ValueError(f"{path}: the arrays of part {p} ({entry.get('name')}) do not match their digest.")
+            raise _damaged(path, f"has arrays of part {p} ({entry.get('name')}) that do not match their digest")
         flat, paths, info = _bits_in(flat, entry["paths"], entry["info"])
         made = entry.get("made") or {}
         if "thinned_loss" not in info and made.get("content_digest") not in (None, _io.content_digest(flat, paths)):
-            raise ValueError(f"{path}: part {p} ({entry.get('name')}) differs from the run as it was made.")
+            raise _damaged(path, f"has a part {p} ({entry.get('name')}) that differs from the run as it was made")
         parts.append(Part(flat, paths, info, entry.get("name", ""), made or None))
     return parts
 
@@ -613,8 +731,14 @@ def parts_of(folder) -> list:
     from .store import RECORD_FILE, RESULTS_FILE, _record_problem
 
     folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder; give the results folder of a finished run "
+                                "(results/<experiment>/<hash>) or a record's folder (book/recorded/<name>).")
+    if (folder / FILE).is_file() and (folder / RECORD_FILE).is_file():
+        raise ValueError(f"{folder} holds both a record file ({FILE}) and a run ({RECORD_FILE}); move the run into a "
+                         f"sub-folder of its own ({folder}/<part name>) to join it to the record.")
     has = lambda p: (p / RECORD_FILE).is_file() or (p / FILE).is_file()
-    subs = sorted(p for p in folder.iterdir() if p.is_dir() and has(p)) if folder.is_dir() else []
+    subs = sorted(p for p in folder.iterdir() if p.is_dir() and has(p))
     subs = ([folder] if has(folder) else []) + subs  # a joined file first, then parts still kept one file each
     if not subs:
         raise FileNotFoundError(f"{folder} holds no finished run (need {FILE}, or {RECORD_FILE} and {RESULTS_FILE}, "
@@ -631,32 +755,79 @@ def parts_of(folder) -> list:
         problem = None if info is None else _record_problem(info, sub / RECORD_FILE)
         if info is None or problem:
             raise ValueError(problem or f"{sub / RECORD_FILE} is unreadable")
-        if _io.sha256_file(sub / RESULTS_FILE) != info.get("arrays_sha256"):
-            raise ValueError(f"{sub / RESULTS_FILE} does not match the checksum in its record.json.")
+        if not (sub / RESULTS_FILE).is_file() or _io.sha256_file(sub / RESULTS_FILE) != info.get("arrays_sha256"):
+            raise ValueError(f"{sub / RESULTS_FILE} is missing or does not match the checksum in its record.json; make "
+                             "the run again (or restore the file).")
         flat, paths, _ = _io.load_tree(sub / RESULTS_FILE)
         out.append(Part(flat, paths, info, name))
     return out
 
 
-def convert(source, dest=None, *, tally: bool = False) -> Path:
+def _made(part: Part) -> tuple:
+    """What names a run as it was made, whichever file it is read from: the digests of its arrays
+    and of its record before any thinning or tallying."""
+    if part.made is not None:
+        return part.made.get("content_digest"), part.made.get("record_sha256")
+    return _io.content_digest(part.arrays, part.paths), part.info.get("record_sha256")
+
+
+def join(parts: Sequence[Part]) -> tuple:
+    """``(parts, repeats)``: ``parts`` as one record joins them, each run once (a part that is
+    already there, e.g. left by a join interrupted before it removed the parts' files, is a repeat,
+    not added again), after checking, before anything is written, that they pool
+    (:func:`itlin.book.records.pool_problem`: one experiment and version, the same settings but
+    the seeds, no seed twice) and that no two other parts share a name; a one-line ``ValueError``
+    otherwise."""
+    from .records import pool_problem
+
+    kept, seen, repeats = [], set(), []
+    for part in parts:
+        if _made(part) in seen:
+            repeats.append(part)
+            continue
+        seen.add(_made(part))
+        kept.append(part)
+    names = [p.name for p in kept]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ValueError(f"opendata: two different parts are named {twice!r}; rename one of their folders (or remove "
+                         "the one that is wrong). Nothing was written.")
+    problem = pool_problem([(p.name or "the run", p.info) for p in kept], "join parts")
+    if problem is not None:
+        raise ValueError(f"opendata: {problem} Nothing was written.")
+    return kept, repeats
+
+
+def convert(source, dest=None, *, tally: bool = False, force: bool = False) -> Path:
     """Write the finished runs in ``source`` (see :func:`parts_of`) as ``dest/record.nc``. With no
     ``dest``, in place: the file goes in ``source``, and the files it replaces there
     (``record.json``, ``results.npz``, ``params.json`` and the parts' own ``record.nc``, in it and
     in its parts' folders) are removed once it reads back right; other files (notes) stay.
     ``tally``: keep the runs' per-example results as counts over seeds (:func:`tally_parts`, for
     the experiments in :data:`TALLY_READERS`);
-    a record file that has them keeps them, and tallies the parts joined to it."""
+    a record file that has them keeps them, and tallies the parts joined to it.
+
+    The parts are joined by :func:`join`: each run once, so that a join repeated (after an
+    interruption) gives the same file, and only parts that pool, checked before anything is
+    written. A record file already at ``dest`` is replaced only with ``force`` (in place, the
+    file there is joined to, not replaced); it stays until the new one reads back right."""
     from .store import PARAMS_FILE, RECORD_FILE, RESULTS_FILE
 
     source = Path(source)
-    parts = parts_of(source)
+    target = Path(source if dest is None else dest) / FILE
+    in_place = target.absolute() == (source / FILE).absolute()
+    if target.exists() and not in_place and not force:
+        raise FileExistsError(f"{target} already holds a record; to add these runs to it, convert them into a "
+                              f"sub-folder of its own ({target.parent}/<part name>) and join in place (python -m "
+                              f"itlin.book.opendata {target.parent}); --force replaces it.")
+    parts, repeats = join(parts_of(source))
     tallies = tallies_in(source / FILE) if (source / FILE).is_file() else None
     if tally or tallies is not None:  # a file kept as tallies tallies the parts joined to it
         parts, more = tally_parts(parts)
         tallies = merge_tallies(tallies, more)
-    path = write(parts, Path(source if dest is None else dest) / FILE, tallies)
+    path = write(parts, target, tallies, replace=True)
     if dest is None:
-        for part in parts:
+        for part in parts + repeats:
             if not part.name:
                 for name in (RECORD_FILE, RESULTS_FILE, PARAMS_FILE):
                     (source / name).unlink(missing_ok=True)
@@ -672,8 +843,11 @@ def convert(source, dest=None, *, tally: bool = False) -> Path:
 def main(argv=None) -> int:
     """``python -m itlin.book.opendata SOURCE [DEST]``: convert a folder of finished runs (one run,
     or one sub-folder per part, as the runner's files or record files) into ``DEST/record.nc``
-    (default: in place, see :func:`convert`; a record kept one file per part is joined so)."""
+    (default: in place, see :func:`convert`; a record kept one file per part is joined so).
+    Exit status 0 when written; 2, with a one-line error and no file changed, when refused; 130
+    when interrupted (no file changed, or the join done, to be run again)."""
     import argparse
+    import sys
 
     ap = argparse.ArgumentParser(prog="python -m itlin.book.opendata", description=main.__doc__)
     ap.add_argument("source", help="a results folder of one finished run, or a folder of such folders (parts)")
@@ -681,16 +855,27 @@ def main(argv=None) -> int:
                                             "replacing the runner's files there)")
     ap.add_argument("--tally", action="store_true", help="keep per-example results as counts over seeds, one "
                                                          "pair of settings at a time (for records of many seeds)")
+    ap.add_argument("--force", action="store_true", help="replace a record file already in DEST (it stays until the "
+                                                         "new one reads back right)")
     args = ap.parse_args(argv)
-    path = convert(args.source, args.dest, tally=args.tally)
+    try:
+        path = convert(args.source, args.dest, tally=args.tally, force=args.force)
+        if args.tally and tallies_in(path) is None:
+            print("nothing to tally (no two settings with per-example results share a seed): kept as bits")
+    except KeyboardInterrupt:
+        print("opendata: interrupted; the record file is as it was or completely written: run the same command again "
+              "to finish (a part already joined is not added twice).", file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as err:
+        print(f"error: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", file=sys.stderr)
+        return 2
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
-    if args.tally and tallies_in(path) is None:
-        print("nothing to tally (no two settings with per-example results share a seed): kept as bits")
     return 0
 
 
-__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "TALLY_READERS", "attributes", "convert",
-           "merge_tallies", "parts_of", "read", "tallies_in", "tally_parts", "thin_curves", "to_dataset", "write"]
+__all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "TALLY_READERS", "attributes", "convert", "join",
+           "merge_tallies", "parts_of", "read", "restore_hint", "rewrite", "tallies_in", "tally_parts", "thin_curves",
+           "to_dataset", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -37,6 +37,19 @@ def _resolve(folder) -> Path:
     return folder
 
 
+def _no_run(folder: Path, sub_folders: bool = False) -> FileNotFoundError:
+    """The one-line error of a folder that holds no finished run; for a recorded run kept with the
+    book (its ``record.nc`` deleted), how to restore it."""
+    from . import opendata
+
+    where = ", in it or in its sub-folders" if sub_folders else ""
+    text = f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and {RESULTS_FILE}{where})"
+    root = _source_checkout()
+    if root is not None and (root / "book" / "recorded") in Path(folder).absolute().parents:
+        text += f"; {opendata.restore_hint(Path(folder) / opendata.FILE)}"
+    return FileNotFoundError(text + ".")
+
+
 def _from_file(folder: Path) -> list:
     """The runs of a record file (:mod:`itlin.book.opendata`) in ``folder``, one per part."""
     from . import opendata
@@ -57,8 +70,9 @@ def open_record(folder) -> Record:
     its parameters, version, git commit and device. Those are ``record.nc`` files
     (:mod:`itlin.book.opendata`); the runner's own results are ``record.json`` and
     ``results.npz``. Raises ``FileNotFoundError`` if the folder holds no finished run and
-    ``ValueError`` if its arrays do not match their checksum, or it holds a record made in
-    parts (:func:`open_records` reads those).
+    ``ValueError`` if its file is damaged (unreadable, truncated, or its arrays do not match their
+    checksum), or it holds a record made in parts (:func:`open_records` reads those): one line
+    each, which for a recorded run says how to restore its file (``git checkout -- <path>``).
     """
     from . import opendata
 
@@ -71,8 +85,7 @@ def open_record(folder) -> Record:
     rec_path, res_path = folder / RECORD_FILE, folder / RESULTS_FILE
     info = _io.read_json(rec_path)
     if info is None or not res_path.is_file():
-        raise FileNotFoundError(f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and "
-                                f"{RESULTS_FILE}).")
+        raise _no_run(folder)
     problem = _record_problem(info, rec_path)
     if problem is not None:
         raise ValueError(problem + ".")
@@ -98,8 +111,7 @@ def open_records(name) -> list:
     if (folder / RECORD_FILE).is_file():
         return [open_record(folder)]
     if not subs:
-        raise FileNotFoundError(f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and "
-                                f"{RESULTS_FILE}, in it or in its sub-folders).")
+        raise _no_run(folder, sub_folders=True)
     return [open_record(p) for p in subs]
 
 
@@ -129,26 +141,10 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
     were the same runs; and when two parts share a seed (it would count twice)."""
     if not records:
         raise ValueError("pooled_record: no records to pool.")
+    problem = pool_problem([(str(rec.path), rec.info) for rec in records])
+    if problem is not None:
+        raise ValueError(f"pooled_record: {problem}")
     first = records[0]
-    for rec in records[1:]:
-        if rec.experiment != first.experiment or _major(rec.info.get("version")) != _major(first.info.get("version")):
-            raise ValueError(f"pooled_record: {rec.path} is {rec.experiment} version {_major(rec.info.get('version'))}, "
-                             f"{first.path} is {first.experiment} version {_major(first.info.get('version'))}; "
-                             "pool records of one experiment and version.")
-        a, b = first.meta.get("resolved", {}), rec.meta.get("resolved", {})
-        if not _same_settings(a, b):
-            key = next(k for k in sorted(set(a) | set(b)) if k not in ("seed", "seeds")
-                       and not _same_settings({k: a.get(k)}, {k: b.get(k)}))
-            raise ValueError(f"pooled_record: {rec.path} was made with {key}={b.get(key)!r}, {first.path} with "
-                             f"{key}={a.get(key)!r}; pool records that differ only in their seeds.")
-    seen: dict = {}
-    for rec in records:
-        seeds = seed_range(rec.meta.get("resolved", {}))
-        twice = sorted(set(seeds or ()) & set(seen))
-        if twice:
-            raise ValueError(f"pooled_record: {rec.path} and {seen[twice[0]]} both have seed {twice[0]}; pool records "
-                             "of different seeds.")
-        seen.update(dict.fromkeys(seeds or (), rec.path))
     seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
     machines: dict = {}
     for rec in records:
@@ -165,6 +161,36 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
     return Record(first.experiment, dict(first.params if params is None else params), status, first.path.parent,
                   arrays, paths, info, loaded=True, tallies=tallies)
 
+
+
+def pool_problem(runs: Sequence[tuple], what: str = "pool records") -> Optional[str]:
+    """Why the runs ``[(name, info), ...]`` (``info``: a ``record.json``'s content) cannot be pooled
+    as one record, or ``None`` when they can: one of another experiment or major version than the
+    first, one made with other settings (anything but its seeds), or two that share a seed (it
+    would count twice). :func:`pooled_record` and the joins of :mod:`itlin.book.opendata` (``what``:
+    ``"join parts"``) refuse the same runs, so that every record file made in parts pools."""
+    if not runs:
+        return None
+    (name0, first), resolved = runs[0], lambda info: (info.get("meta") or {}).get("resolved") or {}
+    for name, info in runs[1:]:
+        if info.get("experiment") != first.get("experiment") or _major(info.get("version")) != _major(first.get("version")):
+            return (f"{name} is {info.get('experiment')} version {_major(info.get('version'))}, {name0} is "
+                    f"{first.get('experiment')} version {_major(first.get('version'))}; {what} of one experiment and "
+                    "version.")
+        a, b = resolved(first), resolved(info)
+        if not _same_settings(a, b):
+            key = next(k for k in sorted(set(a) | set(b)) if k not in ("seed", "seeds")
+                       and not _same_settings({k: a.get(k)}, {k: b.get(k)}))
+            return (f"{name} was made with {key}={b.get(key)!r}, {name0} with {key}={a.get(key)!r}; {what} that "
+                    "differ only in their seeds.")
+    seen: dict = {}
+    for name, info in runs:
+        seeds = seed_range(resolved(info))
+        twice = sorted(set(seeds or ()) & set(seen))
+        if twice:
+            return f"{name} and {seen[twice[0]]} both have seed {twice[0]}; {what} of different seeds."
+        seen.update(dict.fromkeys(seeds or (), name))
+    return None
 
 
 # ---------------------------------------------------------------------------------- a record with more seeds
@@ -281,7 +307,9 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
     too), and a list of seeds that contains ``rec``'s; finished, whatever its status (runs that
     diverge are measurements too, e.g. Fig. 4's). The
     one with the most seeds when several match; ``None`` when none does (or there is no source
-    checkout). Chosen on parameters alone, never on results.
+    checkout). Chosen on parameters alone, never on results. A record file too damaged to say
+    its parameters is left out with a ``RuntimeWarning`` naming it and how to restore it; a
+    damaged record that matches raises a one-line ``ValueError`` (:func:`open_record`).
 
     A chapter judges its claims on this record when there is one: the live run repeats some of
     its seeds, and :func:`compare_seeds` says whether the two agree.
@@ -301,7 +329,11 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
     best = None
     for path in sorted({p.parent for name in (RECORD_FILE, opendata.FILE) for p in folder.glob(f"*/{name}")}):
         if (path / opendata.FILE).is_file():
-            attrs = opendata.attributes(path / opendata.FILE)
+            try:
+                attrs = opendata.attributes(path / opendata.FILE)
+            except ValueError as err:  # damaged: said, and left out (it repeats a run or it does not)
+                warnings.warn(f"{err} (left out of the records matched)", RuntimeWarning, stacklevel=2)
+                continue
             if attrs.get("parts") != 1:
                 continue
             info = {"experiment": attrs.get("experiment"), "version": attrs.get("version"),
@@ -553,4 +585,4 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
 
 
 __all__ = ["SeedComparison", "SeedProgress", "compare_seeds", "matching_record", "open_record", "open_records",
-           "pooled_record", "recorded_dir", "recorded_runs", "seed_progress", "seed_range"]
+           "pool_problem", "pooled_record", "recorded_dir", "recorded_runs", "seed_progress", "seed_range"]

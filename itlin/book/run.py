@@ -9,7 +9,10 @@ ignored), and executes it with papermill into ``out.ipynb``. Values are Python l
 (``100``, ``1e-3``, ``"inf"``, ``[1, 10, 100]``, ``True``); anything else is taken as a string.
 A value the experiment rejects (its validation runs before any compute) ends the run with a
 one-line error, exit status 2 and no output notebook; a cell that fails for another reason
-leaves the executed notebook, traceback included, and exits with status 1.
+leaves the executed notebook, traceback included, and exits with status 1, as does a cell that
+runs past ``--timeout`` (seconds, > 0; it is interrupted, and a run in progress saves a
+checkpoint) or a kernel that dies (one line naming the cell it was running). Ctrl-C prints one
+line and exits with status 130, the notebook so far written.
 The notebook runs with the chapter's folder as working directory; experiment results are cached
 under ``$ITLIN_RESULTS`` (see :mod:`itlin.book.runner`), so a re-run with the same parameters loads
 them instead of recomputing.
@@ -21,6 +24,7 @@ import argparse
 import ast
 import dataclasses
 import json
+import logging
 import os
 import re
 import sys
@@ -111,11 +115,16 @@ def execute_chapter(source, output, parameters: Optional[dict] = None, *, kernel
                     timeout: Optional[int] = None, progress: bool = False, cwd=None):
     """Execute the chapter ``source`` (``.md``) with ``parameters`` into the notebook ``output``.
 
-    Raises ``ValueError`` for a parameter the chapter does not have (listing those it has), and
-    papermill's ``PapermillExecutionError`` if a cell fails. Returns the output path.
+    Raises ``ValueError`` for a parameter the chapter does not have (listing those it has) or a
+    ``timeout`` that is not a positive number of seconds, and papermill's
+    ``PapermillExecutionError`` if a cell fails. A cell that runs past ``timeout`` is interrupted
+    (as Ctrl-C in a notebook would: a run in progress saves a checkpoint) and fails with
+    ``KeyboardInterrupt``; a kernel that dies raises nbclient's ``DeadKernelError``. Returns the
+    output path.
     """
     import papermill
 
+    _check_timeout(timeout)
     source, output = Path(source), Path(output)
     nb = _read(source)
     known = chapter_parameters(source)
@@ -127,16 +136,45 @@ def execute_chapter(source, output, parameters: Optional[dict] = None, *, kernel
     kernel = kernel_name or nb.metadata.get("kernelspec", {}).get("name", "python3")
     output = _check_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    # the kernel logs only errors: ipykernel's "Kernel is running over TCP without encryption"
-    # warning (the kernel listens on localhost only) would otherwise open every run's output
+    # the kernel logs nothing but critical errors (KERNEL_ARGUMENTS)
     papermill.execute_notebook(nb, str(output), parameters=parameters, kernel_name=kernel,
                                cwd=str(cwd or source.parent.resolve()), progress_bar=progress,
-                               execution_timeout=timeout, log_output=False, extra_arguments=KERNEL_ARGUMENTS)
+                               execution_timeout=timeout, log_output=False, extra_arguments=KERNEL_ARGUMENTS,
+                               interrupt_on_timeout=True)
     return output
 
 
-#: command-line arguments of the kernel papermill starts: its own log at error level only
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+def _check_timeout(timeout) -> None:
+    """A cell's time-out: ``None`` (none) or a positive number of seconds."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise ValueError(f"the time-out must be a positive number of seconds per cell, got {timeout!r}; leave it out "
+                         "for no time-out.")
+
+
+def _started_cell(output) -> str:
+    """``"code cell 4 (rec = runner.run(...))"``: the last cell the executed notebook ``output``
+    started (papermill notes each cell's start in its metadata), e.g. the one a dead kernel was
+    running."""
+    import nbformat
+
+    try:
+        cells = [c for c in nbformat.read(str(output), as_version=4).cells if c.cell_type == "code"]
+    except Exception:  # noqa: BLE001 - no notebook written: no cell to name
+        return "a cell"
+    started = [i for i, c in enumerate(cells) if (c.get("metadata", {}).get("papermill") or {}).get("start_time")]
+    if not started:
+        return "a cell"
+    code = next((line.strip() for line in cells[started[-1]].source.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")), "")
+    return f"code cell {started[-1] + 1}" + (f" ({code[:60]}{'...' if len(code) > 60 else ''})" if code else "")
+
+
+#: command-line arguments of the kernel papermill starts: its own log at critical level only. Its
+#: warning "Kernel is running over TCP without encryption" (it listens on localhost only) would
+#: otherwise open every run's output, and a kernel shut down in the middle of a cell (Ctrl-C)
+#: logs its closed sockets' traceback; what a cell prints or raises is in the notebook either way
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 # Exceptions that mean "a parameter value is wrong" when a chapter's first experiment call raises them.
@@ -162,11 +200,15 @@ def main(argv=None):
                     help="set a parameter of the chapter (repeatable)")
     ap.add_argument("--parameters-json", help="parameters as a JSON object (merged before -p)")
     ap.add_argument("--kernel", help="Jupyter kernel name (default: the chapter's kernelspec)")
-    ap.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
+    ap.add_argument("--timeout", type=int, default=None, help="seconds per cell, > 0 (default: none); a cell that "
+                                                              "runs longer is interrupted and the run fails")
     ap.add_argument("--list", action="store_true", help="list the chapter's parameters and defaults, then exit")
-    existed = None
+    existed, args = None, None
     try:
         args = ap.parse_args(argv)
+        if args.timeout is not None and args.timeout <= 0:
+            raise _UsageError(f"--timeout must be a positive number of seconds per cell, got {args.timeout}; leave it "
+                              "out for no time-out")
         if args.list:
             for k, v in chapter_parameters(args.chapter).items():
                 print(f"{k} = {v!r}")
@@ -180,8 +222,14 @@ def main(argv=None):
         _check_kernel(args.chapter, args.kernel)
         _check_results_folder()
         existed = Path(args.output).exists()
+        logging.getLogger("papermill").setLevel(logging.CRITICAL)  # each failure is the one line below
         out = execute_chapter(args.chapter, args.output, params, kernel_name=args.kernel, timeout=args.timeout,
                               progress=sys.stderr.isatty())
+    except KeyboardInterrupt:
+        where = f"; the notebook so far is in {args.output}" if existed is not None and Path(args.output).exists() else ""
+        print(f"interrupted{where}; the experiments keep their checkpoints, and the same command resumes from them.",
+              file=sys.stderr)
+        return 130
     except _UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -190,8 +238,17 @@ def main(argv=None):
         return 2
     except Exception as err:  # papermill.PapermillExecutionError: a cell raised
         ename, evalue = getattr(err, "ename", None), getattr(err, "evalue", None)
+        if type(err).__name__ == "DeadKernelError":
+            print(f"error: the kernel died while running {_started_cell(args.output)} of {args.chapter} (out of memory, "
+                  f"or a crash in compiled code); the notebook so far is in {args.output}", file=sys.stderr)
+            return 1
         if ename is None:
             raise
+        if ename == "KeyboardInterrupt" and args.timeout is not None:
+            print(f"error: {args.chapter}: cell {getattr(err, 'exec_count', '?')} ran past --timeout {args.timeout} s "
+                  f"and was interrupted (a run in progress saved a checkpoint); the notebook is in {args.output}",
+                  file=sys.stderr)
+            return 1
         if ename in _PARAMETER_ERRORS:
             # A bad value is caught by the experiment's validation before any compute: say so in
             # one line and leave no half-executed notebook behind.

@@ -145,8 +145,9 @@ class Record:
     @property
     def diverged(self) -> bool:
         """Whether a training run diverged, read from the runs' data (``diverged_at``, or the
-        status ``"diverged"`` of a run that does not name its step), never from status text."""
-        return any(r.get("diverged_at") is not None or r.get("status") == "diverged" for r in self.runs.values())
+        status ``"diverged"`` of a run that does not name its step; an old record's
+        ``"diverged at step N"`` reads as :class:`itlin.History` reads it: see :func:`run_status`)."""
+        return any(run_status(r)[0] == "diverged" for r in self.runs.values())
 
     def tree(self) -> dict:
         """The experiment's results as the nested dict ``run`` returned (numpy arrays)."""
@@ -179,8 +180,8 @@ class Record:
             raise KeyError(f"no training run {tag!r} in {self.experiment}; runs: {', '.join(self.runs) or '(none)'}.")
         arrays = {"/".join(p[2:]): self.arrays["/".join(p)] for p in self._fit_paths().get(tag, ())}
         r = self.runs[tag]
-        return History.from_arrays(arrays, {"status": r["status"], "diverged_at": r.get("diverged_at"),
-                                            "loss_every": r.get("loss_every", 1)})
+        status, at = run_status(r)
+        return History.from_arrays(arrays, {"status": status, "diverged_at": at, "loss_every": r.get("loss_every", 1)})
 
     def _fit_paths(self) -> dict:
         """``{tag: [path, ...]}`` of the training runs' arrays, indexed once: a record of many runs
@@ -202,6 +203,23 @@ class Record:
     def __repr__(self):
         return (f"Record({self.experiment!r}, status={self.status!r}, loaded={self.loaded}, "
                 f"path='{self.path}')")
+
+
+def run_status(summary: Mapping) -> tuple:
+    """``(status, diverged_at)`` of a training run's summary (``Record.runs[tag]``), read the one
+    way :class:`itlin.History` reads it: an old record's status ``"diverged at step 5"`` (with no
+    ``diverged_at``) is ``("diverged", 5)``, a ``diverged_at`` alone makes the run diverged, and
+    any other status is kept as it is.
+
+    >>> run_status({"status": "diverged at step 5"}), run_status({"status": "completed", "diverged_at": None})
+    (('diverged', 5), ('completed', None))
+    """
+    from ..core.history import _parse_status
+
+    status, at = summary.get("status"), summary.get("diverged_at")
+    if str(status).startswith("diverged"):
+        return _parse_status(status, at)
+    return ("diverged", int(at)) if at is not None else (status, None)
 
 
 def _read_record(plan_: Plan) -> tuple:
@@ -321,4 +339,4 @@ def _complete_swap(folder: Path) -> None:
     os.replace(new_rec, folder / RECORD_FILE)
 
 
-__all__ = ["Plan", "Record", "RunLockedError", "record_digest", "results_dir", "run_hash"]
+__all__ = ["Plan", "Record", "RunLockedError", "record_digest", "results_dir", "run_hash", "run_status"]

@@ -11,7 +11,11 @@ of its own (:func:`itlin.book.recheck.recheck`). One line per record on standard
     feature_updates-mnist1d-16seeds: cpu (cpu) vs cpu (cpu), processor ...; not bit-identical; largest per-seed change 0.17 seed-spreads (full.u30); 9 of 9 verdicts unchanged
 
 then a summary line. Progress goes to standard error. Exit status 0 when every verdict is
-unchanged, 1 when one changes, 2 (with a one-line error, before any work) for an unknown chapter.
+unchanged, 1 when one changes or a chapter cannot be checked, 2 (with a one-line error, before
+any work) for an unknown chapter or a path that is not a chapter file of this checkout, 130 (one
+line) when interrupted. A damaged or missing record is one line that names its file and how to
+restore it (``git checkout -- <path>``): one a chapter needs leaves that chapter unchecked, one
+it does not need is reported and left out, and the others go on.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -128,23 +133,46 @@ def line(check: _recheck.Recheck, live: runner.Record) -> str:
 
 def check(pairs: Iterable[tuple], out=None) -> int:
     """Print a line per ``(live run, record)`` pair (:func:`line`) and a summary; 1 when a verdict
-    changes, else 0."""
+    changes or a record cannot be re-checked (a damaged file: one line that says how to restore
+    it), else 0."""
     out = sys.stdout if out is None else out
     t0 = time.perf_counter()
-    n = same = total = identical = 0
+    n = same = total = identical = failed = 0
     for live, other in pairs:
-        r = _recheck.recheck(live, other)
+        try:
+            r = _recheck.recheck(live, other)
+        except (OSError, ValueError) as err:
+            print(f"{other.path.name}: not re-checked: {_one_line(err)}", file=out, flush=True)
+            failed += 1
+            continue
         print(line(r, live), file=out, flush=True)
         n += 1
         same += r.unchanged
         total += r.verdicts
         identical += bool(r.comparison.identical)
     print(f"verify: {n} record{'s' if n != 1 else ''} re-checked, {identical} bit-identical; "
-          f"{same} of {total} verdicts unchanged ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
-    return 0 if same == total else 1
+          f"{same} of {total} verdicts unchanged" + (f"; {failed} not re-checked" if failed else "")
+          + f" ({time.perf_counter() - t0:.0f} s)", file=out, flush=True)
+    return 0 if same == total and not failed else 1
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m itlin.book.verify [chapter ...]``; returns the exit status (130 when interrupted:
+    one line, the runs in progress having saved a checkpoint that the same command resumes from)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("itlin.book.verify: interrupted; a run in progress saved a checkpoint, and the same command resumes "
+              "from it.", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__.strip())
@@ -153,6 +181,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     known, judging = chapters_of_toc(root), judging_chapters(root)
     names = [Path(a).stem for a in argv]
     for a, n in zip(argv, names):
+        if (Path(a).suffix or len(Path(a).parts) > 1) and not (
+                Path(a).is_file() and Path(a).resolve() == (root / "book" / f"{n}.md").resolve()):
+            print(f"itlin.book.verify: {a!r} is not a chapter file of this checkout ({root / 'book'}/<chapter>.md); "
+                  f"give a chapter's name or its file, e.g. {judging[0] if judging else 'damping'}.", file=sys.stderr)
+            return 2
         if n not in judging:
             what = "judges on no recorded run" if n in known else "is not a chapter of _toc.yml"
             print(f"itlin.book.verify: {a!r} {what}; chapters that do: {', '.join(judging)}.", file=sys.stderr)
@@ -160,16 +193,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     chapters = names or judging
     say = lambda text: print(f"[verify] {text}", file=sys.stderr, flush=True)
 
-    def pairs():
-        for chapter in chapters:
-            for live in live_runs(chapter, root, say):
-                other = runner.matching_record(live)
-                if other is None:
-                    say(f"{chapter}: {live.experiment} ({live.path.name}): no recorded run repeats it; nothing to check")
-                    continue
-                yield live, other
+    failed, damaged = [], set()
 
-    return check(pairs())
+    def pairs():  # a chapter or record that cannot be checked (a damaged file) is one line; the rest go on
+        for chapter in chapters:
+            try:
+                for live in live_runs(chapter, root, say):
+                    with warnings.catch_warnings(record=True) as seen:
+                        warnings.simplefilter("always", RuntimeWarning)
+                        other = runner.matching_record(live)
+                    for w in seen:  # a damaged record this run does not need: said once, then left out
+                        if issubclass(w.category, RuntimeWarning) and str(w.message) not in damaged:
+                            damaged.add(str(w.message))
+                            print(str(w.message), flush=True)
+                    if other is None:
+                        say(f"{chapter}: {live.experiment} ({live.path.name}): no recorded run repeats it; nothing to "
+                            "check")
+                        continue
+                    yield live, other
+            except (OSError, ValueError) as err:
+                failed.append(chapter)
+                print(f"{chapter}: not checked: {_one_line(err)}", flush=True)
+
+    status = check(pairs())
+    if failed:
+        print(f"verify: {len(failed)} chapter{'s' if len(failed) != 1 else ''} not checked ({', '.join(failed)})",
+              flush=True)
+    return 1 if failed else status
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _memory
 from ._checks import (check_finite_array, check_float_dtype, check_float_params, check_nonempty, check_real_dtype,
                       check_same_leading, check_scalar, check_steps, output_shape)
 from ._divergence import diverged
@@ -177,6 +178,18 @@ def _check_solve_damping(solve, damping):
                          "give eps0 > 0 (Arbel et al. use 1e-7) or pass solve='eigh'.")
 
 
+def _check_ntk_fn(form, ntk_fn):
+    """``ntk_fn`` is the kernel form's: refuse it where it would be ignored, or is no function."""
+    if ntk_fn is None:
+        return
+    if not callable(ntk_fn):
+        raise TypeError(f"ntk_fn must be a function ntk_fn(params, x) -> K, or None for itlin.ntk; got "
+                        f"{type(ntk_fn).__name__}.")
+    if isinstance(form, PrimalForm):
+        raise ValueError("ntk_fn is used by the kernel form only: PrimalForm() forms J^T H J from the Jacobian and "
+                         "would ignore it; drop ntk_fn or pass form=KernelForm().")
+
+
 def _check_solved(direction, params, solve):
     """After a concrete Cholesky solve from finite parameters: a non-finite direction means the
     damped system was not positive definite (lambda at round-off of a singular kernel); raise
@@ -211,6 +224,29 @@ def _validate(f, params, x, y, loss, hessian, solve):
             raise ValueError("eigmin='inverse_squaring' (InverseSquaring) needs a Hessian c*I (the squared loss, or "
                              f"hessian='identity'); loss {loss.name!r} has per-example Hessian blocks, whose null "
                              "space sigma_min must skip: use eigmin='eigvalsh' (Cholesky(eigmin=Eigvalsh())).")
+    return out_shape
+
+
+_STEP_COUNTER = 2 ** 31 - 1  # DescentState.step is int32
+
+
+def _check_memory(params, out_shape, steps: int, form) -> None:
+    """A run's trace (one loss per step) and the system it solves (``NC x NC``, or ``P x P`` in primal
+    form) against the memory of the device the parameters live on, before anything is allocated
+    (``_memory``: ``$ITLIN_MEMORY_LIMIT`` overrides the limit)."""
+    leaves = jax.tree_util.tree_leaves(params)
+    item = jnp.dtype(jnp.result_type(*leaves)).itemsize
+    n = sum(int(np.prod(np.shape(a))) for a in leaves) if isinstance(form, PrimalForm) else int(np.prod(out_shape))
+    trace, system = steps * item, n * n * item
+
+    def fix(have):
+        if trace >= system:
+            most = min(max(1, int((have - system) // item)), _STEP_COUNTER)
+            return f"run at most {most:,} steps per call, each from the last call's parameters"
+        return f"fit fewer examples (or outputs) at a time: the {n:,} x {n:,} system is solved whole"
+
+    _memory.check(f"gauss_newton_fit ({steps:,} steps' trace of losses, {_memory.size(trace)}, and the {n:,} x {n:,} "
+                  f"system, {_memory.size(system)})", trace + system, fix, _memory.default_device(params))
 
 
 def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reduction: str = "mean", damping=0.0,
@@ -247,7 +283,8 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
       eigmin: the short form of a Cholesky solve's smallest-eigenvalue method, ``"eigvalsh"`` or
         ``"inverse_squaring"`` (with ``solve="cholesky"``; refused with ``"eigh"``, whose
         decomposition gives ``sigma_min``).
-      ntk_fn: optional ``ntk_fn(params, x) -> K`` (a closed form); default :func:`itlin.ntk`.
+      ntk_fn: optional ``ntk_fn(params, x) -> K`` (a closed form) for :class:`KernelForm`; default
+        :func:`itlin.ntk`. Refused with :class:`PrimalForm`, which has no use for it.
 
     Returns:
       ``(direction, GNInfo)``; the step is ``params - learning_rate * direction``. Jitted.
@@ -266,6 +303,7 @@ def gauss_newton_direction(f: Callable, params, x, y, *, loss="squared", reducti
     True
     """
     hessian, form, solve = _strategies(hessian, form, solve, method, eigmin)
+    _check_ntk_fn(form, ntk_fn)
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
     _check_solve_damping(solve, damping)
@@ -532,6 +570,13 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
     parameters and damping values runs a whole sweep as one program. The other keyword
     arguments are those of :func:`gauss_newton_direction`.
 
+    Sizes are checked before anything is allocated: ``steps`` (at most ``2**31 - 1``, the int32
+    step counter) losses of the trace and the solved system (``NC x NC``; ``P x P`` with
+    :class:`PrimalForm`) must fit in the memory of the parameters' device (a GPU's own limit, else
+    the machine's physical memory), or the call is refused with a one-line ValueError that says
+    how many steps a call can take. ``ITLIN_MEMORY_LIMIT`` (bytes, e.g. ``8e9`` or ``8G``; ``inf``
+    for no check) overrides the limit. Under ``vmap`` the check is per run.
+
     Returns ``(params, GNTrace)``.
 
     >>> import jax.numpy as jnp
@@ -549,10 +594,15 @@ def gauss_newton_fit(f: Callable, params, x, y, steps: int, *, learning_rate: fl
             raise ValueError(f"blowup must be a factor > 1 (or None), got {blowup!r}.")
     steps = check_steps("steps", steps)
     hessian, form, solve = _strategies(hessian, form, solve, method, eigmin)
+    _check_ntk_fn(form, ntk_fn)
     loss = get_loss(loss, reduction)
     damping = get_damping(damping)
     _check_solve_damping(solve, damping)
-    _validate(f, params, x, y, loss, hessian, solve)
+    out_shape = _validate(f, params, x, y, loss, hessian, solve)
+    _check_memory(params, out_shape, steps, form)
+    if steps > _STEP_COUNTER:
+        raise ValueError(f"steps = {steps:,} is more than the int32 step counter counts ({_STEP_COUNTER:,}); run at most "
+                         "that many per call, each from the last call's parameters.")
     direction = GaussNewtonDirection(f, x, y, loss=loss, reduction=loss.reduction, damping=damping, hessian=hessian,
                                      form=form, solve=solve, ntk_fn=ntk_fn)
     loop = Descent(direction, learning_rate, Stop(tol=tol, blowup=blowup, floor=1e-30))

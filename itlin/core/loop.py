@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _memory
 from ._checks import (check_finite_array, check_float_params, check_nonempty, check_positive, check_positive_int,
                       check_real_dtype, check_same_leading, check_seed, check_steps, output_shape)
 from ._divergence import diverged
@@ -443,6 +444,23 @@ def _evaluate(trainer: Trainer, state: TrainState, x, y, *, batch_size: int = 50
 
 
 # ---------------------------------------------------------------------------- fit
+#: bytes a number kept in a History's lists takes: an 8-byte list slot and a 24-byte Python float
+_HISTORY_NUMBER = 32
+
+
+def _check_history_memory(steps: int, loss_every: int, eval_every: int, eval_sets: int) -> None:
+    """What :func:`fit`'s History will add over ``steps`` steps (a training loss per ``loss_every``
+    steps, an evaluation of ``3 + 4 * eval_sets`` numbers every ``eval_every`` steps) against the
+    machine's memory."""
+    steps = max(steps, 0)
+    losses, evals = steps // loss_every, steps // eval_every + 2
+    numbers = losses + evals * (3 + 4 * eval_sets)
+    _memory.check(f"fit's History ({losses:,} training losses at loss_every={loss_every:,} and {evals:,} evaluations "
+                  f"at eval_every={eval_every:,})", numbers * _HISTORY_NUMBER,
+                  lambda have: "keep fewer points: raise loss_every and eval_every (by default about 2000 losses and "
+                               "20 evaluations per run), or train in segments (fit again from the returned state)")
+
+
 class FitResult(NamedTuple):
     """The final state and the :class:`History` of :func:`fit`.
 
@@ -491,6 +509,11 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         loss (``None``: only non-finite losses).
       loop, chunk_size: see :func:`device_loop` and ``itlin.core.loop.CHUNK``.
 
+    The History's size is checked before any step: its losses and evaluations (32 bytes a number)
+    must fit in the machine's memory, or the call is refused with a one-line ValueError naming
+    ``loss_every`` and ``eval_every``; ``ITLIN_MEMORY_LIMIT`` (bytes, e.g. ``8e9`` or ``8G``;
+    ``inf`` for no check) overrides the limit.
+
     Returns:
       :class:`FitResult`. A divergence at step ``s`` (the first step whose loss was not finite,
       or blew up) stops the run with ``history.status == "diverged"`` and
@@ -527,6 +550,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
         check_positive_int("loss_every", loss_every, none_means="about 2000 points per run")
     if history is None:
         history = History(loss_every=int(loss_every or max(1, steps // 2000)))
+    _check_history_memory(steps - int(state.step), history.loss_every, eval_every, len(eval_sets))
     t0 = time.perf_counter() - (history.evals.get("seconds", [0.0]) or [0.0])[-1]
     r = _Runner(trainer, x, y, batch_size=batch_size, seed=seed, loop=loop, chunk_size=chunk_size, batches=batches)
 

@@ -41,6 +41,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import _memory
 from ._checks import check_positive_int
 
 #: the environment variables :func:`init_distributed` reads for an explicit set of processes
@@ -236,6 +237,35 @@ def _pad(a, n):
     return np.concatenate([a, np.repeat(a[-1:], n - a.shape[0], axis=0)], axis=0)
 
 
+def _check_sizes(fn, leaves, tree, g: int, per_dev: int, sharding) -> None:
+    """The outputs of a sweep, from their shapes alone (``eval_shape`` of the program that runs it:
+    its trace is reused when it runs), against the memory of a device (a program's ``per_dev``
+    points, inputs and outputs) and of the host (every point's outputs, gathered), before anything
+    is placed or compiled."""
+    piece = per_dev * sharding.mesh.size
+    spec = jax.tree_util.tree_unflatten(tree, [
+        jax.ShapeDtypeStruct((piece,) + a.shape[1:], jax.dtypes.canonicalize_dtype(a.dtype), sharding=sharding)
+        for a in leaves])
+    out = _vmapped.eval_shape(fn, sharding, spec)
+    nbytes = lambda t: sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize
+                           for s in jax.tree_util.tree_leaves(t)) // piece
+    out_point, in_point = nbytes(out), nbytes(spec)
+    one = out_point + in_point
+
+    def per_device(have):
+        if one > have:
+            return f"one point's inputs and outputs alone take {_memory.size(one)}: return less per point"
+        return f"pass chunk={max(1, int(have // one))} (points per device per program) or less"
+
+    k = lambda have: max(1, int(have // max(out_point, 1)))
+    _memory.check(f"sweep's outputs ({g:,} points, {_memory.size(out_point)} each, gathered on the host)", g * out_point,
+                  lambda have: f"sweep slices of the grid of at most {k(have):,} points each (e.g. jax.tree_util.tree_map("
+                               f"lambda a: a[i:i + {k(have)}], grid)) and keep each slice's results before the next",
+                  None)
+    _memory.check(f"sweep ({per_dev:,} points per device, {_memory.size(one)} of inputs and outputs each)",
+                  per_dev * one, per_device, sharding.mesh.devices.flat[0])
+
+
 @partial(jax.jit, static_argnums=(0, 1))
 def _vmapped(fn, sharding, points):
     """``jax.vmap(fn)`` on each device's own block of points, as one program over the mesh.
@@ -264,7 +294,15 @@ def sweep(fn: Callable, grid, *, mesh: Optional[Mesh] = None, chunk: Optional[in
     same grid (checked) and gets the whole result.
 
     Returns ``fn``'s output tree of numpy arrays with a leading axis of ``G``, the same in every
-    process. ``mesh`` defaults to :func:`sweep_mesh` (every device). With JAX's 64-bit mode off,
+    process. ``mesh`` defaults to :func:`sweep_mesh` (every device).
+
+    Sizes are checked before anything is placed or compiled, from the outputs' shapes
+    (``jax.eval_shape`` of one point): a program's points on one device (their inputs and
+    outputs) must fit in that device's memory (a GPU's own limit, else the machine's physical
+    memory), and every point's outputs in the host's, or the call is refused with a one-line
+    ValueError that says which ``chunk`` (or which slices of the grid) would fit.
+    ``ITLIN_MEMORY_LIMIT`` (bytes, e.g. ``8e9`` or ``8G``; ``inf`` for no check) overrides the
+    limit. Memory ``fn`` uses inside a point is not counted. With JAX's 64-bit mode off,
     a 64-bit leaf whose values do not fit in 32 bits (an int64 beyond int32, a float64 beyond
     float32's range) is refused rather than silently truncated.
 
@@ -294,6 +332,8 @@ def sweep(fn: Callable, grid, *, mesh: Optional[Mesh] = None, chunk: Optional[in
     except TypeError:
         raise TypeError(f"fn must be hashable (a function, not an unhashable {type(fn).__name__} instance); "
                         "wrap it: sweep(lambda p: fn(p), grid)") from None
+
+    _check_sizes(fn, leaves, tree, g, per_dev, sharding)
 
     multi = len({d.process_index for d in mesh.devices.flat}) > 1
     if multi:

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ... import verdicts as V
+from ...store import run_status
 from ._setup import correct_of
 
 def as_K(value) -> float:
@@ -44,13 +45,14 @@ def run_summary(rec, tag: str) -> dict:
     """
     h = rec.history(tag)
     r = rec.runs[tag]
+    status, diverged_at = run_status(r)  # an old record's "diverged at step N" as every reader reads it
     return {
         "tag": tag,
         "steps": int(r["steps"]),
         "target_steps": int(r.get("target_steps", r["steps"])),
         "updates": int(r["feature_updates"]),
-        "status": r["status"] if r.get("diverged_at") is None else f"diverged at step {r['diverged_at']}",
-        "diverged_at": r.get("diverged_at"),
+        "status": status if diverged_at is None else f"diverged at step {diverged_at}",
+        "diverged_at": diverged_at,
         "test": final(h, "test/accuracy_lin"),
         "test_net": final(h, "test/accuracy"),
         "train": final(h, "train/accuracy_lin"),
