@@ -34,9 +34,23 @@ def _quintic():
     return figures.quintic_demo(rec, live_steps=20)
 
 
+def _feature_updates():
+    from itlin.book import render
+    from itlin.book.chapters import feature_updates as C
+    from itlin.book.figures import feature_updates as figures
+
+    records = {}
+    for name, folder in (("MNIST-1D", "feature_updates-mnist1d-16seeds"),
+                         ("Fashion-MNIST", "feature_updates-fashion-256-lr3e-3-10seeds")):
+        rec = runner.open_record(folder)
+        records[name] = (rec, C.rows(rec), render.judge(rec))
+    return figures.updates_demo(records)
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
     "iterative_linearisation": _quintic,
+    "feature_updates": _feature_updates,
 }
 
 
