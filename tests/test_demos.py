@@ -47,10 +47,17 @@ def _feature_updates():
     return figures.updates_demo(records)
 
 
+def _arbel_setting():
+    from itlin.book.figures import arbel as figures
+
+    return figures.init_step_demo(runner.open_record("arbel_init-48seeds"))
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
     "iterative_linearisation": _quintic,
     "feature_updates": _feature_updates,
+    "arbel_setting": _arbel_setting,
 }
 
 
