@@ -53,11 +53,18 @@ def _arbel_setting():
     return figures.init_step_demo(runner.open_record("arbel_init-48seeds"))
 
 
+def _ntk_eigenfunctions():
+    from itlin.book.figures import ortiz as figures
+
+    return figures.eigenfunction_demo(runner.open_record("ortiz_eigenfunctions-mnist1d-28seeds"))
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
     "iterative_linearisation": _quintic,
     "feature_updates": _feature_updates,
     "arbel_setting": _arbel_setting,
+    "ntk_eigenfunctions": _ntk_eigenfunctions,
 }
 
 
