@@ -59,12 +59,23 @@ def _ntk_eigenfunctions():
     return figures.eigenfunction_demo(runner.open_record("ortiz_eigenfunctions-mnist1d-28seeds"))
 
 
+def _adaptive_schedules():
+    from itlin.book import render
+    from itlin.book.experiments.main import adaptive_schedules as ad
+    from itlin.book.figures import main as figures
+
+    rec = runner.open_record("adaptive_schedules-mnist1d-36seeds")
+    rows = ad.rows(rec)
+    return figures.adaptive_demo(rec, rows, seeds=1, verdicts=render.judge(rec))  # trains the others on one seed
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
     "iterative_linearisation": _quintic,
     "feature_updates": _feature_updates,
     "arbel_setting": _arbel_setting,
     "ntk_eigenfunctions": _ntk_eigenfunctions,
+    "adaptive_schedules": _adaptive_schedules,
 }
 
 
