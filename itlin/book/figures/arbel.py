@@ -227,7 +227,8 @@ def init_step_setting(rec, tau0: float, lr: float, *, chosen=None, ylims=None):
                 seg = [np.column_stack([x, row]) for row in tr[key][which]]
                 a.add_collection(LineCollection(seg, colors=[light], linewidths=0.6, linestyles=ls,
                                                 label="one seed" if key == "test" and ls == "-" else None))
-        a.plot(x, log_band(tr[key], axis=0)[0], color=c, lw=2.2, label="GN, geometric mean over seeds" if key == "test" else None)
+        a.plot(x, log_band(tr[key], axis=0)[0], color=c, lw=2.2,
+               label="GN, geometric mean over seeds" if key == "test" else None)
     lf = log_band(tr["lrfit"], axis=0)
     ax.plot(x, lf[0], color="#67001f", lw=1.8, ls="--", label="GN Test-LRfit (features alone)")
     ax.fill_between(x, lf[1], lf[2], color="#67001f", alpha=0.15, lw=0)
@@ -275,8 +276,8 @@ def init_step_demo(rec):
              "wcd": (0.0, 1.05 * float(np.nanmax(np.where(np.isfinite(wcd), wcd, np.nan))))}
     best = EI.arrays(rec)["best"]["gn"]  # per tau0, the step chosen on validation
     # the arrays a frame reads, read from the record once
-    rec = {k: np.asarray(rec[k]) for k in ("tau0", "rf_test", *(f"gn/{k}" for k in ("lr", "ends", "test", "lrfit",
-                                                                                       "wcd", "diverged", "converged")))}
+    keys = ("tau0", "rf_test", *(f"gn/{k}" for k in ("lr", "ends", "test", "lrfit", "wcd", "diverged", "converged")))
+    rec = {k: np.asarray(rec[k]) for k in keys}
 
 
     def compute(tau0, lr):

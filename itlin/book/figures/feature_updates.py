@@ -101,8 +101,8 @@ def seed_gaps(rows_, u: int, sweep: str = "full") -> dict:
 
 
 def _dataset_limits(rows_, sweep: str) -> tuple:
-    """Shared limits of one record's frames: the per-seed gaps (points) and the test accuracy during
-    training (%, every completed run), so that moving ``u`` leaves the axes in place."""
+    """The gap axis's limits, shared by one record's frames (so that moving ``u`` leaves it in place):
+    around every seed's gap at every ``u``, in points, and zero."""
     gaps = [100 * g for u, _, _ in curve(rows_, sweep) for g in seed_gaps(rows_, u, sweep).values()]
     lo, hi = min(gaps + [0.0]), max(gaps + [0.0])
     pad = 0.08 * (hi - lo or 1.0)
@@ -170,7 +170,8 @@ def updates_setting(rec, rows_, verdicts, u: int, *, name: str, sweep: str = "fu
 
     left = len({int(r["seed"]) for r in group}) - len(g)
     text = (f"{name}, {u} feature update{'s' if u != 1 else ''} ({K_label(K)}): test accuracy minus K=1 "
-            f"{v.gap_text()} ({100 * v.level:.3g}% interval: the claim's level after the correction for several claims); within ±{100 * margin:g} points of K=1: {v.verdict}"
+            f"{v.gap_text()} ({100 * v.level:.3g}% interval: the claim's level after the correction for several "
+            f"claims); within ±{100 * margin:g} points of K=1: {v.verdict}"
             + (f"; {left} seed{'s' if left != 1 else ''} left out (a run diverged)" if left else ""))
     table = [{"claim": w.claim, "gap": w.gap_text(), "verdict": w.verdict}
              for w in verdicts if w.id in (f"{sweep}.u{u}", f"{sweep}.suffices_u{u}")]
@@ -204,7 +205,8 @@ def updates_demo(records, *, sweep: str = "full", default_u: int = 2):
         accs = np.concatenate([100 * rec.history(r["tag"]).eval_array("test/accuracy_lin")
                                for r in select(rows_, sweep=sweep) if r["status"] == "completed"])
         lo, hi = np.nanmin(accs), np.nanmax(accs)
-        limits[name] = (_dataset_limits(rows_, sweep), (max(0.0, lo - 0.05 * (hi - lo)), min(100.0, hi + 0.05 * (hi - lo))))
+        pad = 0.05 * (hi - lo)
+        limits[name] = (_dataset_limits(rows_, sweep), (max(0.0, lo - pad), min(100.0, hi + pad)))
 
     def compute(u, dataset):
         rec, rows_, verdicts = records[dataset]

@@ -595,8 +595,8 @@ def adaptive_demo(rec, rows, *, seeds: int, verdicts=None, loss_rtols=DEMO_LOSS_
     from ..widgets import Demo, Knob
 
     have = [(f, v) for f, v in ad.settings_of(rows) if f != "fixed"]
-    grid = sorted(set(have) | {("loss", float(v)) for v in loss_rtols} | {("kernel", float(v)) for v in kernel_thresholds},
-                  key=lambda k: (ad.FAMILIES.index(k[0]), k[1]))
+    grid = set(have) | {("loss", float(v)) for v in loss_rtols} | {("kernel", float(v)) for v in kernel_thresholds}
+    grid = sorted(grid, key=lambda k: (ad.FAMILIES.index(k[0]), k[1]))
     missing = [k for k in grid if k not in have]
     first = sorted({int(r["seed"]) for r in rows if r["group"] == "frontier"})[:int(seeds)]
     if missing and not first:
