@@ -559,9 +559,9 @@ def adaptive_setting(rows, family: str, value: float, *, n_test: int, verdicts=N
         ax.set_xlim(*xlim)
     if ylim is not None:
         ax.set_ylim(*ylim)
-    ax.set_title(f"{name}, threshold {value:g}: " + (f"trained for this demo ({len(all_runs)} seeds)"
-                                                     if here else f"the record's {len(all_runs)} seeds"),
-                 fontsize=10.5, loc="left")
+    which = f"seed {all_runs[0]['seed']}" if len(all_runs) == 1 else f"{len(all_runs)} seeds"
+    ax.set_title(f"{name}, threshold {value:g}: " + (f"trained for this demo ({which})" if here else
+                                                     f"the record's {which}"), fontsize=10.5, loc="left")
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=9, frameon=False)
 
@@ -581,7 +581,7 @@ def adaptive_setting(rows, family: str, value: float, *, n_test: int, verdicts=N
     return View(fig, text="; ".join(p for p in parts if p) + ".")
 
 
-def adaptive_demo(rec, rows, *, seeds: int, verdicts=None, loss_rtols=DEMO_LOSS_RTOLS,
+def adaptive_demo(rec, rows, *, seeds: int = 1, verdicts=None, loss_rtols=DEMO_LOSS_RTOLS,
                   kernel_thresholds=DEMO_KERNEL_THRESHOLDS):
     """The adaptive-schedules chapter's demo: one knob, the drift schedule's threshold (loss drift's
     ``rtol``, then kernel drift's threshold), over ``loss_rtols`` and ``kernel_thresholds`` and the
@@ -589,7 +589,9 @@ def adaptive_demo(rec, rows, *, seeds: int, verdicts=None, loss_rtols=DEMO_LOSS_
     adaptive_schedules.rows`) holds is drawn from all its seeds; one it lacks is trained when the demo
     is built, on the record's first ``seeds`` seeds, with the record's settings
     (:class:`~itlin.book.experiments.main.adaptive_schedules.FrontierRuns`), and drawn against the
-    record's fixed-K runs. ``verdicts``: the chapter's, whose frontier claims the record's frames quote."""
+    record's fixed-K runs of the same seeds. ``verdicts``: the chapter's, whose frontier claims the
+    record's frames quote. Training costs one compilation and then a run per seed and threshold,
+    which the book's build pays for every frame: one seed (the default) keeps it short."""
     from ..experiments.main import _setup as S
     from ..experiments.main import adaptive_schedules as ad
     from ..widgets import Demo, Knob
