@@ -292,3 +292,29 @@ def test_tiny_scale_returns_what_the_chapter_needs(tiny):
     for fig in (figures.adaptive_frontier(tiny), figures.adaptive_timing(tiny), figures.adaptive_stability(tiny)):
         assert len(fig.axes) >= 1
         plt.close(fig)
+
+
+@pytest.mark.slow
+def test_frontier_runs_trained_on_demand_are_the_records_runs(tiny):
+    """FrontierRuns (the demo's thresholds that a record lacks) trains as the experiment does: at the
+    record's own setting it gives the record's runs, relinearisations and accuracies included; at
+    another threshold its rows are read the way the record's are (a run's updates are its relinearisations)."""
+    rows = ad.rows(tiny)
+    runs = ad.FrontierRuns(tiny)
+    rtol = float(ad.SCALES["tiny"]["loss_rtols"][0])
+    again = runs.rows("loss", rtol, [0, 1])
+    for row in again:
+        (rec_row,) = [r for r in rows if r["group"] == "frontier" and r["family"] == "loss" and r["value"] == rtol
+                      and r["seed"] == row["seed"]]
+        assert row["trained_here"] and row["status"] == rec_row["status"]
+        assert (row["updates"], row["relin_steps"], row["steps"]) == (rec_row["updates"], rec_row["relin_steps"],
+                                                                      rec_row["steps"])
+        assert row["test"] == rec_row["test"] and row["cost"] == rec_row["cost"]
+    assert runs.rows("loss", rtol, [1])[0] is again[1]  # cached: not trained twice
+    other = runs.rows("kernel", 0.05, [0])[0]
+    assert other["updates"] == len(other["relin_steps"]) and other["family"] == "kernel" and other["value"] == 0.05
+    mixed = rows + [other]
+    seeds, a, b, outside, dropped, *_ = ad.matched(mixed, "kernel", 0.05)  # against seed 0's fixed-K curve
+    assert dropped == 0 and len(seeds) + outside == 1 and a == ([other["test"]] if seeds else [])
+    with pytest.raises(ValueError, match="family is 'loss' or 'kernel'"):
+        runs.rows("fixed", 10, [0])

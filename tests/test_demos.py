@@ -75,6 +75,41 @@ def _k_sweeps():
     return figures.fig2_demo(runner.open_record("fig2_k_sweep-mnist1d-10seeds"))  # the record the chapter judges on
 
 
+def _feature_updates():
+    from itlin.book import render
+    from itlin.book.chapters import feature_updates as C
+    from itlin.book.figures import feature_updates as figures
+
+    records = {}
+    for name, folder in (("MNIST-1D", "feature_updates-mnist1d-16seeds"),
+                         ("Fashion-MNIST", "feature_updates-fashion-256-lr3e-3-10seeds")):
+        rec = runner.open_record(folder)
+        records[name] = (rec, C.rows(rec), render.judge(rec))
+    return figures.updates_demo(records)
+
+
+def _arbel_setting():
+    from itlin.book.figures import arbel as figures
+
+    return figures.init_step_demo(runner.open_record("arbel_init-48seeds"))
+
+
+def _ntk_eigenfunctions():
+    from itlin.book.figures import ortiz as figures
+
+    return figures.eigenfunction_demo(runner.open_record("ortiz_eigenfunctions-mnist1d-28seeds"))
+
+
+def _adaptive_schedules():
+    from itlin.book import render
+    from itlin.book.experiments.main import adaptive_schedules as ad
+    from itlin.book.figures import main as figures
+
+    rec = runner.open_record("adaptive_schedules-mnist1d-36seeds")
+    rows = ad.rows(rec)
+    return figures.adaptive_demo(rec, rows, verdicts=render.judge(rec))  # trains the others on its first seed
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
     "damping": _damping,
@@ -82,6 +117,10 @@ DEMOS = {
     "gradient_flow": _gradient_flow,
     "iterative_linearisation": _quintic,
     "k_sweeps": _k_sweeps,
+    "feature_updates": _feature_updates,
+    "arbel_setting": _arbel_setting,
+    "ntk_eigenfunctions": _ntk_eigenfunctions,
+    "adaptive_schedules": _adaptive_schedules,
 }
 
 

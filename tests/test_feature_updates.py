@@ -181,3 +181,20 @@ def test_a_complete_planned_record_reads_its_interval_in_points(monkeypatch):
     mean, half = map(float, re.search(r"(-?\d+\.\d) ± (\d+\.\d) points", text).groups())
     lo, hi = map(float, re.search(r"between (\d+\.\d) and (\d+\.\d) points below", text).groups())
     assert abs(-mean - half - lo) <= 0.11 and abs(-mean + half - hi) <= 0.11, text
+
+
+def test_the_demos_per_seed_gaps_are_the_pairs_the_claims_average():
+    """The demo's dots (figures.feature_updates.seed_gaps) pair each seed's run with K=1 of that seed,
+    leave out a seed whose run diverged, and average to the verdict's gap (computed by gap_verdict)."""
+    from itlin.book.figures import feature_updates as F
+
+    rows = _rows({2: [0.04, -0.04, 0.03, -0.03, 0.01], 8: [0.001, -0.001, 0.0, 0.002, -0.002]})
+    next(r for r in rows if r["K"] == FU.period(8, 400) and r["seed"] == 3).update(status="diverged at step 100")
+    vs = V.Verdicts(FU.judge_rows(rows, n_test=100_000, margin=0.02))
+    g2, g8 = F.seed_gaps(rows, 2), F.seed_gaps(rows, 8)
+    assert list(g2) == [0, 1, 2, 3, 4] and list(g8) == [0, 1, 2, 4]
+    assert g2 == pytest.approx(dict(enumerate([0.04, -0.04, 0.03, -0.03, 0.01])), abs=1e-12)
+    assert sum(g2.values()) / 5 == pytest.approx(vs["full.u2"].mean, abs=1e-12)
+    assert sum(g8.values()) / 4 == pytest.approx(vs["full.u8"].mean, abs=1e-12) and vs["full.u8"].dropped == 1
+    with pytest.raises(KeyError, match="no run with 4 feature updates"):
+        F.seed_gaps(rows, 4)

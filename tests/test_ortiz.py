@@ -618,3 +618,27 @@ def test_link_test_claims_get_the_paired_noise_of_one_test_set():
     lenet["link"]["K=70"]["test_correct"] = _bits(accK, n, np.random.default_rng(5))
     v = oc.judge_link(res, "lenet", Ks, n_test=n)[3]
     assert v.verdict == H and v.gap.test_half < 0.005
+
+
+def test_the_demos_gap_at_one_target_pairs_the_seeds_where_both_models_ran():
+    """figures.ortiz.target_gaps (the demo's right panel): at one target, linearised minus network
+    over the seeds where both are finite (a NaN, a diverged run, is left out and counted), its seed
+    interval Student's t over those differences."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    S, js = 7, [1, 4, 16]
+    net = 0.8 + 0.02 * rng.normal(size=(S, len(js)))
+    lin = net + 0.01 + 0.005 * rng.normal(size=(S, len(js)))
+    lin[2, 1] = np.nan
+    res = _acc_result(net, lin)
+    out = figures.target_gaps(res, 1, n_val=10 ** 9)
+    assert list(out) == [("lenet", "sgd")]
+    a_net, a_lin, v = out[("lenet", "sgd")]
+    np.testing.assert_array_equal(a_net, net[:, 1])
+    d = np.delete(lin[:, 1] - net[:, 1], 2)
+    assert v.dropped == 1 and v.gap.n == S - 1
+    assert v.mean == pytest.approx(d.mean(), abs=1e-12)
+    assert v.gap.seed_half == pytest.approx(stats.t.ppf(0.975, S - 2) * d.std(ddof=1) / np.sqrt(S - 1), rel=1e-9)
+    labels = figures.target_gaps(res, len(js), n_val=10 ** 9)[("lenet", "sgd")][2]  # the last column: own labels
+    assert labels.mean == pytest.approx(0.6 - 0.7, abs=1e-12)

@@ -2,7 +2,8 @@
 
 Each takes the arrays an experiment's ``arrays`` returns (:func:`itlin.book.experiments.arbel.
 _arbel.lr_arrays` for the step-size sweeps) and draws the geometric mean over seeds with its 95%
-interval (a band), GN in red, GD in blue, random features (RF) in grey.
+interval (a band), GN in red, GD in blue, random features (RF) in grey. :func:`init_step_demo` is
+the chapter's demo over the initial scale and GN's step size (one frame: :func:`init_step_setting`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import LineCollection
 
 from ...metrics import log_slopes
 from ..experiments.arbel import _arbel as A
@@ -190,5 +192,101 @@ def damping(rec):
     return fig
 
 
-__all__ = ["COLOURS", "METRIC_LABELS", "damping", "init_final", "init_sigma", "log_band", "samples", "steps_final",
-           "steps_trajectories", "width"]
+# ------------------------------------------------------------------------------ the demo
+def _limits(values, pad: float = 0.15) -> tuple:
+    """Log-axis limits around every finite positive value, padded by ``pad`` decades."""
+    lv = A.log10(values)
+    lv = lv[np.isfinite(lv)]
+    return 10 ** (lv.min() - pad), 10 ** (lv.max() + pad)
+
+
+def init_step_setting(rec, tau0: float, lr: float, *, chosen=None, ylims=None):
+    """One frame of :func:`init_step_demo`: GN at initial scale ``tau0`` and step ``lr`` (their
+    units) along training, from every seed of an ``arbel_init`` record ``rec`` (or a dict of its
+    arrays by name). Left: the test loss
+    of each seed (thin) and its geometric mean (bold), Test-LRfit's geometric mean with its 95%
+    interval (dashed), RF's test loss (grey, with its interval). Right: the weighted cosine distance
+    to the teacher (Eq. 9) of each seed and its geometric mean. A diverged seed is drawn dotted.
+    ``ylims``: ``{"loss": (lo, hi), "wcd": (lo, hi)}`` shared by the frames; ``chosen``: GN's step
+    chosen on validation at this ``tau0``, named in the text. Returns a
+    :class:`~itlin.book.widgets.View` with the final values as its text."""
+    from ..widgets import View
+
+    lrs, taus = np.asarray(rec["gn/lr"], float), np.asarray(rec["tau0"], float)
+    i, g = A.at(lrs, lr), A.at(taus, tau0)
+    x = np.asarray(rec["gn/ends"]) + 1
+    tr = {k: np.asarray(rec[f"gn/{k}"], np.float64)[i, g] for k in ("test", "lrfit", "wcd")}  # (S, T)
+    div = np.asarray(rec["gn/diverged"], bool)[i, g]
+    rf = log_band(np.asarray(rec["rf_test"], np.float64)[g][None])
+    c = COLOURS["gn"]
+    light = tuple(1 - 0.3 * (1 - ch) for ch in plt.matplotlib.colors.to_rgb(c))  # opaque: frames stay small PNGs
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 4.2))
+    for a, key in ((ax, "test"), (bx, "wcd")):
+        for which, ls in ((~div, "-"), (div, ":")):  # every seed a thin line (one artist per style)
+            if which.any():
+                seg = [np.column_stack([x, row]) for row in tr[key][which]]
+                a.add_collection(LineCollection(seg, colors=[light], linewidths=0.6, linestyles=ls,
+                                                label="one seed" if key == "test" and ls == "-" else None))
+        a.plot(x, log_band(tr[key], axis=0)[0], color=c, lw=2.2,
+               label="GN, geometric mean over seeds" if key == "test" else None)
+    lf = log_band(tr["lrfit"], axis=0)
+    ax.plot(x, lf[0], color="#67001f", lw=1.8, ls="--", label="GN Test-LRfit (features alone)")
+    ax.fill_between(x, lf[1], lf[2], color="#67001f", alpha=0.15, lw=0)
+    ax.axhspan(rf[1][0], rf[2][0], color=COLOURS["rf"], alpha=0.2, lw=0)
+    ax.axhline(rf[0][0], color=COLOURS["rf"], lw=1.3, ls="-.", label="RF test loss (initial features)")
+    _loglog(ax, "test loss")
+    bx.set_xscale("log")
+    plain = plt.FuncFormatter(lambda v, _: f"{v:g}")  # 0.01 rather than 10^-2: no mathtext to lay out per frame
+    for axis in (ax.xaxis, ax.yaxis, bx.xaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plt.NullFormatter())
+    bx.set_title("alignment with the teacher: WCD (Eq. 9)", fontsize=10.5)
+    for a, key in ((ax, "loss"), (bx, "wcd")):
+        a.set_xlabel("GN steps + 1")
+        if ylims is not None:
+            a.set_ylim(*ylims[key])
+    bx.set_ylabel("WCD (0: aligned)")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, frameon=False)
+
+    n, conv = tr["test"].shape[0], int(np.asarray(rec["gn/converged"], bool)[i, g].sum())
+    fin = lambda key: A.geo(tr[key][:, -1])
+    text = (f"τ0 = {A.fmt_lr(tau0)}, GN step λ = {A.fmt_lr(lr)} (their units"
+            + (f"; at this τ0 the step chosen on validation is λ = {A.fmt_lr(chosen)}" if chosen is not None else "")
+            + f"). At the end, geometric mean over {n} seeds: test loss {fin('test')}, "
+            f"Test-LRfit {fin('lrfit')}, RF {A.geo(np.asarray(rec['rf_test'], np.float64)[g])}; WCD {fin('wcd')} "
+            f"(at initialisation {A.geo(tr['wcd'][:, 0])}). {conv} of {n} seeds reached the stopping loss"
+            + (f"; {int(div.sum())} diverged." if div.any() else "."))
+    return View(fig, text=text)
+
+
+def init_step_demo(rec):
+    """The chapter's demo: knobs ``tau0`` (the initial scale) and ``lr`` (GN's step size, their
+    units), over the grid of an ``arbel_init`` record ``rec``; each frame is
+    :func:`init_step_setting` on that record's seeds, with the axes shared between frames."""
+    from ..experiments.arbel import arbel_init as EI
+    from ..widgets import Demo, Knob
+
+    taus = [float(t) for t in np.asarray(rec["tau0"], float)]
+    lrs = [float(v) for v in np.asarray(rec["gn/lr"], float)]
+    tests = [np.asarray(rec[f"gn/{k}"], np.float64) for k in ("test", "lrfit")] + [np.asarray(rec["rf_test"])]
+    wcd = np.asarray(rec["gn/wcd"], np.float64)
+    ylims = {"loss": _limits(np.concatenate([t.ravel() for t in tests])),
+             "wcd": (0.0, 1.05 * float(np.nanmax(np.where(np.isfinite(wcd), wcd, np.nan))))}
+    best = EI.arrays(rec)["best"]["gn"]  # per tau0, the step chosen on validation
+    # the arrays a frame reads, read from the record once
+    keys = ("tau0", "rf_test", *(f"gn/{k}" for k in ("lr", "ends", "test", "lrfit", "wcd", "diverged", "converged")))
+    rec = {k: np.asarray(rec[k]) for k in keys}
+
+
+    def compute(tau0, lr):
+        return init_step_setting(rec, tau0, lr, chosen=lrs[best[A.at(taus, tau0)]], ylims=ylims)
+
+    return Demo([Knob("tau0", taus, default=taus[0], label="initial scale τ0", labels=[A.fmt_lr(t) for t in taus]),
+                 Knob("lr", lrs, default=lrs[len(lrs) // 2], label="GN step λ", labels=[A.fmt_lr(v) for v in lrs])],
+                compute, title="GN from each initial scale and step size: test loss and alignment with the teacher")
+
+
+__all__ = ["COLOURS", "METRIC_LABELS", "damping", "init_final", "init_sigma", "init_step_demo", "init_step_setting",
+           "log_band", "samples", "steps_final", "steps_trajectories", "width"]

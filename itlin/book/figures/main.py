@@ -22,6 +22,7 @@ from ..experiments.main import fig2_k_sweep as _fig2
 from ..experiments.main import fig4_resnet as _fig4
 from ..experiments.main import fig5_data_scaling as _fig5
 from ..experiments.main import fig8_adam as _fig8
+from ..intervals import fmt_gap
 from ..labels import K_label, legend_label
 from ..plotting import COLUMN_WIDTH, colours, relin_marks, seed_band, shared_legend, update_axis
 from ..verdicts import seed_interval
@@ -574,4 +575,128 @@ def adaptive_stability(rec):
     return fig
 
 
-__all__ = ["FIG9_DEMO_COLUMNS", "LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_frontier", "adaptive_stability", "adaptive_timing", "fig2", "fig2_demo", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_demo", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]
+# ------------------------------------------------------------------------------ the adaptive-schedules demo
+#: the drift thresholds of the demo besides the record's: part of the paper scale's grids, within a
+#: factor of about three of the default scale's one tolerance each
+DEMO_LOSS_RTOLS = (0.01, 0.03, 0.1)
+DEMO_KERNEL_THRESHOLDS = (0.1, 0.3, 0.6)
+
+
+def adaptive_setting(rows, family: str, value: float, *, n_test: int, verdicts=None, xlim=None, ylim=None):
+    """One frame of :func:`adaptive_demo`: feature updates against final test accuracy (the model
+    being trained) for the drift schedule ``family`` at threshold ``value``: its runs, one dot per
+    seed, with their mean, beside the fixed periods' curve (black, labelled by K) and the other drift
+    settings' means (faint), all over the seeds of the chosen setting (so that they compare paired);
+    95% intervals on both axes from three seeds up. The text gives its feature updates, its accuracy and its paired gap
+    to the fixed-K curve at the same number of updates (:func:`~itlin.book.experiments.main.
+    adaptive_schedules.matched`), and the chapter's verdict when ``verdicts`` judge this setting."""
+    from ..experiments.main import adaptive_schedules as ad
+    from ..intervals import fmt_mean, paired_gap
+    from ..widgets import View
+
+    def mean_half(values):
+        m, h = seed_interval(values)
+        return m, (h if math.isfinite(h) else 0.0)
+
+    all_runs = R.select(rows, group="frontier", family=family, value=value)
+    shown = {r["seed"] for r in all_runs}  # every curve and mean over the seeds of this setting: paired
+
+    def points(fam, val):
+        return [r for r in R.select(rows, group="frontier", family=fam, value=val)
+                if r["status"] == "completed" and r["seed"] in shown]
+
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 4.9))
+    fixed = [(K, points("fixed", K)) for fam, K in ad.settings_of(rows) if fam == "fixed"]
+    fx = [(K, mean_half([1 + r["updates"] for r in g]), mean_half([r["test"] for r in g])) for K, g in fixed if g]
+    bars = len(shown) >= 3  # Student's t over one or two seeds spans the axes: the text gives the intervals
+    ax.errorbar([p[1][0] for p in fx], [100 * p[2][0] for p in fx], xerr=[p[1][1] for p in fx] if bars else None,
+                yerr=[100 * p[2][1] for p in fx] if bars else None, color="black", marker="o", ms=4, capsize=2,
+                lw=1.2, label="fixed K, mean over the same seeds")
+    for K, (mx, _), (my, _) in fx:
+        ax.annotate(K_label(K), (mx, 100 * my), textcoords="offset points", xytext=(4, -12), fontsize=9)
+    for fam, val in ad.settings_of(rows):
+        g = points(fam, val)
+        if fam == "fixed" or (fam, val) == (family, value) or {r["seed"] for r in g} != shown:
+            continue  # a setting run on other seeds (trained for the demo on fewer) is not compared here
+        colour, marker, _ = _FAMILY_STYLE[fam]
+        ax.plot(np.mean([1 + r["updates"] for r in g]), 100 * np.mean([r["test"] for r in g]), marker, ms=6,
+                mfc="none", mec=colour, alpha=0.5)
+    colour, marker, name = _FAMILY_STYLE[family]
+    g = points(family, value)
+    here = bool(all_runs) and all(r.get("trained_here") for r in all_runs)
+    if g:
+        jitter = np.exp(np.random.default_rng(len(g)).uniform(-0.04, 0.04, len(g)))
+        ax.scatter([(1 + r["updates"]) * j for r, j in zip(g, jitter)], [100 * r["test"] for r in g], s=16,
+                   color=colour, alpha=0.45, lw=0, zorder=3, label=f"{name}, one seed")
+        (mx, hx), (my, hy) = mean_half([1 + r["updates"] for r in g]), mean_half([r["test"] for r in g])
+        ax.errorbar([mx], [100 * my], xerr=[hx] if bars else None, yerr=[100 * hy] if bars else None, fmt=marker,
+                    ms=8, color=colour, mec="k", capsize=3, lw=1.6, zorder=4,
+                    label=f"{ad.value_label(family, value)}, mean" + (" and 95% intervals" if bars else ""))
+    ax.plot([], [], "o", mfc="none", mec="0.5", label="other thresholds, mean over the same seeds")
+    ax.set(xscale="log", xlabel="1 + feature updates (log scale)", ylabel="test accuracy (%)")
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    which = f"seed {all_runs[0]['seed']}" if len(all_runs) == 1 else f"{len(all_runs)} seeds"
+    ax.set_title(f"{name}, threshold {value:g}: " + (f"trained for this demo ({which})" if here else
+                                                     f"the record's {which}"), fontsize=10.5, loc="left")
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=9, frameon=False)
+
+    seeds, a, b, outside, dropped, ea, eb = ad.matched(rows, family, value, axis="updates")
+    gap = paired_gap(a, b, n_test=n_test, examples=None if ea is None else (ea, eb))
+    parts = [f"{ad.value_label(family, value)}: " + ("trained for this demo with the record's settings, not part of it"
+                                                      if here else "the record's runs"),
+             f"feature updates {fmt_mean([r['updates'] for r in g], 1, '', 1)}" if g else "no run completed",
+             f"test accuracy {fmt_mean([r['test'] for r in g])}" if g else "",
+             f"minus the fixed-K curve at the same number of updates: {fmt_gap(gap)}" if seeds else
+             "no seed within the fixed-K range of updates"]
+    if dropped or outside:
+        parts.append(f"{dropped} seed(s) diverged, {outside} outside the fixed-K range")
+    vid = f"frontier.{family}{value:g}.updates"
+    if verdicts is not None and vid in verdicts.ids and not here:
+        parts.append(f"the chapter's claim, within the margin of the fixed-K curve: {verdicts[vid].verdict}")
+    return View(fig, text="; ".join(p for p in parts if p) + ".")
+
+
+def adaptive_demo(rec, rows, *, seeds: int = 1, verdicts=None, loss_rtols=DEMO_LOSS_RTOLS,
+                  kernel_thresholds=DEMO_KERNEL_THRESHOLDS):
+    """The adaptive-schedules chapter's demo: one knob, the drift schedule's threshold (loss drift's
+    ``rtol``, then kernel drift's threshold), over ``loss_rtols`` and ``kernel_thresholds`` and the
+    record's own. A threshold the record ``rec`` (with ``rows``, :func:`~itlin.book.experiments.main.
+    adaptive_schedules.rows`) holds is drawn from all its seeds; one it lacks is trained when the demo
+    is built, on the record's first ``seeds`` seeds, with the record's settings
+    (:class:`~itlin.book.experiments.main.adaptive_schedules.FrontierRuns`), and drawn against the
+    record's fixed-K runs of the same seeds. ``verdicts``: the chapter's, whose frontier claims the
+    record's frames quote. Training costs one compilation and then a run per seed and threshold,
+    which the book's build pays for every frame: one seed (the default) keeps it short."""
+    from ..experiments.main import _setup as S
+    from ..experiments.main import adaptive_schedules as ad
+    from ..widgets import Demo, Knob
+
+    have = [(f, v) for f, v in ad.settings_of(rows) if f != "fixed"]
+    grid = set(have) | {("loss", float(v)) for v in loss_rtols} | {("kernel", float(v)) for v in kernel_thresholds}
+    grid = sorted(grid, key=lambda k: (ad.FAMILIES.index(k[0]), k[1]))
+    missing = [k for k in grid if k not in have]
+    first = sorted({int(r["seed"]) for r in rows if r["group"] == "frontier"})[:int(seeds)]
+    if missing and not first:
+        raise ValueError("the record has no frontier seeds to train the missing thresholds on.")
+    trained = ad.FrontierRuns(rec)
+    new = [row for fam, val in missing for row in trained.rows(fam, val, first)]  # trained once, here
+    all_rows = list(rows) + new
+    n_test = S.n_test_judged(rec.meta["resolved"])
+    done = [r for r in all_rows if r["group"] == "frontier" and r["status"] == "completed"]
+    ups, accs = [1 + r["updates"] for r in done], [100 * r["test"] for r in done]
+    xlim, ylim = (min(ups) / 1.3, max(ups) * 1.3), (min(accs) - 2, max(accs) + 2)
+
+    def compute(threshold):
+        family, value = threshold
+        return adaptive_setting(all_rows, family, value, n_test=n_test, verdicts=verdicts, xlim=xlim, ylim=ylim)
+
+    labels = [ad.value_label(f, v) for f, v in grid]
+    return Demo(Knob("threshold", grid, default=have[0] if have else grid[0], label="drift threshold", labels=labels),
+                compute, title="Adaptive schedules: feature updates used against accuracy, threshold by threshold")
+
+
+__all__ = ["DEMO_KERNEL_THRESHOLDS", "DEMO_LOSS_RTOLS", "FIG9_DEMO_COLUMNS", "LIVE_KS", "LIVE_LEARNING_RATES", "adaptive_demo", "adaptive_frontier", "adaptive_setting", "adaptive_stability", "adaptive_timing", "fig2", "fig2_demo", "fig3", "fig4", "fig5", "fig6", "fig7", "fig7_distances", "fig8", "fig9", "fig9_compare", "fig9_demo", "fig9_functions", "fig9_training", "kernel_movement", "quintic_caption", "quintic_demo", "quintic_loss_limits", "quintic_setting"]

@@ -1,7 +1,9 @@
 """Figures of the Ortiz-Jimenez et al. experiments: NTK eigenfunctions as targets
 (:mod:`~itlin.book.experiments.ortiz.ortiz_eigenfunctions`) and energy concentration
 (:mod:`~itlin.book.experiments.ortiz.ortiz_concentration`), and the table of what their NTK Gram
-matrices cost. Bands and error bars are 95% intervals over seeds (initialisations)."""
+matrices cost. Bands and error bars are 95% intervals over seeds (initialisations).
+:func:`eigenfunction_demo` is the chapter's demo over the eigenfunction index (one frame:
+:func:`eigenfunction_setting`)."""
 
 from __future__ import annotations
 
@@ -308,4 +310,104 @@ def cost_rows(rec, paper_n: int, paper_params: Mapping, grams: Optional[Mapping]
     return out
 
 
-__all__ = ["accuracy", "cost_rows", "energy", "gap", "hardness", "link", "paper_num_params", "spectrum", "spikes"]
+# ------------------------------------------------------------------------------ the demo
+def target_gaps(res, column: int, n_val: int) -> dict:
+    """Per ``(model, optimiser)`` of an eigenfunctions record's tree ``res`` with both variants:
+    ``(network, linear, gap)`` at target ``column`` (of ``val_acc``; the last column is the
+    dataset's own labels): the two models' validation accuracies per seed and the
+    :class:`~itlin.book.verdicts.Gap` of linearised minus network, paired over the seeds where
+    both are finite, with the validation set's paired noise where the record keeps which inputs
+    each run got right."""
+    out = {}
+    for name in res["models"]:
+        for opt in oe.present(res, name):
+            if not all(f"{opt}_{v}" in res["models"][name] for v in oe.VARIANTS):
+                continue
+            net, lin = (oe._acc(res, name, f"{opt}_{v}")[:, column] for v in oe.VARIANTS)
+            c = [oe._correct(res, name, f"{opt}_{v}", n_val) for v in oe.VARIANTS]
+            examples = None if any(x is None for x in c) else (c[1][:, column], c[0][:, column])
+            v = C.gap_claim("demo", "", "", lin, net, n_test=n_val, examples=examples)
+            out[(name, opt)] = (net, lin, v)
+    return out
+
+
+def eigenfunction_setting(res, column: int, *, n_val: int, title: str, margin: float = oe.CLEAR_MARGIN):
+    """One frame of :func:`eigenfunction_demo`: the network against its linearised model on one
+    target (``column`` of the record's ``val_acc``). Left: each seed's validation accuracy, network
+    (blue) and linearised (orange) side by side per model and optimiser, a seed's two runs joined by
+    a grey line, with the mean and its 95% interval over seeds. Right: the gap (linearised minus
+    network, points) with its 95% interval (seeds and validation noise), the ``margin`` of "clearly
+    ahead" dashed. Returns a :class:`~itlin.book.widgets.View` with a table of the numbers."""
+    from ..widgets import View
+
+    groups = target_gaps(res, column, n_val)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 4.0), gridspec_kw={"width_ratios": [2.1, 1]})
+    rng = np.random.default_rng(column)
+    rows, labels = [], []
+    for g, ((name, opt), (net, lin, v)) in enumerate(groups.items()):
+        x0, x1 = 3 * g, 3 * g + 1
+        ok = np.isfinite(net) & np.isfinite(lin)
+        jit = rng.uniform(-0.12, 0.12, net.size)
+        ax.plot(np.vstack([x0 + jit, x1 + jit])[:, ok], 100 * np.vstack([net, lin])[:, ok], color="0.7", lw=0.5,
+                zorder=1)
+        for x, acc, variant in ((x0, net, "network"), (x1, lin, "linear")):
+            fin = acc[np.isfinite(acc)]
+            ax.scatter(x + jit[np.isfinite(acc)], 100 * fin, s=12, color=COLOURS[variant], alpha=0.55, lw=0, zorder=2,
+                       label=("network" if variant == "network" else "linearised") + ", one seed" if g == 0 else None)
+            m, h = seed_interval(fin)
+            ax.errorbar([x + 0.38], [100 * m], yerr=[100 * h if math.isfinite(h) else 0.0], fmt="D", ms=5,
+                        color=COLOURS[variant], mec="k", capsize=3, lw=1.5, zorder=3,
+                        label="mean, 95% interval" if g == 0 and variant == "linear" else None)
+        labels.append(f"{C.LABELS.get(name, name)}\n{opt.upper()}")
+        bx.errorbar([100 * v.mean], [g], xerr=[100 * v.half], fmt="o", color="k", capsize=3, lw=1.5)
+        rows.append({"model": C.LABELS.get(name, name), "optimiser": opt.upper(),
+                     "network": C.fmt_finite(net), "linearised": C.fmt_finite(lin),
+                     "linearised − network": v.gap_text() + (f", {v.dropped} seed(s) left out" if v.dropped else "")})
+    ax.axhline(50, color="0.6", lw=0.8, ls=":", label="chance")
+    ax.set_xticks([3 * g + 0.5 for g in range(len(groups))], labels)
+    ax.set_ylim(30, 102)
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title(f"{title}: each seed", fontsize=10.5, loc="left")
+    bx.axvline(0, color="0.4", lw=0.8)
+    bx.axvline(100 * margin, color="0.3", lw=1.0, ls="--", label=f"clearly ahead: {100 * margin:g} points")
+    bx.set_yticks(range(len(groups)), labels)
+    bx.set_ylim(len(groups) - 0.5, -0.5)
+    bx.set_xlabel("linearised − network (points)")
+    bx.set_title("gap (95% interval)", fontsize=10.5)
+    handles, names = ax.get_legend_handles_labels()
+    h2, n2 = bx.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles + h2, names + n2, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    return View(fig, table=rows)
+
+
+def eigenfunction_demo(rec):
+    """The chapter's demo: one knob, the target, over the record's eigenfunction indices ``j`` and,
+    last, the dataset's own labels; each frame is :func:`eigenfunction_setting` on every seed of
+    the eigenfunctions record ``rec``, the gap axis shared by the frames (around every frame's
+    interval and the margin)."""
+    from ..widgets import Demo, Knob
+
+    res = rec.tree()
+    js = [int(j) for j in np.asarray(res["eigen_indices"])]
+    n_val = int(rec.meta["resolved"]["n_val"])
+    values = js + ["labels"]
+    column = {**{j: i for i, j in enumerate(js)}, "labels": len(js)}
+    ends = [100 * x for c in column.values() for *_, v in target_gaps(res, c, n_val).values()
+            for x in (v.mean - v.half, v.mean + v.half) if math.isfinite(x)] + [0.0, 100 * oe.CLEAR_MARGIN]
+    pad = 0.08 * (max(ends) - min(ends))
+    gap_limits = (min(ends) - pad, max(ends) + pad)
+
+    def compute(target):
+        title = "the dataset's own labels" if target == "labels" else f"eigenfunction j = {target}"
+        view = eigenfunction_setting(res, column[target], n_val=n_val, title=title)
+        view.figure.axes[1].set_xlim(*gap_limits)
+        return view
+
+    return Demo(Knob("target", values, default=js[len(js) // 2], label="eigenfunction index j",
+                     labels=[str(j) for j in js] + ["own labels"]),
+                compute, title="The network against its linearised model, target by target")
+
+
+__all__ = ["accuracy", "cost_rows", "eigenfunction_demo", "eigenfunction_setting", "energy", "gap", "hardness", "link",
+           "paper_num_params", "spectrum", "spikes", "target_gaps"]

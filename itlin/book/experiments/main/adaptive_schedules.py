@@ -183,14 +183,22 @@ def run_cost(family: str, steps: int, updates: int, r: Mapping, flops: Mapping) 
     return {"train": float(train), "checks": float(checks), "total": float(train + checks), "n_checks": n}
 
 
-def run(params: AdaptiveParams, ctx):
+def frontier_trainer(setup, r: Mapping):
+    """``(trainer, probe)``: the one trainer of every run of resolved parameters ``r`` on ``setup``
+    (:func:`schedule_in_state`; its probe, the first ``probe_size`` training inputs)."""
     from ....core.train import iterative_linearisation
 
-    setup = S.prepare(params)
-    steps, probe = params.steps, setup.x[: params.probe_size]
+    probe = setup.x[: int(r["probe_size"])]
     trainer = iterative_linearisation(setup.model, optimizer(), schedule_in_state(
-        setup.model.bind(setup.model_state), probe, loss_check_every=params.loss_check_every,
-        kernel_check_every=params.kernel_check_every))
+        setup.model.bind(setup.model_state), probe, loss_check_every=int(r["loss_check_every"]),
+        kernel_check_every=int(r["kernel_check_every"])))
+    return trainer, probe
+
+
+def run(params: AdaptiveParams, ctx):
+    setup = S.prepare(params)
+    steps = params.steps
+    trainer, probe = frontier_trainer(setup, params)
     seeds, runs = S.seed_list(params), {}
     inits = {s: (setup.params, setup.model_state) if s == params.seed else S.init_params(setup.model, setup.x, s)
              for s in seeds}
@@ -238,6 +246,54 @@ def rows(rec) -> list:
                    correct=S.correct_of(info))
         out.append(dict(row, cost=run_cost(row["family"], row["steps"], row["updates"], r, flops)))
     return out
+
+
+class FrontierRuns:
+    """Frontier runs at settings a record ``rec`` lacks, trained on demand with everything else as
+    the record made them (data, model, initialisations, learning rate, momentum, steps, checks and
+    the final test set); :meth:`rows` gives them as :func:`rows` gives the record's (group
+    ``"frontier"``, plus ``trained_here``). The data, model and trainer are built on the first call,
+    and the trainer compiles once for every setting. Retraining a setting the record holds gives
+    the record's runs (up to the machine's last bits)."""
+
+    def __init__(self, rec):
+        self.r = dict(rec.meta["resolved"])
+        self.flops = {k: float(v) for k, v in rec["flops"].items()}
+        self._setup = self._trainer = None
+        self._rows = {}
+
+    def rows(self, family: str, value: float, seeds) -> list:
+        """The runs of ``family`` (``"loss"`` or ``"kernel"``) at ``value`` for ``seeds``, cached."""
+        from ....core.loop import fit
+
+        if family not in ("loss", "kernel"):
+            raise ValueError(f"family is 'loss' or 'kernel' (a fixed K is a record's own setting), got {family!r}.")
+        r = self.r
+        if self._setup is None:
+            self._setup = S.prepare(r)
+            self._trainer, _ = frontier_trainer(self._setup, r)
+        setup, trainer, out = self._setup, self._trainer, []
+        for s in seeds:
+            key = (family, float(value), int(s))
+            if key not in self._rows:
+                init = (setup.params, setup.model_state) if int(s) == int(r["seed"]) else \
+                    S.init_params(setup.model, setup.x, int(s))
+                res = fit(trainer, start(trainer, *init, family, float(value), r["learning_rate"], r["momentum"],
+                                         r["steps"]), setup.x, setup.y, int(r["steps"]), eval_sets=setup.evals,
+                          eval_every=int(r["eval_every"]), seed=int(s), blowup=float(r["blowup"]))
+                h, done = res.history, res.history.status == "completed"
+                final = S.final_metrics(trainer, res.state, setup.final) if done and setup.final is not None else {}
+                row = {"group": "frontier", "family": family, "value": float(value), "seed": int(s),
+                       "learning_rate": float(r["learning_rate"]), "momentum": float(r["momentum"]),
+                       "steps": int(res.state.step), "updates": int(res.state.feature_updates),
+                       "status": "completed" if done else h.describe(), "diverged_at": h.diverged_at,
+                       "relin_steps": list(h.relin_steps), "trained_here": True,
+                       "test": float(final.get("final_test", R.final(h, "test/accuracy_lin"))),
+                       "correct": S.correct_of(final) if final else None}
+                row["cost"] = run_cost(family, row["steps"], row["updates"], r, self.flops)
+                self._rows[key] = row
+            out.append(self._rows[key])
+        return out
 
 
 def settings_of(rows_, group: str = "frontier") -> list:
@@ -336,6 +392,6 @@ def summary(rec) -> list:
 
 EXPERIMENT = register(Experiment(NAME, AdaptiveParams, run, version="2", summary=summary, claims=claims))
 
-__all__ = ["AdaptiveParams", "AdaptiveState", "EXPERIMENT", "FAMILIES", "MODES", "NAME", "PREVENTS", "SCALES",
-           "claims", "cost_flops", "judge_rows", "matched", "optimizer", "rows",
+__all__ = ["AdaptiveParams", "AdaptiveState", "EXPERIMENT", "FAMILIES", "FrontierRuns", "MODES", "NAME", "PREVENTS",
+           "SCALES", "claims", "cost_flops", "frontier_trainer", "judge_rows", "matched", "optimizer", "rows",
            "run", "run_cost", "schedule_in_state", "settings_of", "start", "summary", "value_label"]
