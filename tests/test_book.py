@@ -238,7 +238,7 @@ def test_in_a_browser_every_demo_moves_its_figure_and_no_page_logs_a_script_erro
 
 
 #: the fewest pages whose demo moves a figure (issue 57)
-MIN_DEMO_PAGES = 2
+MIN_DEMO_PAGES = 10
 
 
 @pytest.mark.slow

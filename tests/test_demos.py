@@ -110,8 +110,15 @@ def _adaptive_schedules():
     return figures.adaptive_demo(rec, rows, verdicts=render.judge(rec))  # trains the others on its first seed
 
 
+def _findings():
+    from itlin.book import findings as F
+
+    return F.margin_demo(F.findings(F.HEADLINES[:6]))  # six rows of the page, from their records
+
+
 #: chapter -> a function that builds its demo at the test's scale
 DEMOS = {
+    "findings": _findings,
     "damping": _damping,
     "gauss_newton": _gauss_newton,
     "gradient_flow": _gradient_flow,
@@ -140,3 +147,11 @@ def test_each_knob_of_each_live_demo_changes_what_is_shown_within_seconds(chapte
         assert "Error" not in box.status.value, box.status.value
         assert (bytes(box.image.value), box.table.value) != before, f"{chapter}: moving {knob.name} changed nothing"
         assert took < UPDATE_SECONDS, f"{chapter}: moving {knob.name} took {took:.1f} s"
+
+
+def test_every_chapter_with_a_demo_is_moved_here():
+    from pathlib import Path
+
+    from itlin.book.live import chapters_with_demos
+
+    assert set(chapters_with_demos(Path(__file__).resolve().parents[1])) == set(DEMOS)
