@@ -154,4 +154,8 @@ def test_every_chapter_with_a_demo_is_moved_here():
 
     from itlin.book.live import chapters_with_demos
 
-    assert set(chapters_with_demos(Path(__file__).resolve().parents[1])) == set(DEMOS)
+    root = Path(__file__).resolve().parents[1]
+    assert set(chapters_with_demos(root)) == set(DEMOS)
+    readme = (root / "README.md").read_text()
+    demos = readme[readme.index("**Demos you can move.**"):].split("\n\n")[0]
+    assert all(f"`{c}`" in demos for c in DEMOS), "README's list of demos differs from the chapters'"
