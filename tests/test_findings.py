@@ -130,6 +130,50 @@ def test_counts_and_synthesis_on_constructed_findings():
     assert "exploratory" == plans.kind_of_test("rec", "c")
 
 
+def test_the_json_rows_give_the_gap_its_half_width_and_the_verdict_at_each_margin():
+    import json
+    import math
+
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)  # noqa: E731
+    found = [_finding("a", F.MAIN, g(-0.015, 0.01)), _finding("t", F.MAIN, g(-0.015, 0.003), tolerance=0.01),
+             _finding("one", F.MAIN, V.Gap(0.01, math.inf, 1, math.inf, 0.0))]
+    rows = json.loads(json.dumps(F.as_json(found), allow_nan=False))
+    assert [r["id"] for r in rows] == ["a", "t", "one"]
+    a = rows[0]
+    assert a["verdict"] == found[0].verdict.verdict == V.UNRESOLVED and a["rule"] == "not_worse"
+    assert (a["gap"], a["half_width"], a["level"], a["margin"]) == (-0.015, 0.01, V.LEVEL, 0.02)
+    assert a["at_margins"] == {"0.0": V.FAILS, "0.01": V.UNRESOLVED, "0.02": V.UNRESOLVED, "0.04": V.HOLDS}
+    assert rows[1]["at_margins"] == {"0.0": V.FAILS, "0.01": V.FAILS, "0.02": V.HOLDS}  # and the paper's tolerance
+    assert rows[2]["gap"] == 0.01 and rows[2]["half_width"] is None  # one seed: no finite interval
+    stated = F.Finding(found[0].headline, V.stated("c", "claim", "paper", "3 of 3", V.HOLDS), (), (), "", "s")
+    r = F.as_json([stated])[0]
+    assert (r["verdict"], r["gap"], r["half_width"], r["at_margins"]) == (V.HOLDS, None, None, {})
+
+
+def test_findings_are_kept_under_a_digest_of_what_they_are_computed_from(tmp_path, monkeypatch):
+    """python -m itlin.book.findings reads them back while no code, record or setting changes."""
+    import shutil
+
+    from itlin.book import opendata
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    h = next(h for h in F.HEADLINES if h.key == "main.fig9")._replace(others=())
+    first = F.findings([h], cached=True)
+    assert len(list((tmp_path / "results" / "findings").iterdir())) == 1
+    real = F.judge_headline
+    monkeypatch.setattr(F, "judge_headline", lambda *a, **k: pytest.fail("judged again"))
+    assert F.as_json(F.findings([h], cached=True)) == F.as_json(first)
+    monkeypatch.setattr(F, "judge_headline", real)
+    key = F._cache_key([h], (0.5, 2.0))
+    assert key != F._cache_key([h], (0.5, 3.0)) and key != F._cache_key([h._replace(claim="x")], (0.5, 2.0))
+    copy = tmp_path / "recorded"
+    shutil.copytree(runner.recorded_dir() / h.record, copy / h.record)
+    monkeypatch.setattr(runner, "recorded_dir", lambda: copy)
+    assert F._cache_key([h], (0.5, 2.0)) == key  # the same bytes elsewhere
+    opendata.set_attributes(copy / h.record / "record.nc", {"note": "changed"})
+    assert F._cache_key([h], (0.5, 2.0)) != key
+
+
 def test_bad_margin_factors_are_refused_before_any_record_is_opened():
     with pytest.raises(ValueError, match="margin_factors"):
         F.judge_headline(F.HEADLINES[0], margin_factors=(-1.0,))

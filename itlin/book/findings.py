@@ -285,10 +285,59 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
     return Finding(h, v, tuple(others), sens, premise, setting(_opened(h.record, cache)[0]))
 
 
-def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Sequence[float] = (0.5, 2.0)) -> list:
-    """Every headline claim judged (:func:`judge_headline`), in order."""
+def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Sequence[float] = (0.5, 2.0),
+             cached: bool = False) -> list:
+    """Every headline claim judged (:func:`judge_headline`), in order. ``cached``: kept in the
+    results folder (:func:`itlin.book.store.results_dir`) under a digest of everything they
+    are computed from (:func:`_cache_key`), and read from there while none of it changes."""
+    if cached:
+        return _cached(headlines, margin_factors)
     cache: dict = {}
     return [judge_headline(h, cache, margin_factors=margin_factors) for h in headlines]
+
+
+def _cache_key(headlines: Sequence[Headline], margin_factors: Sequence[float]) -> str:
+    """A sha256 of what the findings are computed from: the headlines and margin factors, every
+    source file of the itlin package, the versions of Python, NumPy and SciPy, and every file of
+    the records the headlines name (a record joined or rewritten, or any code changed, gives
+    another key)."""
+    import hashlib
+    import platform
+    from pathlib import Path
+
+    import numpy
+    import scipy
+
+    h = hashlib.sha256(repr((tuple(headlines), tuple(margin_factors), platform.python_version(), numpy.__version__,
+                             scipy.__version__)).encode())
+    package, recorded = Path(__file__).resolve().parents[1], runner.recorded_dir()
+    names = sorted({n for hl in headlines for n in (hl.record, *(o for o, _ in hl.other_claims))})
+    files = [(package, f) for f in sorted(package.rglob("*.py"))] + [
+        (recorded, f) for n in names for f in sorted((recorded / n).rglob("*")) if f.is_file()]
+    for base, f in files:
+        h.update(f.relative_to(base).as_posix().encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _cached(headlines: Sequence[Headline], margin_factors: Sequence[float]) -> list:
+    import pickle
+
+    from .store import results_dir
+
+    path = results_dir() / "findings" / f"{_cache_key(headlines, margin_factors)}.pickle"
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass  # not there yet (or unreadable): judged again below
+    found = findings(headlines, margin_factors=margin_factors)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = path.with_name(path.name + ".new")
+        new.write_bytes(pickle.dumps(found))
+        new.replace(path)
+    except OSError:
+        pass  # a read-only results folder: judged every time
+    return found
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -460,14 +509,44 @@ def forest(found: Sequence[Finding], ax_margin=None, ax_sign=None):
     return fig
 
 
+def _number(x) -> Optional[float]:
+    """A float for JSON: ``None`` where it is missing or not finite."""
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def as_json(found: Sequence[Finding]) -> list:
+    """The findings as plain data (``json.dumps`` writes it): per row its ``id`` (the headline's
+    key), ``record`` and ``claim``, the ``verdict``, the ``gap`` (its mean, in the claim's own
+    units: a fraction for accuracies), the interval's ``half_width`` at the ``level`` it was
+    judged at (Holm's, or 95% for a confirmatory record's planned claim), the ``rule`` and
+    ``margin``, ``scale`` and ``unit`` (``scale * gap`` is what the tables print), and
+    ``at_margins``: the verdict at margin 0, at the margin and at the other margins the table
+    shows, keyed by the margin. A row that is not a test has ``gap`` and ``half_width`` ``None``."""
+    out = []
+    for f in found:
+        v, h = f.verdict, f.headline
+        margins = sorted({0.0, float(v.margin or 0.0), *(float(m) for m, _ in f.sensitivity)}) if v.tested else []
+        out.append({"id": h.key, "record": h.record, "claim": h.claim, "verdict": v.verdict,
+                    "gap": _number(v.mean), "half_width": _number(v.half), "level": v.level, "rule": v.rule,
+                    "margin": v.margin, "scale": v.scale, "unit": v.unit,
+                    "at_margins": {repr(m): r for m, r in V.margin_sensitivity(v, margins)}})
+    return out
+
+
 def main(argv=None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m itlin.book.findings",
                                 description="Judge every headline claim on its recorded run and print the table.")
     p.add_argument("--full", action="store_true", help="every column (with MyST roles), not the README's short table")
+    p.add_argument("--json", action="store_true", help="every row as JSON (as_json), nothing else")
     a = p.parse_args(argv)
-    found = findings()
+    found = findings(cached=True)
+    if a.json:
+        import json
+
+        print(json.dumps(as_json(found), indent=1, ensure_ascii=False, allow_nan=False))
+        return 0
     print(table(found) if a.full else plain_table(found))
     c = counts(found)
     print(f"\n{len(found)} headline claims: {c[V.HOLDS]} hold, {c[V.FAILS]} do not hold, "
@@ -475,7 +554,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ARBEL", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "counts", "findings", "forest",
+__all__ = ["ARBEL", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "as_json", "counts", "findings", "forest",
            "context_table", "gap_against_margin", "judge_headline", "plain_table", "row", "sensitivity_text", "setting", "synthesis",
            "table"]
 
