@@ -222,6 +222,53 @@ def test_the_margin_demo_shows_what_at_margins_computes_for_every_factor():
     assert set(js[0]) >= {"id", "verdict", "gap", "half_width", "level", "margin", "at_margins", "why_unresolved"}
 
 
+def test_the_json_rows_give_the_gap_its_half_width_and_the_verdict_at_each_margin():
+    import json
+    import math
+
+    g = lambda mean, half: V.Gap(mean, half, 8, half, 0.0)  # noqa: E731
+    found = [_finding("a", F.MAIN, g(-0.015, 0.01)), _finding("t", F.MAIN, g(-0.015, 0.003), margin=0.01, tolerance=0.01),
+             _finding("one", F.MAIN, V.Gap(0.01, math.inf, 1, math.inf, 0.0))]
+    rows = json.loads(json.dumps(F.as_json(found), allow_nan=False))
+    assert [r["id"] for r in rows] == ["a", "t", "one"]
+    a = rows[0]
+    assert a["verdict"] == found[0].verdict.verdict == V.UNRESOLVED and a["rule"] == "not_worse"
+    assert (a["gap"], a["half_width"], a["level"], a["margin"]) == (-0.015, 0.01, V.LEVEL, 0.02)
+    # keyed by the factor on the book's margin: 0 (no worse at all), half, the margin, twice
+    assert {k: a["at_margins"][k] for k in ("0", "0.5", "1", "2")} == {
+        "0": V.FAILS, "0.5": V.UNRESOLVED, "1": V.UNRESOLVED, "2": V.HOLDS}
+    assert set(rows[1]["at_margins"].values()) == {V.FAILS}  # the paper's own tolerance does not move
+    assert rows[2]["gap"] == 0.01 and rows[2]["half_width"] is None  # one seed: no finite interval
+    stated = F.Finding(found[0].headline, V.stated("c", "claim", "paper", "3 of 3", V.HOLDS), (), (), "", "s")
+    r = F.as_json([stated])[0]
+    assert (r["verdict"], r["gap"], r["half_width"]) == (V.HOLDS, None, None)
+    assert set(r["at_margins"].values()) == {V.HOLDS}  # not a test: no margin moves it
+
+
+def test_findings_are_kept_under_a_digest_of_what_they_are_computed_from(tmp_path, monkeypatch):
+    """python -m itlin.book.findings reads them back while no code, record or setting changes."""
+    import shutil
+
+    from itlin.book import opendata
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    h = next(h for h in F.HEADLINES if h.key == "main.fig9")._replace(others=())
+    first = F.findings([h], cached=True)
+    assert len(list((tmp_path / "results" / "findings").iterdir())) == 1
+    real = F.judge_headline
+    monkeypatch.setattr(F, "judge_headline", lambda *a, **k: pytest.fail("judged again"))
+    assert F.as_json(F.findings([h], cached=True)) == F.as_json(first)
+    monkeypatch.setattr(F, "judge_headline", real)
+    key = F._cache_key([h], (0.5, 2.0))
+    assert key != F._cache_key([h], (0.5, 3.0)) and key != F._cache_key([h._replace(claim="x")], (0.5, 2.0))
+    copy = tmp_path / "recorded"
+    shutil.copytree(runner.recorded_dir() / h.record, copy / h.record)
+    monkeypatch.setattr(runner, "recorded_dir", lambda: copy)
+    assert F._cache_key([h], (0.5, 2.0)) == key  # the same bytes elsewhere
+    opendata.set_attributes(copy / h.record / "record.nc", {"note": "changed"})
+    assert F._cache_key([h], (0.5, 2.0)) != key
+
+
 def test_bad_margin_factors_are_refused_before_any_record_is_opened():
     with pytest.raises(ValueError, match="margin_factors"):
         F.judge_headline(F.HEADLINES[0], margin_factors=(-1.0,))

@@ -196,6 +196,9 @@ def test_parts_kept_one_file_each_join_into_the_file_made_at_once(tmp_path):
     for a, b in zip(at_once, joined):
         _same(a, b)
         assert a.made == b.made and a.made["content_digest"] == _io.content_digest(*_original(parts, a.name))
+    # the joined file's settings are the pooled ones: all the seeds of its parts
+    for path in (folder / "record.nc", tmp_path / "once" / "record.nc"):
+        assert json.loads(opendata.attributes(path)["resolved_params"]) == {"seed": 0, "seeds": 6}
 
 
 def _original(parts, name):

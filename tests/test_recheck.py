@@ -163,6 +163,24 @@ def test_verify_refuses_an_unknown_chapter_before_any_work():
     assert "damping" in verify.judging_chapters() and "intro" not in verify.judging_chapters()
 
 
+def test_verify_finds_the_judging_chapters_by_their_code_not_their_text():
+    """With no argument, verify runs the chapters of the real _toc.yml whose code cells call
+    render.evidence: pages that only name it in prose or in a shown code block (methods,
+    adding_an_experiment) are not among them, and every one found has the parameters cell and
+    the runs that verify executes (parsed here, not run)."""
+    root = verify._root()
+    found = verify.judging_chapters()
+    mentioned = [c for c in verify.chapters_of_toc(root) if "render.evidence(" in (root / "book" / f"{c}.md").read_text()]
+    assert {"methods", "adding_an_experiment"} <= set(mentioned) - set(found)
+    assert found and set(found) < set(mentioned)
+    for chapter in found:
+        params, runs = verify._runs_source(root / "book" / f"{chapter}.md")
+        assert "use_record" in params, chapter  # the parameters cell that evidence(live, use_record) reads
+        assert "runner.run(" in runs and "evidence" not in runs, chapter
+    with pytest.raises(ValueError, match="judges on no recorded run"):
+        verify._runs_source(root / "book" / "methods.md")
+
+
 @pytest.mark.slow
 def test_verify_re_checks_a_chapter_s_records_on_this_machine():
     """The damping chapter's two live runs (about 10 s each), against its two records."""

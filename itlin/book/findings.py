@@ -442,10 +442,59 @@ def judge_headline(h: Headline, cache: Optional[dict] = None, *,
                    dict(rec.meta["resolved"]) if rec is not None else None)
 
 
-def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Sequence[float] = (0.5, 2.0)) -> list:
-    """Every headline claim judged (:func:`judge_headline`), in order."""
+def findings(headlines: Sequence[Headline] = HEADLINES, *, margin_factors: Sequence[float] = (0.5, 2.0),
+             cached: bool = False) -> list:
+    """Every headline claim judged (:func:`judge_headline`), in order. ``cached``: kept in the
+    results folder (:func:`itlin.book.store.results_dir`) under a digest of everything they
+    are computed from (:func:`_cache_key`), and read from there while none of it changes."""
+    if cached:
+        return _cached(headlines, margin_factors)
     cache: dict = {}
     return [judge_headline(h, cache, margin_factors=margin_factors) for h in headlines]
+
+
+def _cache_key(headlines: Sequence[Headline], margin_factors: Sequence[float]) -> str:
+    """A sha256 of what the findings are computed from: the headlines and margin factors, every
+    source file of the itlin package, the versions of Python, NumPy and SciPy, and every file of
+    the records the headlines name (a record joined or rewritten, or any code changed, gives
+    another key)."""
+    import hashlib
+    import platform
+    from pathlib import Path
+
+    import numpy
+    import scipy
+
+    h = hashlib.sha256(repr((tuple(headlines), tuple(margin_factors), platform.python_version(), numpy.__version__,
+                             scipy.__version__)).encode())
+    package, recorded = Path(__file__).resolve().parents[1], runner.recorded_dir()
+    names = sorted({n for hl in headlines for n in (hl.record, *(o for o, _ in hl.other_claims))})
+    files = [(package, f) for f in sorted(package.rglob("*.py"))] + [
+        (recorded, f) for n in names for f in sorted((recorded / n).rglob("*")) if f.is_file()]
+    for base, f in files:
+        h.update(f.relative_to(base).as_posix().encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _cached(headlines: Sequence[Headline], margin_factors: Sequence[float]) -> list:
+    import pickle
+
+    from .store import results_dir
+
+    path = results_dir() / "findings" / f"{_cache_key(headlines, margin_factors)}.pickle"
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass  # not there yet (or unreadable): judged again below
+    found = findings(headlines, margin_factors=margin_factors)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = path.with_name(path.name + ".new")
+        new.write_bytes(pickle.dumps(found))
+        new.replace(path)
+    except OSError:
+        pass  # a read-only results folder: judged every time
+    return found
 
 
 # ------------------------------------------------------------------------------ verdict words
@@ -876,28 +925,33 @@ def margin_demo(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTOR
                 title="The verdicts at your margins")
 
 
-def as_json(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTORS) -> list:
-    """Every row as a plain dict (``python -m itlin.book.findings --json``): ``id``, ``verdict``
-    (the row's, :func:`result`: its parts in conjunction), ``claim_verdict`` (the deciding claim's
-    alone), ``gap`` and ``half_width`` (of the deciding claim, in its unit), ``unit``,
-    ``level``, ``margin`` (in the unit), ``rule``, ``at_margins`` (margin factor, as text, -> the
-    row's verdict: ``"0"`` is the direction alone), ``why_unresolved``, ``premise`` and, for a row
-    judged on several settings, ``parts`` (each with its ``record``, ``claim``, ``gap``,
-    ``half_width``, ``level`` and ``verdict``)."""
-    def num(x):
-        return None if x is None or not math.isfinite(x) else x
+def _number(x) -> Optional[float]:
+    """A float for JSON: ``None`` where it is missing or not finite."""
+    return float(x) if x is not None and math.isfinite(float(x)) else None
 
+
+def as_json(found: Sequence[Finding], factors: Sequence[float] = DEMO_FACTORS) -> list:
+    """Every row as plain data (``python -m itlin.book.findings --json``): ``id`` (the headline's
+    key), ``record`` and ``claim``, ``verdict`` (the row's, :func:`result`) and ``claim_verdict``
+    (the deciding claim's own), ``gap`` (its mean, in the claim's own units: a fraction for
+    accuracies) and ``half_width`` of its interval at ``level`` (Holm's, or 95% for a confirmatory
+    record's planned claim), ``rule`` and ``margin`` (own units), ``scale`` and ``unit``
+    (``scale * gap`` is what the tables print), ``at_margins`` (the margin factor, as text, -> the
+    row's verdict: ``"0"`` is the direction alone, ``"1"`` the book's margins), ``why_unresolved``,
+    ``premise``, ``test`` and, for a row judged on several settings, ``parts`` (each with its
+    ``record``, ``claim``, ``gap``, ``half_width``, ``level``, ``margin`` and ``verdict``). A row
+    that is not a test has ``gap`` and ``half_width`` ``None``."""
     def part(v):
-        return {"gap": num(v.scale * v.mean) if v.tested else None,
-                "half_width": num(v.scale * v.half) if v.tested else None, "level": v.level if v.tested else None,
-                "verdict": word_of(v), "margin": v.scale * (v.margin or 0.0) if v.tested else None}
+        return {"gap": _number(v.mean) if v.tested else None, "half_width": _number(v.half) if v.tested else None,
+                "level": v.level if v.tested else None, "margin": v.margin if v.tested else None,
+                "verdict": word_of(v)}
 
     out = []
     for f in found:
         h, v = f.headline, f.verdict
         row = {"id": h.key, "paper": h.paper, "figure": h.figure, "record": h.record, "claim": h.claim,
-               **part(v), "verdict": result(f), "claim_verdict": word_of(v, h.tolerance),
-               "unit": v.unit if v.tested else "", "rule": v.rule,
+               **part(v), "verdict": result(f), "claim_verdict": word_of(v, h.tolerance), "rule": v.rule,
+               "scale": v.scale, "unit": v.unit if v.tested else "",
                "at_margins": {f"{x:g}": w for x, w in at_margins(f, factors).items()},
                "why_unresolved": why_unresolved(f), "premise": f.premise or None,
                "test": kind_of_test(h.record, h.claim)}
@@ -917,7 +971,7 @@ def main(argv=None) -> int:
                                                        "margin, at_margins, why_unresolved, ...)")
     a = p.parse_args(argv)
     try:
-        found = findings()
+        found = findings(cached=True)
     except KeyboardInterrupt:
         print("itlin.book.findings: interrupted.", file=sys.stderr)
         return 130
@@ -928,7 +982,7 @@ def main(argv=None) -> int:
     if a.json:
         import json
 
-        print(json.dumps(as_json(found), indent=1, ensure_ascii=False))
+        print(json.dumps(as_json(found), indent=1, ensure_ascii=False, allow_nan=False))
         return 0
     print(table(found) if a.full else plain_table(found))
     print(f"\n{len(found)} headline claims: {counts_line(counts(found))}.")

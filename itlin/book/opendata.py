@@ -495,6 +495,10 @@ def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
         except ValueError:
             pass
     first = stored[0].info
+    resolved = dict((first.get("meta") or {}).get("resolved", {}))
+    each = [(p.info.get("meta") or {}).get("resolved", {}).get("seeds") for p in stored]
+    if len(stored) > 1 and all(isinstance(n, int) for n in each):
+        resolved["seeds"] = sum(each)  # the pooled settings: the first part's, with the seeds of all
     ds.attrs.update({
         "Conventions": "CF-1.10",
         "title": f"itlin recorded run of the experiment {first.get('experiment', '?')}",
@@ -504,7 +508,7 @@ def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
         "status": "completed" if all(p.info.get("status") == "completed" for p in stored)
         else "; ".join(str(p.info.get("status")) for p in stored),
         "parts": len(stored),
-        "resolved_params": json.dumps(_io.jsonable((first.get("meta") or {}).get("resolved", {}))),
+        "resolved_params": json.dumps(_io.jsonable(resolved)),
         "git_commit": str(first.get("git_commit", "")),
         "device": str(first.get("device", "")),
         "wall_seconds": float(sum(float(p.info.get("wall_seconds") or 0.0) for p in stored)),
@@ -722,6 +726,42 @@ def read(path) -> list:
     return parts
 
 
+# ---------------------------------------------------------------------------------- attributes
+def set_attributes(path, attrs: Mapping[str, str], *, drop_prefix: str = "") -> Path:
+    """Set file attributes of the record file ``path`` (text), and remove those whose name starts
+    with ``drop_prefix`` (when given) that ``attrs`` does not set; nothing else of the file is
+    rewritten: its arrays, their encoding and the digests that check them (which cover arrays and
+    ``runs_json``, not file attributes) stay as they are. Done on a copy, which must read back
+    (:func:`read`) to the same parts, arrays and tallies, then put in place; returns the path."""
+    import shutil
+
+    import h5netcdf
+
+    path = Path(path)
+    new = path.with_name(path.name + ".new")
+    shutil.copyfile(path, new)
+    try:
+        with h5netcdf.File(new, "r+") as f:
+            for k in [k for k in f.attrs if drop_prefix and k.startswith(drop_prefix) and k not in attrs]:
+                del f.attrs[k]
+            for k, v in attrs.items():
+                f.attrs[k] = str(v)
+        for a, b in zip(read(path), read(new), strict=True):
+            same = (a.name, a.paths, a.made) == (b.name, b.paths, b.made) and json.dumps(
+                _io.jsonable(a.info), sort_keys=True) == json.dumps(_io.jsonable(b.info), sort_keys=True)
+            if not same or set(a.arrays) != set(b.arrays) or not all(
+                    np.array_equal(a.arrays[k], b.arrays[k], equal_nan=a.arrays[k].dtype.kind in "fc") for k in a.arrays):
+                raise ValueError(f"{path}: part {a.name!r} does not read back the same after setting attributes.")
+        old, now = tallies_in(path), tallies_in(new)
+        if (old is None) != (now is None) or (old is not None and _tally_digest(old) != _tally_digest(now)):
+            raise ValueError(f"{path}: its tallies do not read back the same after setting attributes.")
+    except BaseException:
+        new.unlink(missing_ok=True)
+        raise
+    new.replace(path)
+    return path
+
+
 # ---------------------------------------------------------------------------------- converting
 def parts_of(folder) -> list:
     """The :class:`Part` s of a folder of finished runs: the runner's files (``results.npz`` and
@@ -874,7 +914,8 @@ def main(argv=None) -> int:
 
 
 __all__ = ["CURVE_POINTS", "ExampleTallies", "FILE", "FORMAT", "Part", "TALLY_READERS", "attributes", "convert", "join",
-           "merge_tallies", "parts_of", "read", "restore_hint", "rewrite", "tallies_in", "tally_parts", "thin_curves",
+           "merge_tallies", "parts_of", "read", "restore_hint", "rewrite", "set_attributes", "tallies_in", "tally_parts",
+           "thin_curves",
            "to_dataset", "write"]
 
 if __name__ == "__main__":  # pragma: no cover

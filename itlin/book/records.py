@@ -528,7 +528,8 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
             nonfinite.append((key, int(np.sum((fx != fy) | (~both & ~((x == y) | (np.isnan(x) & np.isnan(y))))))))
         if not both.any():
             continue
-        d = np.abs(x - y)
+        with np.errstate(invalid="ignore", over="ignore"):  # entries not finite on both sides are left out below
+            d = np.abs(x - y)
         max_abs = max(max_abs, float(d[both].max()))
         max_rel = max(max_rel, float((d[both] / np.maximum(np.abs(y[both]), 1e-300)).max()))
         same = same and not d[both].any()

@@ -1,7 +1,8 @@
 """Re-check the book's recorded runs on this machine: ``python -m itlin.book.verify [chapter ...]``.
 
-For each chapter (default: every chapter of ``_toc.yml`` that judges on a recorded run, i.e.
-calls :func:`itlin.book.render.evidence`) it runs the chapter's live runs at the chapter's own
+For each chapter (default: every chapter of ``_toc.yml`` that judges on a recorded run, i.e. one
+of whose code cells calls :func:`itlin.book.render.evidence`, found by parsing the cells, not by a
+search of the text) it runs the chapter's live runs at the chapter's own
 defaults, as the built book does (its parameters cell, then its runs cell up to the statement
 that calls ``render.evidence``; a run stored in the results folder, e.g. by a built book, is
 loaded, not recomputed), finds the recorded run each repeats
@@ -65,10 +66,42 @@ def chapters_of_toc(root: Optional[Path] = None) -> list:
     return out
 
 
+def _calls_evidence(node) -> bool:
+    """Whether the syntax tree ``node`` calls ``render.evidence(...)`` (or ``evidence(...)``)."""
+    return any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr == "evidence"
+                                            and isinstance(n.func.value, ast.Name) and n.func.value.id == "render"
+                                            or isinstance(n.func, ast.Name) and n.func.id == "evidence")
+               for n in ast.walk(node))
+
+
+def _code(cell) -> Optional[ast.Module]:
+    """A Python code cell's syntax tree (IPython's ``%`` and ``!`` lines left out); ``None`` for any
+    other cell, and for a cell run by a cell magic (``%%bash``)."""
+    if cell.cell_type != "code" or cell.source.lstrip().startswith("%%"):
+        return None
+    lines = [line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(lines))
+
+
+def _evidence_cell(nb):
+    """The first code cell of a notebook that calls ``render.evidence``, with its syntax tree, or
+    ``None`` (always for a page that is not executed, having no kernel: its code blocks are shown only)."""
+    if not nb.metadata.get("kernelspec"):
+        return None
+    for cell in nb.cells:
+        tree = _code(cell)
+        if tree is not None and _calls_evidence(tree):
+            return cell, tree
+    return None
+
+
 def judging_chapters(root: Optional[Path] = None) -> list:
-    """The chapters of ``_toc.yml`` that judge on a recorded run (call ``render.evidence``)."""
+    """The chapters of ``_toc.yml`` that judge on a recorded run: one of their code cells calls
+    ``render.evidence`` (text and code shown in markdown that merely name it do not count)."""
+    from .run import _read
+
     root = _root() if root is None else root
-    return [c for c in chapters_of_toc(root) if "render.evidence(" in (root / "book" / f"{c}.md").read_text()]
+    return [c for c in chapters_of_toc(root) if _evidence_cell(_read(root / "book" / f"{c}.md")) is not None]
 
 
 def _runs_source(path: Path) -> tuple:
@@ -77,13 +110,13 @@ def _runs_source(path: Path) -> tuple:
     from .run import _read, parameters_cell
 
     nb = _read(path)
-    params = parameters_cell(nb).source
-    cell = next((c for c in nb.cells if c.cell_type == "code" and "render.evidence(" in c.source), None)
-    if cell is None:
+    found = _evidence_cell(nb)
+    if found is None:
         raise ValueError(f"{path.name} does not call render.evidence: it judges on no recorded run.")
+    params = parameters_cell(nb).source
     body = []
-    for node in ast.parse(cell.source).body:
-        if "evidence(" in (ast.get_source_segment(cell.source, node) or ""):
+    for node in found[1].body:
+        if _calls_evidence(node):
             break
         body.append(node)
     return params, ast.unparse(ast.Module(body=body, type_ignores=[]))
