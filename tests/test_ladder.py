@@ -1,0 +1,103 @@
+"""The scale ladder (itlin.book.experiments.main.ladder): the trend rule against an oracle, its
+premises, and a tiny run through the runner."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from itlin.book import render, runner
+from itlin.book import verdicts as V
+from itlin.book.experiments.main import ladder as L
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(-0.3, 0.3), st.floats(0.001, 0.05)), min_size=2, max_size=6),
+       st.floats(-0.05, 0.05))
+def test_the_trend_is_weighted_least_squares_with_known_variances(points, slope):
+    """Against numpy's weighted polyfit (weights 1/se) and the closed-form variance of a
+    known-variance weighted line."""
+    x = np.arange(len(points), dtype=float)
+    g = np.array([p[0] for p in points]) + slope * x
+    se = np.array([p[1] for p in points])
+    t = L.trend(x, g, se)
+    b, a = np.polyfit(x, g, 1, w=1 / se)
+    assert math.isclose(t.slope, b, rel_tol=1e-7, abs_tol=1e-9) and math.isclose(t.intercept, a, rel_tol=1e-7, abs_tol=1e-9)
+    X = np.stack([np.ones_like(x), x], 1)
+    cov = np.linalg.inv(X.T @ np.diag(1 / se ** 2) @ X)
+    assert np.allclose([t.var_intercept, t.var_slope, t.cov], [cov[0, 0], cov[1, 1], cov[0, 1]], rtol=1e-7, atol=1e-12)
+    m, s = t.at(3.5)
+    assert math.isclose(m, a + 3.5 * b, rel_tol=1e-7, abs_tol=1e-9)
+    assert math.isclose(s, math.sqrt(np.array([1, 3.5]) @ cov @ np.array([1, 3.5])), rel_tol=1e-6)
+
+
+def test_a_trend_needs_two_rungs_and_rungs_are_parsed_or_refused():
+    with pytest.raises(ValueError, match="two rungs"):
+        L.trend([1.0], [0.0], [0.01])
+    assert L.Rung.parse("1000x16x400") == L.Rung(1000, 16, 400) and L.Rung(1000, 16, 400).name == "n1000c16"
+    with pytest.raises(ValueError, match="<n_train>x<channels>x<steps>"):
+        L.Rung.parse("1000x16")
+    axes = L.axes_of([L.Rung(1000, 16, 400), L.Rung(4000, 16, 800), L.Rung(1000, 64, 400), L.Rung(2000, 16, 400)])
+    assert [g.n_train for g in axes["data"]] == [1000, 2000, 4000] and [g.channels for g in axes["width"]] == [16, 64]
+
+
+def test_bad_ladders_are_refused_before_any_work():
+    from itlin.book.experiments import ParameterError, get
+
+    exp = get("ladder")
+    with pytest.raises(ParameterError, match="both examples and channels"):
+        exp.resolve({"scale": "tiny", "rungs": ["256x4x40", "512x8x40"]})
+    with pytest.raises(ParameterError, match="fewer than each rung's steps"):
+        exp.resolve({"scale": "tiny", "rungs": ["256x4x40", "512x4x8"]})
+    with pytest.raises(ParameterError, match="rung"):
+        exp.resolve({"scale": "tiny", "rungs": ["256x4"]})
+
+
+def _rows(gaps, fits=True, seeds=8):
+    """Rows of a two-rung data axis (256 and 512 examples): K=1 at 80% and u=2 at 80% + gap."""
+    rng = np.random.default_rng(0)
+    out = []
+    for g, gap in zip(("n256c4", "n512c4"), gaps):
+        steps = 40
+        for s in range(seeds):
+            noise = rng.normal(0, 0.002)
+            base = {"rung": g, "sweep": "full", "seed": s, "status": "completed", "updates": 0, "test_net": 0.0}
+            out.append({**base, "K": 1.0, "test": 0.8 + noise, "train": 1.0 if fits else 0.5, "setting": f"{g} K=1"})
+            out.append({**base, "K": float(L.period(2, steps)), "test": 0.8 + gap + noise + rng.normal(0, 0.002),
+                        "train": 1.0, "setting": f"{g} u2"})
+    return out
+
+
+def test_the_trend_can_hold_fail_or_have_its_premise_unmet():
+    rungs = [L.Rung(256, 4, 40), L.Rung(512, 4, 40)]
+    judge = lambda rows: {v.id: v for v in L.judge_rows(rows, rungs, updates=[2], n_test=10 ** 6, margin=0.02)}
+    up = judge(_rows([-0.10, -0.02]))["data.u2.shrinks"]
+    assert up.verdict == V.HOLDS and up.gap.mean == pytest.approx(0.08, abs=0.01)
+    down = judge(_rows([-0.02, -0.10]))["data.u2.shrinks"]
+    assert down.verdict == V.FAILS
+    unfit = judge(_rows([-0.10, -0.02], fits=False))
+    assert unfit["n256c4.k1_fits"].verdict == V.FAILS
+    assert unfit["data.u2.shrinks"].verdict == V.UNRESOLVED and not unfit["data.u2.shrinks"].tested
+    assert "K=1 did not fit" in unfit["data.u2.shrinks"].detail
+    none = judge(_rows([0.05, 0.06]))["data.u2.shrinks"]  # no gap at the smallest rung: nothing to shrink
+    assert none.verdict == V.UNRESOLVED and "no gap to shrink" in none.detail
+    report = L.ladder_report(list(judge(_rows([-0.10, -0.01])).values()), rungs, updates=[2], margin=0.02)
+    (row,) = report
+    assert row["first_inside"] == "n512c4" and row["extrapolated_to"] == 2048
+    assert row["extrapolated"] == pytest.approx(-0.01 + 2 * 0.09, abs=0.02)
+
+
+@pytest.mark.slow
+def test_a_tiny_ladder_runs_through_the_runner_and_judges_every_rung(tmp_path, monkeypatch):
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    rec = runner.run("ladder", {"scale": "tiny", "rungs": ["256x4x20", "512x4x20"], "updates": [2], "seeds": 2,
+                                "eval_every": 5}, verbose=False)
+    assert rec.completed
+    rows = L.rows(rec)
+    assert {r["rung"] for r in rows} == {"n256c4", "n512c4"} and len(rows) == 2 * 2 * 2
+    assert {r["n_train"] for r in rows} == {256, 512}
+    ids = render.judge(rec).ids
+    assert {"n256c4.k1_fits", "n256c4.suffices_u2", "n512c4.suffices_u2", "data.u2.shrinks"} <= set(ids)
+    assert rec.meta["rungs"]["n512c4"]["n_train"] == 512
