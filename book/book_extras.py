@@ -175,9 +175,11 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
 
 
 #: long names in tables (record folders, claim ids) wrap instead of pushing a table's right-hand
-#: columns out of a laptop's view (the Findings tables)
+#: columns out of a laptop's view (the Findings tables). ``anywhere``, not ``break-word``, on the
+#: cells: only ``anywhere`` lowers a cell's narrowest width, which is what the table's automatic
+#: layout reads (a long word in the "could flip it" column had pushed the table 4 px past the page)
 TABLE_CSS = ("<style>main table code, main table span.pre {white-space: normal !important; overflow-wrap: anywhere}"
-             " main table td, main table th {overflow-wrap: break-word; hyphens: auto}</style>")
+             " main table td, main table th {overflow-wrap: anywhere; hyphens: auto}</style>")
 
 
 def _table_css(app, pagename, templatename, context, doctree):
