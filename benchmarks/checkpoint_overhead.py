@@ -33,7 +33,7 @@ import optax  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import itlin  # noqa: E402
-from itlin.book import limit_blas_threads, runner  # noqa: E402
+from itlin.book import limit_blas_threads, provenance, runner  # noqa: E402
 from itlin.book.experiments import Experiment, Params, Period, param, register  # noqa: E402
 
 _CACHE = {}
@@ -137,7 +137,7 @@ def main(argv=None):
         "median_seconds_with": m_with, "median_seconds_without": m_without, "ratio": m_with / m_without,
         "median_seconds_in_saves": m_saves, "ms_per_checkpoint": 1e3 * m_saves / max(1, n_ck),
         "save_fraction_of_run": m_saves / m_with,
-        "device": runner._device()["device"], "cpu_count": os.cpu_count(),
+        "device": provenance._device()["device"], "cpu_count": os.cpu_count(),
     }
     print(f"median wall time: with checkpoints every {args.every} steps {m_with:.3f} s, without {m_without:.3f} s")
     print(f"ratio of medians with/without: {out['ratio']:.4f}; time inside the {n_ck} checkpoint saves: "

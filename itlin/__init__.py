@@ -31,7 +31,7 @@ from .core.gauss_newton import (ArbelDamping, Cholesky, ConstantDamping, Descent
                                 smallest_eigenvalue)
 from .core.linearise import (Linearisation, jacobian, kernel_distance, kernel_eigh, linearise, linearise_at,
                              linearised_apply, ntk, ntk_eigh)
-from .core.loop import FitResult, History, batch_indices, device_loop, evaluate, fit, run
+from .core.loop import FitResult, History, Status, batch_indices, device_loop, evaluate, fit, run
 from .core.losses import Loss, accuracy, get_loss, rmse
 from .core.model import Model
 from .core.parallel import data_mesh, replicate, shard_batch
@@ -55,7 +55,7 @@ def __getattr__(name):
 __all__ = [
     "ArbelDamping", "AtSteps", "Cholesky", "ConstantDamping", "Descent", "DescentState", "Eigh", "Eigvalsh", "Every",
     "FitResult", "GNInfo", "GNResult", "GNTrace", "GaussNewtonDirection", "GradientDirection", "GradientFlow", "History", "IdentityHessian", "InverseSquaring", "KernelForm",
-    "Linearisation", "Loss", "LossHessian", "Model", "PeriodState", "PrimalForm", "Schedule", "StepInfo", "StepLog", "Stop",
+    "Linearisation", "Loss", "LossHessian", "Model", "PeriodState", "PrimalForm", "Schedule", "Status", "StepInfo", "StepLog", "Stop",
     "TrainState", "Trainer", "accuracy", "as_schedule", "batch_indices", "data_mesh", "device_loop", "evaluate", "fit",
     "flow_params", "gauss_newton_direction", "gauss_newton_fit", "gauss_newton_step", "get_damping", "get_loss",
     "gradient_flow", "grid_product", "init_distributed", "is_main_process", "iterative_linearisation", "jacobian",

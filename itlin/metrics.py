@@ -320,21 +320,6 @@ def target_alignment(kernel, f) -> float:
     return float(np.sum(ff * (k @ ff)) / (n * n))
 
 
-__all__ = [
-    "eigenvector_alignment",
-    "energy_concentration",
-    "correct_examples",
-    "layer_probe_accuracy",
-    "layer_probe_correct",
-    "linear_probe_accuracy",
-    "linear_probe_correct",
-    "linear_refit",
-    "mean_field_refit_test_loss",
-    "target_alignment",
-    "weighted_cosine_distance",
-]
-
-
 # ------------------------------------------------------- appended for book/arbel_*.md
 def min_cosine_distance(u, u_star) -> float:
     """The weighted distance Arbel et al.'s code logs as "weighted_dist" (their figures' WCD axis).
@@ -347,9 +332,6 @@ def min_cosine_distance(u, u_star) -> float:
     """
     p, cos, _ = _unit_cosines(u, u_star, "the distance")
     return float(np.sum(p * np.sqrt(np.clip(2.0 * (1.0 - cos), 0.0, None)).min(axis=1)))
-
-
-__all__ += ["min_cosine_distance"]
 
 
 # ------------------------------------- traceable twins for a jitted training loop (moved from Arbel et al.'s engine)
@@ -376,9 +358,6 @@ def refit_test_loss_jax(act, u, x, y, xt, yt, cutoff: float = 1e-10):
     w = phi.T @ (vec @ (inv[:, None] * (vec.T @ y)))
     r = act(xt @ u.T) @ w - yt
     return 0.5 * jnp.mean(r * r)
-
-
-__all__ += ["cosine_distance_jax", "refit_test_loss_jax"]
 
 
 # ------------------------------------------------- kernel-target alignment (appended for Ortiz-Jimenez et al.)
@@ -415,9 +394,6 @@ def kernel_target_alignment(kernel, y, *, centered: bool = True) -> float:
     if denom == 0:
         raise ValueError("the kernel or the targets are zero (after centring): the alignment is undefined.")
     return float(np.sum(k * t) / denom)
-
-
-__all__ += ["kernel_target_alignment"]
 
 
 # ------------------------------------------- kernels, weights and trajectories (moved from the book's experiments)
@@ -509,10 +485,6 @@ def iterations_to(epoch_loss, threshold: float, steps_per_epoch: int) -> np.ndar
     return np.where(hit.any(-1), (np.argmax(hit, axis=-1) + 1.0) * steps_per_epoch, np.inf)
 
 
-__all__ += ["alignment_gain", "closest_fraction", "energy_curve", "first_layer_kernel", "iterations_to",
-            "kernel_rotation", "weight_distances"]
-
-
 # ----------------------------------------------- the NTK Gram matrix in blocks (moved from the Ortiz experiments)
 def ntk_block_size(num_params: int, memory_mb: float, n: int) -> int:
     """Inputs per block of :func:`ntk_gram`: the two blocks of per-example Jacobians (float32,
@@ -553,9 +525,6 @@ def ntk_gram(model, params, state, x, *, memory_mb: float = 512.0) -> np.ndarray
     return out[:n, :n]
 
 
-__all__ += ["ntk_block_size", "ntk_gram"]
-
-
 # ------------------------------------------------------------ fits (moved from the quintic demo)
 def two_line_fit(x, y) -> dict:
     """The least-squares fit of ``y`` by ``a_± x + b_±`` on each side of 0 (the span of a zero-bias
@@ -579,9 +548,6 @@ def two_line_fit(x, y) -> dict:
             "max_residual": float(np.abs(res).max())}
 
 
-__all__ += ["two_line_fit"]
-
-
 def log_slopes(x, values) -> np.ndarray:
     """Least-squares slopes of ``log10 values`` ``(K, ..., S)`` against ``log10 x`` ``(K,)``, one
     per trailing index (e.g. per seed): ``(..., S)``; a zero value gives ``-inf`` in its fit
@@ -595,9 +561,6 @@ def log_slopes(x, values) -> np.ndarray:
         y = np.log10(np.asarray(values, np.float64))
     xc = (lx - lx.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
     return np.sum(xc * (y - y.mean(axis=0)), axis=0) / np.sum(xc * xc)
-
-
-__all__ += ["log_slopes"]
 
 
 def index_window(j: int, factor: float, n: int) -> np.ndarray:
@@ -631,9 +594,6 @@ def spike_score(values, j: int, factor: float) -> dict:
     return {"z": float(z), "ratio": float(g[j] / math.exp(med)), "largest": bool(math.log(g[j]) > others.max())}
 
 
-__all__ += ["index_window", "spike_score"]
-
-
 def blown_up(trace, blowup: float) -> np.ndarray:
     """Over the last axis of RMSE traces (first: the initial RMSE; NaN: after the run stopped),
     whether the loss (RMSE squared) exceeded ``blowup`` times its start or was not finite.
@@ -645,4 +605,11 @@ def blown_up(trace, blowup: float) -> np.ndarray:
     return (~np.isnan(t) & _diverged(t ** 2, t[..., :1] ** 2, float(blowup), floor=np.finfo(float).tiny)).any(axis=-1)
 
 
-__all__ += ["blown_up"]
+__all__ = [
+    "alignment_gain", "blown_up", "closest_fraction", "correct_examples", "cosine_distance_jax",
+    "eigenvector_alignment", "energy_concentration", "energy_curve", "first_layer_kernel", "index_window",
+    "iterations_to", "kernel_rotation", "kernel_target_alignment", "layer_probe_accuracy",
+    "layer_probe_correct", "linear_probe_accuracy", "linear_probe_correct", "linear_refit", "log_slopes",
+    "mean_field_refit_test_loss", "min_cosine_distance", "ntk_block_size", "ntk_gram", "refit_test_loss_jax",
+    "spike_score", "target_alignment", "two_line_fit", "weight_distances", "weighted_cosine_distance",
+]

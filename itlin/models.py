@@ -576,28 +576,6 @@ def get_model(name: str, **kwargs) -> Model:
     return MODELS[key](**kwargs)
 
 
-__all__ = [
-    "BasicBlock",
-    "FlaxModel",
-    "LeNet",
-    "MLP",
-    "MODELS",
-    "MeanFieldNet",
-    "Model",
-    "ResNet18",
-    "get_activation",
-    "get_model",
-    "lenet",
-    "lenet1d",
-    "mean_field",
-    "mean_field_features",
-    "mean_field_ntk",
-    "mlp_ntk",
-    "mlp",
-    "resnet18",
-]
-
-
 # ------------------------------------------------------------------------- ResNet-18, 1-D
 # (appended for book/energy_concentration.md: Ortiz-Jimenez et al.'s third model on 1-D signals)
 
@@ -646,9 +624,6 @@ def resnet18_1d(num_outputs: int = 10, width: int = 64, batch_norm: bool = True,
                        calibration_module=calib, meta=meta)
 
 
-__all__ += ["BasicBlock1D", "ResNet18_1D", "resnet18_1d"]
-
-
 # ----------------------------------------------------------- batch norm from the batch (Fig. 4)
 # (appended for book/resnet_and_data.md: the third way to treat batch norm while linearised)
 
@@ -693,4 +668,8 @@ def batch_stats_model(model: Model) -> Model:
                  calibrate_fn=None, ntk_fn=None, meta={**model.meta, "batch_norm_mode": "batch statistics"})
 
 
-__all__ += ["batch_stats_model"]
+__all__ = [
+    "BasicBlock", "BasicBlock1D", "FlaxModel", "LeNet", "MeanFieldNet", "MLP", "Model", "MODELS", "ResNet18",
+    "ResNet18_1D", "batch_stats_model", "get_activation", "get_model", "lenet", "lenet1d", "mean_field",
+    "mean_field_features", "mean_field_ntk", "mlp", "mlp_ntk", "resnet18", "resnet18_1d",
+]

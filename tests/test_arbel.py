@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from itlin import data, metrics, models
-from itlin.book import render, runner, verdicts
+from itlin.book import experiments, render, runner, verdicts
 from itlin.book.experiments import ParameterError
 from itlin.book.experiments.arbel import _arbel as A
 from itlin.book.experiments.arbel import arbel_damping as ED
@@ -334,7 +334,7 @@ def test_chapter_parameter_cells_equal_the_experiments_defaults():
         values = {}
         exec(cell, {}, values)
         for name in names:
-            defaults = runner._experiments.get(name).defaults()
+            defaults = experiments.get(name).defaults()
             for k, v in values.items():
                 if k in defaults:
                     assert defaults[k] == v, (chapter, name, k)

@@ -280,16 +280,17 @@ def test_cli_usage_names_the_real_module(capsys):
 
 
 def test_float_parameters_refuse_non_finite_values_unless_allowed():
-    from itlin.book.experiments import ParameterError, _coerce
+    from itlin.book.experiments import ParameterError
+    from itlin.book.study import coerce
 
     with pytest.raises(ParameterError, match="must be a finite number, got inf"):
-        _coerce("learning_rate", float, "inf", {})
+        coerce("learning_rate", float, "inf", {})
     with pytest.raises(ParameterError, match="must be a finite number"):
-        _coerce("learning_rate", float, 10 ** 400, {})
-    assert _coerce("blowup", float, "inf", {"allow_inf": True}) == math.inf
+        coerce("learning_rate", float, 10 ** 400, {})
+    assert coerce("blowup", float, "inf", {"allow_inf": True}) == math.inf
     with pytest.raises(ParameterError, match="must be an integer"):
-        _coerce("steps", int, 2.7, {})
-    assert _coerce("steps", int, 10 ** 30, {}) == 10 ** 30
+        coerce("steps", int, 2.7, {})
+    assert coerce("steps", int, 10 ** 30, {}) == 10 ** 30
 
 
 # ------------------------------------------------------------------------------ Gauss-Newton

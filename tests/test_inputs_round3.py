@@ -302,7 +302,7 @@ def test_a_truncated_or_missing_record_is_one_line_naming_the_file_and_the_resto
 
     root = tmp_path / "checkout"  # a source checkout of its own: its book/recorded is git's
     folder = root / "book" / "recorded" / "toy-4seeds"
-    monkeypatch.setattr(records, "_source_checkout", lambda: root)
+    monkeypatch.setattr(records, "source_checkout", lambda: root)
     path = opendata.write([_run(0, 4)], folder / "record.nc")
     path.write_bytes(path.read_bytes()[:3000])
     monkeypatch.chdir(root)
@@ -429,7 +429,7 @@ def checkout(tmp_path, monkeypatch):
 
     _register()
     root = tmp_path / "checkout"
-    monkeypatch.setattr(records, "_source_checkout", lambda: root)
+    monkeypatch.setattr(records, "source_checkout", lambda: root)
     results = tmp_path / "results"
     twelve = runner.run("issue59_seeds", {"seeds": 12}, results_dir=results, verbose=False)
     opendata.convert(twelve.path, root / "book" / "recorded" / "twelve")
@@ -494,7 +494,7 @@ def test_findings_with_a_damaged_or_missing_record_is_one_line(monkeypatch, caps
     from itlin.book import findings, opendata, records
 
     root = tmp_path / "checkout"
-    monkeypatch.setattr(records, "_source_checkout", lambda: root)
+    monkeypatch.setattr(records, "source_checkout", lambda: root)
     name = findings.HEADLINES[0].record
     folder = root / "book" / "recorded" / name
     path = opendata.write([_run(0, 4)], folder / "record.nc")

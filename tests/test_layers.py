@@ -128,3 +128,110 @@ def test_no_core_callable_is_public_but_neither_exported_nor_documented(path):
     assert not loose, loose
     for name in ("as_model", "float_dtype", "squared_per_example", "cross_entropy_per_example"):
         assert not hasattr(module, name), f"{path.name} still has a public {name}"
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_no_private_name_is_imported_only_to_be_passed_on(path):
+    """A private name (``_x``) one module imports from another is used there: no module re-exports
+    another's private names for callers to reach through it (issue 60; ``runner`` did, for about 25)."""
+    tree = ast.parse(path.read_text())
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+           {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    passed_on = [a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
+                 for a in node.names if (a.asname or a.name).startswith("_") and (a.asname or a.name) not in used]
+    assert not passed_on, f"{path.relative_to(ROOT)} imports private names it never uses: {passed_on}"
+
+
+def test_no_module_reaches_through_another_for_a_private_name():
+    """``runner._locked`` style: a private name is reached on the module that defines it, never on one
+    that only imports it (tests and benchmarks included)."""
+    files = sorted(PKG.rglob("*.py")) + sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    defined = {}  # module name -> names it defines at its top level
+    for p in PKG.rglob("*.py"):
+        tree = ast.parse(p.read_text())
+        names = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+        defined[p.stem if p.stem != "__init__" else p.parent.name] = names
+    bad = []
+    for p in files:
+        tree = ast.parse(p.read_text())
+        # the names a file gives the modules of itlin.book it imports: "runner", "E" (experiments), ...
+        aliases = {a.asname or a.name: a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   and (node.module or "").endswith("book") or (isinstance(node, ast.ImportFrom) and node.level
+                                                                and not node.module) for a in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__") and aliases.get(node.value.id) in defined:
+                if node.attr not in defined[aliases[node.value.id]]:
+                    bad.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
+    assert not bad, "private names reached through a module that does not define them: " + ", ".join(bad)
+
+
+def _walk_at_run_time(tree):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _module_graph() -> dict:
+    """``{module: modules of itlin it imports}`` (at any depth: a function's own imports count), a
+    package's ``__init__`` under the package's name; edges to the registries' packages
+    (``itlin``, ``itlin.book``, ``itlin.book.experiments``) left out, since those load their
+    modules by name when asked, never at import."""
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    roots = {"itlin", "itlin.book", "itlin.book.experiments"}
+    graph = {}
+    for name, p in mods.items():
+        package = name if p.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in _walk_at_run_time(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+                target = ".".join(x for x in (base, node.module or "") if x)
+                edges |= {c for c in [target] + [f"{target}.{a.name}" for a in node.names] if c in mods}
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in mods}
+        graph[name] = edges - roots - {name}
+    return graph
+
+
+def test_no_import_circle():
+    """No module of itlin imports, through any chain, a module that imports it (issue 60: render and
+    recheck did, and opendata and records)."""
+    graph = _module_graph()
+
+    def reaches(start):
+        seen, todo = set(), [start]
+        while todo:
+            for w in graph[todo.pop()]:
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+
+    circles = sorted(m for m in graph if m in reaches(m))
+    assert not circles, f"modules on an import circle: {circles}"
+
+
+@pytest.mark.parametrize("module", ["itlin.book.store", "itlin.book.records", "itlin.book.opendata"])
+def test_the_store_imports_no_experiment_nor_what_sits_above_it(module):
+    """Storing runs sits under the experiments and the judging and presenting above them."""
+    above = ("itlin.book.experiments", "itlin.book.study", "itlin.book.runner", "itlin.book.render",
+             "itlin.book.findings", "itlin.book.judging", "itlin.book.chapters", "itlin.book.figures")
+    graph = _module_graph()
+    assert not [m for m in graph[module] if m.startswith(above)], graph[module]

@@ -232,7 +232,7 @@ def test_every_chapter_parameter_parser_raises_only_value_errors(field, value):
 
     experiment, name, tp, meta = field
     try:
-        E._coerce(name, tp, value, meta)
+        E.coerce(name, tp, value, meta)
     except ValueError as err:  # ParameterError is a ValueError
         assert str(err) and "\n" not in str(err)
     try:

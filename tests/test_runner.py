@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import itlin
-from itlin.book import experiments, plotting, render, runner
+from itlin.book import experiments, plotting, render, runner, store
 from itlin.book.experiments import Dataset, Experiment, ParameterError, Params, Period, param, register
 
 CALLS = collections.Counter()
@@ -390,7 +390,7 @@ def test_stage_is_computed_once_and_reloaded_on_resume(tmp_path):
     HOOKS.clear()
     rec = runner.run("test_stage", results_dir=tmp_path)
     assert CALLS["test_stage/sweep"] == 1 and CALLS["test_stage"] == 2
-    assert rec.status == "completed (stage only)" and {k: v for k, v in rec.meta.items() if k != "resolved"} == \
+    assert rec.status == "completed" and rec.status_text == "completed (stage only)" and {k: v for k, v in rec.meta.items() if k != "resolved"} == \
         {"n": 3, "dampings": [0.0, 1e-3, 1.0]}
     assert rec.meta["resolved"]["scale"] == "default"  # the runner stores the resolved parameters
     sweep = rec["sweep"]
@@ -561,7 +561,7 @@ def test_sigkill_mid_run_then_resume_is_bit_for_bit(tmp_path):
 # ------------------------------------------------------------------------------ divergence
 def test_divergence_at_a_known_step(tmp_path):
     rec = runner.run("test_diverge", results_dir=tmp_path)
-    assert rec.status == "diverged at step 23"
+    assert rec.status == "diverged" and rec.status_text == "diverged at step 23"
     assert rec.runs["unstable"]["diverged_at"] == 23 and rec.diverged
     h = rec.history("unstable")
     assert len(h.loss) == 22 and np.all(np.isfinite(h.loss))  # curves stop at step s - 1
@@ -570,12 +570,12 @@ def test_divergence_at_a_known_step(tmp_path):
     info = json.loads((rec.path / "record.json").read_text())
     assert info["status"] == "diverged at step 23"
     again = runner.run("test_diverge", results_dir=tmp_path)
-    assert again.loaded and again.status == "diverged at step 23"
+    assert again.loaded and again.status == "diverged" and again.status_text == "diverged at step 23"
 
 
 def test_multi_run_status_summary_and_filter(tmp_path):
     rec = runner.run("test_diverge", {"runs": ["stable", "unstable"]}, results_dir=tmp_path)
-    assert rec.status == "1 of 2 runs diverged: unstable at step 23"
+    assert rec.status == "diverged" and rec.status_text == "1 of 2 runs diverged: unstable at step 23"
     assert rec.runs["stable"]["status"] == "completed"
     kept = plotting.filter_runs(rec.runs)
     assert list(kept.kept) == ["stable"] and kept.dropped == {"unstable": "diverged at step 23"}
@@ -650,11 +650,11 @@ def test_default_results_dir(monkeypatch, tmp_path):
 
 
 def test_lock_refuses_a_second_holder(tmp_path):
-    with runner._locked(tmp_path, print):
+    with store._locked(tmp_path, print):
         with pytest.raises(runner.RunLockedError, match=str(os.getpid())):
-            with runner._locked(tmp_path, print, wait=False):
+            with store._locked(tmp_path, print, wait=False):
                 pass
-    with runner._locked(tmp_path, print, wait=False):  # free again
+    with store._locked(tmp_path, print, wait=False):  # free again
         pass
 
 
@@ -758,7 +758,7 @@ def test_a_swap_killed_at_any_point_leaves_a_result(tmp_path, killed_after):
         os.remove(d / "record.json")
     if killed_after == "arrays swapped":
         os.replace(d / "results.npz.new", d / "results.npz")
-    runner._complete_swap(d)
+    store._complete_swap(d)
     assert not any(n.endswith(runner.NEW_SUFFIX) for n in os.listdir(d))
     rec = runner.run("test_stage", params, results_dir=tmp_path)
     assert rec.loaded and CALLS["test_stage"] == 2  # nothing recomputed: a whole result was there
@@ -772,17 +772,17 @@ def test_lock_between_two_processes_and_after_kill_9(tmp_path):
     # the lock (filelock) excludes a second process, names the holder, and is free again once
     # the holder dies by SIGKILL
     code = ("import sys, time; sys.path.insert(0, {here!r}); from itlin.book import runner; from pathlib import Path\n"
-            "with runner._locked(Path({d!r}), print):\n    print('HELD', flush=True); time.sleep(120)\n")
+            "with store._locked(Path({d!r}), print):\n    print('HELD', flush=True); time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code.format(here=str(HERE.parent), d=str(tmp_path))],
                               stdout=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     try:
         assert holder.stdout.readline().strip() == "HELD"
         with pytest.raises(runner.RunLockedError, match=f"process {holder.pid} is running"):
-            with runner._locked(tmp_path, print, wait=False):
+            with store._locked(tmp_path, print, wait=False):
                 pass
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(timeout=60)
-        with runner._locked(tmp_path, print, wait=False):
+        with store._locked(tmp_path, print, wait=False):
             assert (tmp_path / runner.LOCK_PID_FILE).read_text() == str(os.getpid())
     finally:
         if holder.poll() is None:

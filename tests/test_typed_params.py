@@ -104,7 +104,7 @@ def test_scale_values_are_of_their_fields_types():
     ``float`` in ``steps_for``; changing them would change its scale digest and so its hashes)."""
     import typing
 
-    from itlin.book.study import _coerce
+    from itlin.book.study import coerce
 
     for name in E.names():
         cls = E.get(name).params
@@ -114,6 +114,6 @@ def test_scale_values_are_of_their_fields_types():
                 if k not in fields or v is None or (name, k) == ("fig5_data_scaling", "epochs") \
                         or (isinstance(v, (list, tuple)) and not v):
                     continue
-                c = _coerce(k, hints[k], v, fields[k].metadata)
+                c = coerce(k, hints[k], v, fields[k].metadata)
                 v = tuple(v) if isinstance(v, list) else v
                 assert c == v and type(c) is type(v), (name, scale, k, v, c)

@@ -55,9 +55,9 @@ def load_results(folder=None) -> list:
     """Every benchmark JSON file in ``folder`` (default: the repository's ``benchmarks/results``,
     wherever the caller runs from), each with its file name under ``"file"``."""
     if folder is None:
-        from .runner import _source_checkout
+        from .store import source_checkout
 
-        root = _source_checkout()
+        root = source_checkout()
         if root is None:
             raise FileNotFoundError("the benchmark results live in benchmarks/results of a source checkout of itlin; "
                                     "pass the folder explicitly.")

@@ -283,7 +283,7 @@ class RunContext:
         h = result.history
         self.histories[tag] = h
         self.runs[tag] = {
-            "status": h.status,
+            "status": h.status.value,
             "diverged_at": h.diverged_at,
             "steps": int(result.state.step),
             "target_steps": int(steps),

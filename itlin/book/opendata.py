@@ -815,10 +815,10 @@ def join(parts: Sequence[Part]) -> tuple:
     """``(parts, repeats)``: ``parts`` as one record joins them, each run once (a part that is
     already there, e.g. left by a join interrupted before it removed the parts' files, is a repeat,
     not added again), after checking, before anything is written, that they pool
-    (:func:`itlin.book.records.pool_problem`: one experiment and version, the same settings but
+    (:func:`itlin.book.store.pool_problem`: one experiment and version, the same settings but
     the seeds, no seed twice) and that no two other parts share a name; a one-line ``ValueError``
     otherwise."""
-    from .records import pool_problem
+    from .store import pool_problem
 
     kept, seen, repeats = [], set(), []
     for part in parts:

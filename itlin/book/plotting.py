@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-_DIVERGED = re.compile(r"diverged at step (\d+)")
+from ..core.history import Status
 
 
 #: the book's text column in inches at 100 dpi (sphinx-book-theme's main column is ~750 CSS px)
@@ -129,10 +128,22 @@ def use_house_style() -> None:
         pass
 
 
-def diverged_step(status: Optional[str]) -> Optional[int]:
-    """``s`` from a status ``"diverged at step s"``, else ``None``."""
-    m = _DIVERGED.search(status or "")
-    return int(m.group(1)) if m else None
+def diverged_step(status) -> Optional[int]:
+    """``s`` from a run status ``"diverged at step s"`` (:meth:`itlin.Status.read`), else ``None``.
+
+    >>> diverged_step("diverged at step 12"), diverged_step("completed"), diverged_step("diverged")
+    (12, None, None)
+    """
+    return _read_status(status)[1]
+
+
+def _read_status(status) -> tuple:
+    """``(Status, diverged_at)`` of a run status or its words; a record's summary sentence of several
+    runs (not one run's status) reads as running."""
+    try:
+        return Status.read(status)
+    except ValueError:
+        return Status.RUNNING, None
 
 
 def plot_curve(ax, x, y, *, status: str = "completed", label: Optional[str] = None, diverged_at=None, **kwargs):
@@ -143,8 +154,9 @@ def plot_curve(ax, x, y, *, status: str = "completed", label: Optional[str] = No
     """
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
-    step = diverged_at if diverged_at is not None else diverged_step(status)
-    diverged = step is not None or str(status).startswith("diverged")
+    read, at = _read_status(status)
+    step = diverged_at if diverged_at is not None else at
+    diverged = step is not None or read is Status.DIVERGED
     if diverged:
         kwargs.setdefault("linestyle", "--")
         note = "diverged" if step is None else f"diverged at step {step}"
@@ -268,7 +280,7 @@ def filter_runs(runs: Mapping[str, Any], *, metric: Union[str, Callable, None] =
     counts = {"diverged": 0, "threshold": 0}
     for label, r in runs.items():
         status = _status_of(r)
-        if drop_diverged and (diverged_step(status) is not None or "diverged" in status):
+        if drop_diverged and (_read_status(status)[0] is Status.DIVERGED):
             dropped[label] = status
             counts["diverged"] += 1
             continue

@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from . import runner
+from . import intervals, judging, records, runner
 from . import verdicts as V
 
 #: the fields of a record's provenance whose difference can change a CPU run's last bits, in
@@ -45,11 +45,11 @@ def hybrid(rec: runner.Record, other: runner.Record) -> runner.Record:
     arrays = dict(other.arrays)
     for key, a in rec.arrays.items():
         b = other.arrays.get(key)
-        if b is None or runner._is_timing(key):
+        if b is None or records._is_timing(key):
             continue
         a, b = np.asarray(a), np.asarray(b)
-        axis = runner._seed_axis(a.shape, b.shape, n, offset)
-        if axis is None and runner._per_run_group(key) is not None:
+        axis = records._seed_axis(a.shape, b.shape, n, offset)
+        if axis is None and records._per_run_group(key) is not None:
             arrays[key] = a.astype(b.dtype, copy=False)
         elif axis is not None and axis is not False:
             new = b.copy()
@@ -139,7 +139,7 @@ def _sd(gap: V.Gap) -> float:
     (the inverse of the interval's ``seed_half = q sd / sqrt(n)``)."""
     if gap.n < 2 or not math.isfinite(gap.seed_half):
         return math.nan
-    q = V.t_quantile(0.5 + V.LEVEL / 2, gap.n - 1) if gap.dist == "t" else V._z(0.5 + V.LEVEL / 2)
+    q = V.t_quantile(0.5 + V.LEVEL / 2, gap.n - 1) if gap.dist == "t" else intervals._z(0.5 + V.LEVEL / 2)
     return gap.seed_half / q * math.sqrt(gap.n)
 
 
@@ -168,15 +168,13 @@ def per_seed_change(before: V.Verdict, after: V.Verdict, seeds: int) -> float:
 def recheck(rec: runner.Record, other: Optional[runner.Record] = None) -> Optional[Recheck]:
     """Re-judge ``other`` (default: :func:`itlin.book.runner.matching_record` of ``rec``) with
     ``rec``'s seeds in place of its own (:func:`hybrid`); ``None`` when no record matches."""
-    from . import render
-
     if other is None:
         other = runner.matching_record(rec)
         if other is None:
             return None
     seeds = int(rec.meta["resolved"]["seeds"])
-    before = render.judge(other)
-    after = render.judge(hybrid(rec, other))
+    before = judging.judge(other)
+    after = judging.judge(hybrid(rec, other))
     after_by_id = {v.id: v for v in after}
     changed, worst, worst_id, compared = [], math.nan, "", 0
     for v in before:

@@ -16,12 +16,13 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from .. import _io
-from .store import FITS_KEY, RECORD_FILE, RESULTS_FILE, Record, _record_problem, _source_checkout
+from .store import (FITS_KEY, RECORD_FILE, RESULTS_FILE, Record, _record_problem, major_version,  # noqa: F401
+                    pool_problem, same_settings, seed_range, source_checkout)
 
 def recorded_dir() -> Path:
     """Where the recorded runs kept with the book live: ``<repository>/book/recorded`` (found
     from the package's own location, so it does not depend on the working directory)."""
-    root = _source_checkout()
+    root = source_checkout()
     if root is None:
         raise FileNotFoundError("the recorded runs live in book/recorded of a source checkout of itlin; this itlin "
                                 "is not imported from one (clone the repository and pip install -e it).")
@@ -31,7 +32,7 @@ def recorded_dir() -> Path:
 def _resolve(folder) -> Path:
     """A folder given by path, or by the name of a recorded run in :func:`recorded_dir`."""
     folder = Path(folder)
-    if not folder.is_absolute() and not folder.exists() and _source_checkout() is not None \
+    if not folder.is_absolute() and not folder.exists() and source_checkout() is not None \
             and (recorded_dir() / folder).exists():
         folder = recorded_dir() / folder
     return folder
@@ -44,7 +45,7 @@ def _no_run(folder: Path, sub_folders: bool = False) -> FileNotFoundError:
 
     where = ", in it or in its sub-folders" if sub_folders else ""
     text = f"{folder} holds no finished run (need {opendata.FILE}, or {RECORD_FILE} and {RESULTS_FILE}{where})"
-    root = _source_checkout()
+    root = source_checkout()
     if root is not None and (root / "book" / "recorded") in Path(folder).absolute().parents:
         text += f"; {opendata.restore_hint(Path(folder) / opendata.FILE)}"
     return FileNotFoundError(text + ".")
@@ -156,57 +157,14 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
         info.update(device="several machines (" + "; ".join(
             f"{n} seeds on {device}" + (f", processor {proc}" if proc else "") for (device, proc), n in machines.items())
             + ")", processor=None, machines=len(machines))
-    status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status for rec in records)
+    status = "completed" if all(rec.completed for rec in records) else "; ".join(rec.status_text for rec in records)
     tallies = first.tallies if all(rec.tallies is first.tallies for rec in records) else None  # parts of one file
     return Record(first.experiment, dict(first.params if params is None else params), status, first.path.parent,
                   arrays, paths, info, loaded=True, tallies=tallies)
 
 
 
-def pool_problem(runs: Sequence[tuple], what: str = "pool records") -> Optional[str]:
-    """Why the runs ``[(name, info), ...]`` (``info``: a ``record.json``'s content) cannot be pooled
-    as one record, or ``None`` when they can: one of another experiment or major version than the
-    first, one made with other settings (anything but its seeds), or two that share a seed (it
-    would count twice). :func:`pooled_record` and the joins of :mod:`itlin.book.opendata` (``what``:
-    ``"join parts"``) refuse the same runs, so that every record file made in parts pools."""
-    if not runs:
-        return None
-    (name0, first), resolved = runs[0], lambda info: (info.get("meta") or {}).get("resolved") or {}
-    for name, info in runs[1:]:
-        if info.get("experiment") != first.get("experiment") or _major(info.get("version")) != _major(first.get("version")):
-            return (f"{name} is {info.get('experiment')} version {_major(info.get('version'))}, {name0} is "
-                    f"{first.get('experiment')} version {_major(first.get('version'))}; {what} of one experiment and "
-                    "version.")
-        a, b = resolved(first), resolved(info)
-        if not _same_settings(a, b):
-            key = next(k for k in sorted(set(a) | set(b)) if k not in ("seed", "seeds")
-                       and not _same_settings({k: a.get(k)}, {k: b.get(k)}))
-            return (f"{name} was made with {key}={b.get(key)!r}, {name0} with {key}={a.get(key)!r}; {what} that "
-                    "differ only in their seeds.")
-    seen: dict = {}
-    for name, info in runs:
-        seeds = seed_range(resolved(info))
-        twice = sorted(set(seeds or ()) & set(seen))
-        if twice:
-            return f"{name} and {seen[twice[0]]} both have seed {twice[0]}; {what} of different seeds."
-        seen.update(dict.fromkeys(seeds or (), name))
-    return None
-
-
 # ---------------------------------------------------------------------------------- a record with more seeds
-def seed_range(resolved: Mapping) -> Optional[range]:
-    """The seeds of a run from its resolved parameters (``seed``, ``seed + 1``, ...,
-    ``seed + seeds - 1``), e.g. to check that a confirmatory record shares no seed with the
-    record it follows; ``None`` when they do not say.
-
-    >>> seed_range({"seed": 1000, "seeds": 3})
-    range(1000, 1003)
-    """
-    try:
-        return range(int(resolved["seed"]), int(resolved["seed"]) + int(resolved["seeds"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-
 
 def _ranges_text(ranges: Sequence[range]) -> str:
     """``"1256-1479 and 1512-1603"``: runs of consecutive seeds, as a reader would write them."""
@@ -278,28 +236,6 @@ def _runs(seeds: Sequence[int]) -> list:
     return out
 
 
-def _same_settings(a: Mapping, b: Mapping) -> bool:
-    """Resolved parameters equal in everything but the number of seeds (JSON-equal, so ``inf``
-    and ``"inf"``, tuples and lists compare as stored). A parameter that is ``None`` on one side
-    and absent on the other counts as equal: a parameter added after a record was made takes
-    ``None`` for "as before" (e.g. ``feature_updates``' ``data_seed``), so the record still
-    repeats the runs that leave it at ``None``."""
-    strip = lambda r: json.dumps(_io.jsonable({k: v for k, v in r.items() if k not in ("seeds", "seed")
-                                               and v is not None}), sort_keys=True)
-    return strip(a) == strip(b)
-
-
-def _major(version) -> str:
-    """An experiment's major version, without a minor version or the digest of its scale table
-    (``"3.b0ee7979"`` and ``"3.1.b0ee7979"`` -> ``"3"``): what changes when ``run`` changes the
-    numbers its claims read (see :mod:`itlin.book.study`).
-
-    >>> _major("3.b0ee7979"), _major("3.1.b0ee7979"), _major("12")
-    ('3', '3', '12')
-    """
-    return str(version).split(".")[0]
-
-
 def matching_record(rec: Record, folder=None) -> Optional[Record]:
     """The recorded run kept with the book (``folder``, default :func:`recorded_dir`) that repeats
     ``rec`` with more seeds: the same experiment and version (bumped whenever ``run`` changes its
@@ -315,7 +251,7 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
     its seeds, and :func:`compare_seeds` says whether the two agree.
     """
     if folder is None:
-        root = _source_checkout()
+        root = source_checkout()
         if root is None:
             return None
         folder = root / "book" / "recorded"
@@ -341,12 +277,12 @@ def matching_record(rec: Record, folder=None) -> Optional[Record]:
         else:
             info = _io.read_json(path / RECORD_FILE) or {}
         theirs = (info.get("meta") or {}).get("resolved")
-        if info.get("experiment") != rec.experiment or _major(info.get("version")) != _major(rec.info.get("version")) \
+        if info.get("experiment") != rec.experiment or major_version(info.get("version")) != major_version(rec.info.get("version")) \
                 or not theirs:
             continue
         others = seed_range(theirs)
         if others is None or len(others) <= len(seeds) or not set(seeds) <= set(others) \
-                or not _same_settings(mine, theirs):
+                or not same_settings(mine, theirs):
             continue
         if best is None or len(others) > len(seed_range(best.meta["resolved"])):
             best = open_record(path)

@@ -20,12 +20,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from . import experiments as _experiments
 from . import verdicts as V
+from .judging import experiment_of as _experiment
+from .judging import judge  # noqa: F401  (chapters call render.judge)
 from .labels import fmt_value
-
-
-def _experiment(record_or_name):
-    name = record_or_name if isinstance(record_or_name, (str, _experiments.Experiment)) else record_or_name.experiment
-    return _experiments.get(name)
 
 
 def _cell(v) -> str:
@@ -72,18 +69,6 @@ def summary(record, columns: Optional[Sequence[str]] = None) -> str:
     if exp.summary is None:
         raise ValueError(f"experiment {exp.name!r} has no summary.")
     return table(exp.summary(record), columns)
-
-
-def judge(*records) -> V.Verdicts:
-    """The claims of one or more records as one family: Holm's correction over all their tests
-    (:func:`itlin.book.verdicts.holm`), picked by id: ``judge(rec)["full.large_close"]``. Most
-    chapters call it once per record; a few pass the records of their default settings together."""
-    from .plans import mark
-
-    out = []
-    for rec in records:
-        out += mark(rec, _experiment(rec).verdicts(rec))
-    return V.holm(out)
 
 
 def record_command(record) -> str:

@@ -327,7 +327,7 @@ def _check_parameters(chapter, params: dict) -> None:
         errors = []
         for exp_name, f, tp in fields:
             try:
-                E._coerce(name, tp, value, f.metadata)
+                E.coerce(name, tp, value, f.metadata)
             except E.ParameterError as err:
                 errors.append(str(err))
             else:

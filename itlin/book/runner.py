@@ -4,8 +4,9 @@ Every chapter of the book runs its experiment through :func:`run`::
 
     from itlin.book import runner
     rec = runner.run("fig9_damping", {"dampings": [1e-3, 1e-1], "scale": "tiny"})
-    rec.status            # "completed", "diverged at step 412", or a summary of several runs (text;
-                          # each run's status is data in rec.runs[tag]: "status" and "diverged_at")
+    rec.status            # an itlin.Status: completed, diverged, or running (a run did not finish)
+    rec.status_text       # in words: "completed", "diverged at step 412", or a summary of several
+                          # runs (each run's status is data in rec.runs[tag]: "status" and "diverged_at")
     rec["test_rmse"]      # the arrays the experiment returned
     rec.history("K=inf")  # the History of one training run made with ctx.fit
 
@@ -64,18 +65,15 @@ import numpy as np
 
 from .. import _io
 from . import experiments as _experiments
-from .checkpoints import (PROGRESS_SECONDS, RunContext, _final_metrics, _history_from_snapshot,  # noqa: F401
-                          _history_snapshot, _interrupt, _safe_tag, pause_on_signals, quiet)
+from .checkpoints import PROGRESS_SECONDS, RunContext, pause_on_signals, quiet  # noqa: F401
 from .experiments import Experiment
 from .provenance import _device, _git_commit, _now, cores, jaxlib_build, machine_fields, processor  # noqa: F401
-from .records import (_SEED_PART, SeedComparison, SeedProgress, _examples, _flips, _is_timing, _major,  # noqa: F401
-                      _per_run_group, _ranges_text, _run_tag, _runs, _same_settings, _seed_axis, _seed_slices,
-                      _spread, compare_seeds, matching_record, open_record, open_records, pooled_record,
-                      recorded_dir, recorded_runs, seed_progress, seed_range)
+# the public names of the records module, which readers of runs reach through the runner
+from .records import (SeedComparison, SeedProgress, compare_seeds, matching_record, open_record,  # noqa: F401
+                      open_records, pooled_record, recorded_dir, recorded_runs, seed_progress, seed_range)
 from .store import (_FORMAT, ELAPSED_FILE, FITS_KEY, LOCK_FILE, LOCK_PID_FILE, NEW_SUFFIX,  # noqa: F401
                     PARAMS_FILE, RECORD_FILE, RESULTS_FILE, WORK_DIR, Plan, Record, RunLockedError,
-                    _complete_swap, _locked, _read_record, _record_problem, _source_checkout, record_digest,
-                    results_dir, run_hash)
+                    _complete_swap, _locked, _read_record, describe_runs, record_digest, results_dir, run_hash)
 
 DEFAULT_CHECKPOINT_EVERY_STEPS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 300.0
@@ -113,29 +111,6 @@ def load(experiment, params=None, *, results_dir=None) -> Optional[Record]:
     if reason is not None:
         warnings.warn(f"itlin.book.runner: {reason}; it will be recomputed by run().", RuntimeWarning, stacklevel=2)
     return rec
-
-
-# ---------------------------------------------------------------------------------- status
-def _overall_status(runs: Mapping[str, dict]) -> str:
-    if not runs:
-        return "completed"
-    if len(runs) == 1:
-        r = next(iter(runs.values()))
-        if str(r["status"]).startswith("diverged") and r.get("diverged_at") is not None:
-            return f"diverged at step {r['diverged_at']}"
-        return r["status"]
-    bad = {t: r for t, r in runs.items() if r["status"] != "completed"}
-    if not bad:
-        return "completed"
-    parts = []
-    for t, r in list(bad.items())[:5]:
-        s = r["status"]
-        parts.append(f"{t} at step {r['diverged_at']}" if r.get("diverged_at") is not None else f"{t}: {s}")
-    more = f", and {len(bad) - 5} more" if len(bad) > 5 else ""
-    n_div = sum(1 for r in bad.values() if r.get("diverged_at") is not None)
-    what = "diverged" if n_div == len(bad) else "did not complete"
-    return f"{len(bad)} of {len(runs)} runs {what}: {', '.join(parts)}{more}"
-
 
 
 # ---------------------------------------------------------------------------------- run
@@ -203,7 +178,7 @@ def _run_here(p: Plan, *, force: bool, checkpoint_every_steps, checkpoint_every_
     if not force:
         rec = _load_or_warn(p)
         if rec is not None:
-            say(f"loaded stored result ({rec.status}) {exp.name}/{p.hash} from the results folder")
+            say(f"loaded stored result ({rec.status_text}) {exp.name}/{p.hash} from the results folder")
             return rec
 
     # Everything the run will write, checked before any work (a dataset generated and then lost
@@ -217,7 +192,7 @@ def _run_here(p: Plan, *, force: bool, checkpoint_every_steps, checkpoint_every_
         if not force:  # another process may have finished it while we waited for the lock
             rec = _load_or_warn(p, quiet=True)
             if rec is not None:
-                say(f"loaded stored result ({rec.status}) {exp.name}/{p.hash} from the results folder")
+                say(f"loaded stored result ({rec.status_text}) {exp.name}/{p.hash} from the results folder")
                 return rec
         if force:
             shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
@@ -235,7 +210,7 @@ def _run_here(p: Plan, *, force: bool, checkpoint_every_steps, checkpoint_every_
         wall = time.perf_counter() - t0
         rec = _finish(p, ctx, out, wall=wall, started=started, first_started=first_started or started)
         shutil.rmtree(p.path / WORK_DIR, ignore_errors=True)
-    say(f"{rec.status} in {wall:.1f} s; saved as {exp.name}/{p.hash} in the results folder")
+    say(f"{rec.status_text} in {wall:.1f} s; saved as {exp.name}/{p.hash} in the results folder")
     return rec
 
 
@@ -260,7 +235,7 @@ def _run_on_processes(p: Plan, params, *, results_dir, force, progress, verbose)
             blob = np.asarray(multihost_utils.broadcast_one_to_all(blob)).tobytes()
             if main:
                 if verbose:
-                    print(f"[itlin] {p.experiment.name}: loaded stored result ({stored.status}) "
+                    print(f"[itlin] {p.experiment.name}: loaded stored result ({stored.status_text}) "
                           f"{p.experiment.name}/{p.hash} from the results folder; sent to every process", flush=True)
                 return stored
             q = plan(p.experiment, params, results_dir=scratch)
@@ -307,7 +282,7 @@ def _finish(p: Plan, ctx: RunContext, out, *, wall: float, started: str, first_s
         raise ValueError(f"experiment {p.experiment.name!r}: the result key {FITS_KEY!r} is reserved.")
     if status is not None and not isinstance(status, str):
         raise TypeError(f"experiment {p.experiment.name!r}: 'status' must be a string, got {status!r}.")
-    status = status or _overall_status(ctx.runs)
+    status = status or describe_runs(ctx.runs)
     tree = dict(out)
     if ctx.histories:
         tree[FITS_KEY] = {tag: h.arrays() for tag, h in ctx.histories.items()}

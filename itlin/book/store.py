@@ -12,10 +12,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from .. import _io
-from .experiments import Experiment
+from ..core.history import Status
+
+if TYPE_CHECKING:  # the store imports no experiment machinery: a run's plan names its experiment
+    from .study import Experiment
 
 RECORD_FILE = "record.json"
 RESULTS_FILE = "results.npz"
@@ -33,7 +36,7 @@ _FORMAT = 1
 
 
 # ---------------------------------------------------------------------------------- where
-def _source_checkout() -> Optional[Path]:
+def source_checkout() -> Optional[Path]:
     """The repository root if itlin is imported from a source checkout (editable install)."""
     root = Path(__file__).resolve().parents[2]
     pyproject = root / "pyproject.toml"
@@ -59,11 +62,11 @@ def results_dir(path=None) -> Path:
         env = os.environ.get("ITLIN_RESULTS")
         if env:
             path = Path(env).expanduser()
-            root = _source_checkout()
+            root = source_checkout()
             if not path.is_absolute() and root is not None:
                 path = root / path
         else:
-            root = _source_checkout()
+            root = source_checkout()
             if root is not None:
                 path = root / "results"
             else:
@@ -115,7 +118,9 @@ class Record:
 
     experiment: str
     params: dict
-    status: str
+    #: a :class:`itlin.Status` (completed, diverged, or running where a run did not finish), mapped
+    #: once from the stored sentence or the runs' own statuses; :attr:`status_text` is the sentence
+    status: Status
     path: Path
     arrays: dict
     paths: list
@@ -138,9 +143,19 @@ class Record:
     def meta(self) -> dict:
         return self.info.get("meta", {})
 
+    def __post_init__(self):
+        if not isinstance(self.status, Status):
+            self.status = record_status(self.status, self.runs)
+
+    @property
+    def status_text(self) -> str:
+        """The status in words: ``"completed"``, or which runs diverged or did not complete and
+        where (the sentence stored in ``record.json``; :func:`describe_runs` makes it)."""
+        return str(self.info.get("status") or describe_runs(self.runs))
+
     @property
     def completed(self) -> bool:
-        return self.status == "completed"
+        return self.status is Status.COMPLETED
 
     @property
     def diverged(self) -> bool:
@@ -207,19 +222,121 @@ class Record:
 
 def run_status(summary: Mapping) -> tuple:
     """``(status, diverged_at)`` of a training run's summary (``Record.runs[tag]``), read the one
-    way :class:`itlin.History` reads it: an old record's status ``"diverged at step 5"`` (with no
-    ``diverged_at``) is ``("diverged", 5)``, a ``diverged_at`` alone makes the run diverged, and
-    any other status is kept as it is.
+    way :class:`itlin.History` reads it (:meth:`itlin.Status.read`): an old record's status
+    ``"diverged at step 5"`` (with no ``diverged_at``) is ``(DIVERGED, 5)``, and a ``diverged_at``
+    alone makes the run diverged.
 
     >>> run_status({"status": "diverged at step 5"}), run_status({"status": "completed", "diverged_at": None})
-    (('diverged', 5), ('completed', None))
+    ((<Status.DIVERGED: 'diverged'>, 5), (<Status.COMPLETED: 'completed'>, None))
     """
-    from ..core.history import _parse_status
-
     status, at = summary.get("status"), summary.get("diverged_at")
-    if str(status).startswith("diverged"):
-        return _parse_status(status, at)
-    return ("diverged", int(at)) if at is not None else (status, None)
+    if at is not None:
+        return Status.DIVERGED, int(at)
+    return Status.read(status, at)
+
+
+def record_status(text, runs: Mapping) -> Status:
+    """A record's :class:`itlin.Status` from its stored sentence (``"completed"``, ``"diverged at
+    step 412"``, ``"3 of 10 runs diverged: ..."``, ``"2 of 4 runs did not complete: ..."``, an
+    experiment's own ``"completed (...)"``, or the parts' sentences joined by ``"; "``) and its
+    runs: diverged if a run diverged, running if a run or a part did not complete, else completed.
+
+    >>> record_status("completed", {}), record_status("1 of 2 runs did not complete: a: running", {})
+    (<Status.COMPLETED: 'completed'>, <Status.RUNNING: 'running'>)
+    """
+    if any(run_status(r)[0] is Status.DIVERGED for r in runs.values()) or "diverged" in str(text):
+        return Status.DIVERGED
+    if str(text).startswith("completed") and all(run_status(r)[0] is Status.COMPLETED for r in runs.values()):
+        return Status.COMPLETED
+    return Status.RUNNING
+
+
+def describe_runs(runs: Mapping[str, dict]) -> str:
+    """A record's status in words from its runs: ``"completed"``, one run's own status, or how many
+    of them diverged or did not complete, naming the first five and the step each diverged at.
+
+    >>> describe_runs({"a": {"status": "completed"}, "b": {"status": "diverged", "diverged_at": 7}})
+    '1 of 2 runs diverged: b at step 7'
+    """
+    if not runs:
+        return "completed"
+    if len(runs) == 1:
+        return Status.describe(*run_status(next(iter(runs.values()))))
+    read = {t: run_status(r) for t, r in runs.items()}
+    bad = {t: (s, at) for t, (s, at) in read.items() if s is not Status.COMPLETED}
+    if not bad:
+        return "completed"
+    parts = [f"{t} at step {at}" if at is not None else f"{t}: {s}" for t, (s, at) in list(bad.items())[:5]]
+    more = f", and {len(bad) - 5} more" if len(bad) > 5 else ""
+    what = "diverged" if all(s is Status.DIVERGED for s, _ in bad.values()) else "did not complete"
+    return f"{len(bad)} of {len(runs)} runs {what}: {', '.join(parts)}{more}"
+
+
+# ---------------------------------------------------------------------------------- runs that pool
+def same_settings(a: Mapping, b: Mapping) -> bool:
+    """Resolved parameters equal in everything but the number of seeds (JSON-equal, so ``inf``
+    and ``"inf"``, tuples and lists compare as stored). A parameter that is ``None`` on one side
+    and absent on the other counts as equal: a parameter added after a record was made takes
+    ``None`` for "as before" (e.g. ``feature_updates``' ``data_seed``), so the record still
+    repeats the runs that leave it at ``None``."""
+    strip = lambda r: json.dumps(_io.jsonable({k: v for k, v in r.items() if k not in ("seeds", "seed")
+                                               and v is not None}), sort_keys=True)
+    return strip(a) == strip(b)
+
+
+def major_version(version) -> str:
+    """An experiment's major version, without a minor version or the digest of its scale table
+    (``"3.b0ee7979"`` and ``"3.1.b0ee7979"`` -> ``"3"``): what changes when ``run`` changes the
+    numbers its claims read (see :mod:`itlin.book.study`).
+
+    >>> major_version("3.b0ee7979"), major_version("3.1.b0ee7979"), major_version("12")
+    ('3', '3', '12')
+    """
+    return str(version).split(".")[0]
+
+
+def seed_range(resolved: Mapping) -> Optional[range]:
+    """The seeds of a run from its resolved parameters (``seed``, ``seed + 1``, ...,
+    ``seed + seeds - 1``), e.g. to check that a confirmatory record shares no seed with the
+    record it follows; ``None`` when they do not say.
+
+    >>> seed_range({"seed": 1000, "seeds": 3})
+    range(1000, 1003)
+    """
+    try:
+        return range(int(resolved["seed"]), int(resolved["seed"]) + int(resolved["seeds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def pool_problem(runs: Sequence[tuple], what: str = "pool records") -> Optional[str]:
+    """Why the runs ``[(name, info), ...]`` (``info``: a ``record.json``'s content) cannot be pooled
+    as one record, or ``None`` when they can: one of another experiment or major version than the
+    first, one made with other settings (anything but its seeds), or two that share a seed (it
+    would count twice). :func:`pooled_record` and the joins of :mod:`itlin.book.opendata` (``what``:
+    ``"join parts"``) refuse the same runs, so that every record file made in parts pools."""
+    if not runs:
+        return None
+    (name0, first), resolved = runs[0], lambda info: (info.get("meta") or {}).get("resolved") or {}
+    for name, info in runs[1:]:
+        if info.get("experiment") != first.get("experiment") or major_version(info.get("version")) != major_version(first.get("version")):
+            return (f"{name} is {info.get('experiment')} version {major_version(info.get('version'))}, {name0} is "
+                    f"{first.get('experiment')} version {major_version(first.get('version'))}; {what} of one experiment and "
+                    "version.")
+        a, b = resolved(first), resolved(info)
+        if not same_settings(a, b):
+            key = next(k for k in sorted(set(a) | set(b)) if k not in ("seed", "seeds")
+                       and not same_settings({k: a.get(k)}, {k: b.get(k)}))
+            return (f"{name} was made with {key}={b.get(key)!r}, {name0} with {key}={a.get(key)!r}; {what} that "
+                    "differ only in their seeds.")
+    seen: dict = {}
+    for name, info in runs:
+        seeds = seed_range(resolved(info))
+        twice = sorted(set(seeds or ()) & set(seen))
+        if twice:
+            return f"{name} and {seen[twice[0]]} both have seed {twice[0]}; {what} of different seeds."
+        seen.update(dict.fromkeys(seeds or (), name))
+    return None
 
 
 def _read_record(plan_: Plan) -> tuple:
@@ -339,4 +456,5 @@ def _complete_swap(folder: Path) -> None:
     os.replace(new_rec, folder / RECORD_FILE)
 
 
-__all__ = ["Plan", "Record", "RunLockedError", "record_digest", "results_dir", "run_hash", "run_status"]
+__all__ = ["Plan", "Record", "RunLockedError", "describe_runs", "record_digest", "record_status", "results_dir", "run_hash",
+           "run_status", "source_checkout", "major_version", "pool_problem", "same_settings", "seed_range"]

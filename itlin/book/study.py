@@ -260,7 +260,7 @@ def _validate(adapter: TypeAdapter, fields: Mapping, value, prefix: tuple = ()):
         raise ParameterError(_message({**error, "loc": prefix + error["loc"]}, fields)) from None
 
 
-def _coerce(name: str, tp, value, meta: Mapping):
+def coerce(name: str, tp, value, meta: Mapping):
     """``value`` as :meth:`Params.from_dict` validates parameter ``name`` (annotation ``tp``, metadata ``meta``)."""
     return _validate(TypeAdapter(_pydantic_type(tp, meta)), {name: (tp, meta)}, value, (name,))
 
@@ -531,5 +531,5 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-__all__ = ["CLOSE_MARGIN", "SCALES", "Dataset", "Derived", "Experiment", "ParameterError", "Params", "Period", "UnknownExperimentError",
+__all__ = ["CLOSE_MARGIN", "coerce", "SCALES", "Dataset", "Derived", "Experiment", "ParameterError", "Params", "Period", "UnknownExperimentError",
            "param", "register", "scales_digest", "unregister"]

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from . import recheck as _recheck
-from . import render, runner
+from . import render, runner, store
 
 TOC = "_toc.yml"
 
 
 def _root() -> Path:
-    root = runner._source_checkout()
+    root = store.source_checkout()
     if root is None:
         raise FileNotFoundError("itlin.book.verify needs a source checkout of itlin (the chapters and book/recorded).")
     return root

@@ -1,5 +1,5 @@
 """What a run records: :class:`History` (evaluations, the training loss, relinearisation steps
-and the run's status) and its ``STATUSES``.
+and the run's :class:`Status`).
 
 :func:`itlin.core.loop.fit` fills one in as it trains; the book stores it with each run
 (:meth:`History.arrays` and :meth:`History.meta`, read back by :meth:`History.from_arrays`) and
@@ -9,6 +9,7 @@ cuts it back to a checkpoint (:meth:`History.truncated`). Both names are re-expo
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,21 +17,57 @@ from typing import Optional
 
 import numpy as np
 
-#: the values of :attr:`History.status`
-STATUSES = ("running", "completed", "diverged")
+
+class Status(str, enum.Enum):
+    """A run's status. A ``str`` enum: it compares equal to its value (``Status.COMPLETED ==
+    "completed"``) and is stored as that value, so files written before it read the same.
+
+    >>> Status.read("diverged at step 412")      # an old record's text, mapped once, at load
+    (<Status.DIVERGED: 'diverged'>, 412)
+    >>> Status.DIVERGED.describe(412), Status.COMPLETED.describe()
+    ('diverged at step 412', 'completed')
+    """
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DIVERGED = "diverged"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def read(cls, status, diverged_at=None) -> tuple:
+        """``(Status, diverged_at)`` from stored values: ``None`` is running, and an old record's
+        ``"diverged at step N"`` is ``(DIVERGED, N)``; anything else is refused."""
+        text = "running" if status is None else str(status)
+        if text.startswith("diverged"):
+            m = re.search(r"(\d+)", text)
+            if diverged_at is None and m:
+                diverged_at = int(m.group(1))
+            return cls.DIVERGED, (None if diverged_at is None else int(diverged_at))
+        try:
+            return cls(text), (None if diverged_at is None else int(diverged_at))
+        except ValueError:
+            raise ValueError(f"a run status is one of {', '.join(s.value for s in cls)}, got {status!r}.") from None
+
+    def describe(self, diverged_at: Optional[int] = None) -> str:
+        """The status in words, the one place a run's status becomes a sentence: ``"completed"``,
+        ``"running"``, ``"diverged"`` or ``"diverged at step s"``."""
+        if self is Status.DIVERGED and diverged_at is not None:
+            return f"diverged at step {int(diverged_at)}"
+        return self.value
+
+
+#: the values of :attr:`History.status` (the :class:`Status` members)
+STATUSES = tuple(Status)
 
 
 def _parse_status(status, diverged_at):
-    """``(status, diverged_at)`` from stored values, old records' ``"diverged at step N"`` included."""
-    status = "running" if status is None else str(status)
-    if status.startswith("diverged"):
-        m = re.search(r"(\d+)", status)
-        if diverged_at is None and m:
-            diverged_at = int(m.group(1))
-        return "diverged", (None if diverged_at is None else int(diverged_at))
-    if status not in STATUSES:
-        raise ValueError(f"a run status is one of {', '.join(STATUSES)}, got {status!r}.")
-    return status, (None if diverged_at is None else int(diverged_at))
+    """``(status, diverged_at)`` from stored values (:meth:`Status.read`)."""
+    return Status.read(status, diverged_at)
 
 
 @dataclass
@@ -51,16 +88,16 @@ class History:
     ([2.0], [5.0])
     >>> h.add_eval({"step": 0, "test/accuracy": 0.5})
     >>> h.eval_array("test/accuracy").tolist(), h.status
-    ([0.5], 'running')
-    >>> h.mark_diverged(412); h.status, h.diverged_at, h.describe()
-    ('diverged', 412, 'diverged at step 412')
+    ([0.5], <Status.RUNNING: 'running'>)
+    >>> h.mark_diverged(412); h.status == "diverged", h.diverged_at, h.describe()
+    (True, 412, 'diverged at step 412')
     """
 
     evals: dict = field(default_factory=dict)
     loss: list = field(default_factory=list)
     loss_every: int = 1
     relin_steps: list = field(default_factory=list)
-    status: str = "running"
+    status: Status = Status.RUNNING
     diverged_at: Optional[int] = None
     pending: list = field(default_factory=list, repr=False)
 
@@ -83,24 +120,22 @@ class History:
 
     def mark_diverged(self, step: int):
         """Set the status to ``"diverged"`` at ``step``."""
-        self.status, self.diverged_at = "diverged", int(step)
+        self.status, self.diverged_at = Status.DIVERGED, int(step)
 
     def mark_completed(self):
         """Set the status to ``"completed"``."""
-        self.status, self.diverged_at = "completed", None
+        self.status, self.diverged_at = Status.COMPLETED, None
 
     @property
     def diverged(self) -> bool:
         """Whether the run diverged."""
-        return self.status == "diverged"
+        return self.status is Status.DIVERGED
 
     def describe(self) -> str:
         """The status in words: ``"completed"``, ``"running"`` or ``"diverged at step s"``."""
-        if self.status == "diverged" and self.diverged_at is not None:
-            return f"diverged at step {self.diverged_at}"
-        return self.status
+        return self.status.describe(self.diverged_at)
 
-    def truncated(self, *, losses: int, relin_steps: int, evals: int, pending=None, status: str = "running",
+    def truncated(self, *, losses: int, relin_steps: int, evals: int, pending=None, status=Status.RUNNING,
                   diverged_at: Optional[int] = None) -> "History":
         """A copy holding the first ``losses`` loss blocks, ``relin_steps`` relinearisation steps
         and ``evals`` evaluations, with ``pending`` (default: the current ones) as the losses of
@@ -122,7 +157,7 @@ class History:
 
     def meta(self) -> dict:
         """The non-array part (status, divergence step, loss_every)."""
-        return {"status": self.status, "diverged_at": self.diverged_at, "loss_every": self.loss_every}
+        return {"status": self.status.value, "diverged_at": self.diverged_at, "loss_every": self.loss_every}
 
     @classmethod
     def from_arrays(cls, arrays: dict, meta: dict) -> "History":
@@ -141,4 +176,4 @@ class History:
         return np.asarray(self.evals.get(key, []), np.float64)
 
 
-__all__ = ["STATUSES", "History"]
+__all__ = ["STATUSES", "History", "Status"]

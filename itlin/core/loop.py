@@ -33,7 +33,7 @@ from ._checks import (check_finite_array, check_float_params, check_nonempty, ch
                       check_real_dtype, check_same_leading, check_seed, check_steps, output_shape)
 from ._divergence import diverged
 from ._tree import tree_all_finite
-from .history import STATUSES, History
+from .history import STATUSES, History, Status
 from .linearise import linearised_apply
 from .schedules import MAX_PERIOD
 from .train import StepLog, Trainer, TrainState, _float_dtype
@@ -603,4 +603,4 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     return FitResult(state, history)
 
 
-__all__ = ["CHUNK", "STATUSES", "FitResult", "History", "batch_indices", "device_loop", "evaluate", "fit", "run"]
+__all__ = ["CHUNK", "STATUSES", "FitResult", "History", "Status", "batch_indices", "device_loop", "evaluate", "fit", "run"]

@@ -57,7 +57,7 @@ def ran_here(live) -> str:
     >>> ran_here(NS(runs={"a": 0, "b": 0}, status="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
     '2 training runs here, status: completed; 12 s on cpu'
     """
-    return (f"{len(live.runs)} training runs here, status: {live.status}; "
+    return (f"{len(live.runs)} training runs here, status: {live.status_text}; "
             f"{live.info['wall_seconds']:.0f} s on {live.info['device']}")
 
 

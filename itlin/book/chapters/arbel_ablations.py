@@ -91,7 +91,7 @@ def label(rec) -> str:
 
 def status_lines(lives) -> list:
     """One line per run made here: its experiment, status, time and device."""
-    return [f"{label(live)} here: {live.status}, {live.info['wall_seconds']:.0f} s on {live.info['device']}"
+    return [f"{label(live)} here: {live.status_text}, {live.info['wall_seconds']:.0f} s on {live.info['device']}"
             for live in lives]
 
 

@@ -40,7 +40,7 @@ def status_line(live) -> str:
     >>> status_line(NS(status="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
     "status of this page's run: completed; 12 s on cpu"
     """
-    return f"status of this page's run: {live.status}; {live.info['wall_seconds']:.0f} s on {live.info['device']}"
+    return f"status of this page's run: {live.status_text}; {live.info['wall_seconds']:.0f} s on {live.info['device']}"
 
 
 def indices(rec) -> list:

@@ -19,7 +19,7 @@ import numpy as np
 from IPython.display import Markdown
 
 from .. import benchmarking as B
-from .. import runner
+from .. import runner, store
 
 __all__ = [
     "damping_lines", "damping_values", "floor_values", "gn_lines", "gn_values", "h100_sweep_lines",
@@ -30,7 +30,7 @@ __all__ = [
 
 def profiles_dir() -> Path:
     """The folder of the measured profiles, ``benchmarks/profiles`` of the source checkout."""
-    return runner._source_checkout() / "benchmarks" / "profiles"
+    return store.source_checkout() / "benchmarks" / "profiles"
 
 
 def profile(name: str) -> dict:

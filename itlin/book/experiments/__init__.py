@@ -12,7 +12,7 @@ import pkgutil
 import warnings
 
 from ..study import (CLOSE_MARGIN, SCALES, Dataset, Derived, Experiment, ParameterError, Params, Period,  # noqa: F401
-                     UnknownExperimentError, _REGISTRY, _coerce, _suggest, param, register, scales_digest,
+                     UnknownExperimentError, _REGISTRY, _suggest, coerce, param, register, scales_digest,
                      unregister)
 
 _IMPORT_ERRORS: dict = {}

@@ -435,7 +435,7 @@ def pool_lr_sweeps(records):
     once, ``seeds`` the total and the wall time summed; the first record's provenance otherwise.
     Refuses records of other experiments, versions or settings, and seeds that are not
     consecutive."""
-    from ...runner import pooled_record
+    from ...records import pooled_record
 
     records = list(records)
     if not records:

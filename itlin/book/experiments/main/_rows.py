@@ -51,7 +51,7 @@ def run_summary(rec, tag: str) -> dict:
         "steps": int(r["steps"]),
         "target_steps": int(r.get("target_steps", r["steps"])),
         "updates": int(r["feature_updates"]),
-        "status": status if diverged_at is None else f"diverged at step {diverged_at}",
+        "status": status.describe(diverged_at),
         "diverged_at": diverged_at,
         "test": final(h, "test/accuracy_lin"),
         "test_net": final(h, "test/accuracy"),
@@ -135,7 +135,7 @@ def pool_seeds(records: Sequence):
     its ``seed`` and ``setting``, as :func:`~._setup.fit_seeds` writes them), ``seeds`` in the
     resolved parameters is the total, the wall time summed; the first record's provenance
     otherwise. Generic renderers then show them as one run."""
-    from ...runner import pooled_record
+    from ...records import pooled_record
 
     arrays, paths, runs, meta_runs = {}, [], {}, {}
     for rec in records:

@@ -68,7 +68,7 @@ class DemoRun(SimpleNamespace):
     on ``x_grid`` (``f_net``, ``f_lin``, ``f_init``), ``history``, ``feature_updates``, ``status``,
     and the largest NTK eigenvalue at the start and the end (``ntk_max_init``, ``ntk_max_end``)."""
 
-    diverged = property(lambda self: "diverged" in self.status)
+    diverged = property(lambda self: self.history.diverged)
 
     def final(self, key: str) -> float:
         """The last recorded value of an evaluated metric (e.g. ``"test/rmse"``)."""
