@@ -34,9 +34,11 @@ from . import verdicts as V
 PREFIX = "claim."
 #: the file attribute that says what the ``claim.<id>`` attributes are
 ABOUT = ("claim.<id>: JSON, what decides each claim the book's Findings read on this record: the rows it decides "
-         "('decides'), is judged beside ('beside') or is a part of ('part_of'), its rule, margin and level, the "
-         "variables it reads, and its gap as NumPy expressions a and b per seed (book/recorded/README.md; "
-         "book/recorded/recompute.py evaluates them)")
+         "('decides') or is judged beside ('beside'), its rule, margin and level, the variables it reads, and its gap "
+         "as NumPy expressions a and b per seed (book/recorded/README.md; book/recorded/recompute.py evaluates them)")
+#: :data:`ABOUT` in a record where a claim is a part of a row (the words of the others stay as they were written)
+ABOUT_PARTS = ABOUT.replace("('decides') or is judged beside ('beside')",
+                            "('decides'), is judged beside ('beside') or is a part of ('part_of')")
 
 
 # ------------------------------------------------------------------------------ per experiment
@@ -494,7 +496,8 @@ def describe(name: str, cache: Optional[dict] = None) -> dict:
             **roles, "claim": v.claim, "rule": v.rule, "margin": v.margin, "level": level, "level_why": why,
             "scale": v.scale, "unit": v.unit, "variables": _variables(recipe), **recipe}, ensure_ascii=False)
     if attrs:
-        attrs["claims_described"] = ABOUT
+        parts = any("part_of" in json.loads(v) for v in attrs.values())
+        attrs["claims_described"] = ABOUT_PARTS if parts else ABOUT
     if int(opendata.attributes(path).get("parts", 1)) > 1:
         attrs["resolved_params"] = json.dumps(_io.jsonable(rec.meta["resolved"]))
     return attrs
@@ -518,7 +521,7 @@ def write(names: Optional[Sequence[str]] = None, say=print) -> list:
         now = opendata.attributes(path)
         if attrs and all(now.get(k) == v for k, v in attrs.items()) and not any(
                 k.startswith(PREFIX) and k not in attrs for k in now):
-            say(f"{name}: {sum(k.startswith(PREFIX) for k in attrs)} claim(s) described, as the file already says")
+            say(f"{name}: unchanged (its attributes already say this)")
             continue  # the file is left as it is (rewriting the same attributes would still change its bytes)
         if not attrs:
             if any(k.startswith(PREFIX) for k in opendata.attributes(path)):  # described once, no longer read
@@ -544,7 +547,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ABOUT", "BUILDERS", "PREFIX", "describe", "recorded_names", "write"]
+__all__ = ["ABOUT", "ABOUT_PARTS", "BUILDERS", "PREFIX", "describe", "recorded_names", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
