@@ -77,8 +77,9 @@ class Record:
         cut = [p[tuple(slice(0, int(s)) for s in shape)] for p, shape in zip(a, shapes)]
         return np.concatenate(cut, axis=dims.index("seed"))
 
-    def _matching(self, match):
-        """``{seed: (tag, fields)}`` of the completed runs whose fields equal ``match`` (numbers as numbers)."""
+    def _matching(self, match, done_only=True):
+        """``{seed: (tag, fields, completed)}`` of the completed runs (``done_only=False``: of all
+        runs) whose fields equal ``match`` (numbers as numbers)."""
         def same(x, y):
             try:
                 return float(x) == float(y)
@@ -87,12 +88,20 @@ class Record:
 
         out = {}
         for tag, (fields, done) in self.runs.items():
-            if done and all(k in fields and same(fields[k], v) for k, v in match.items()):
+            if (done or not done_only) and all(k in fields and same(fields[k], v) for k, v in match.items()):
                 seed = int(fields["seed"])
                 if seed in out:
-                    raise ValueError(f"{self.path}: two completed runs of seed {seed} match {match}")
-                out[seed] = (tag, fields)
+                    raise ValueError(f"{self.path}: two {'completed ' if done_only else ''}runs of seed {seed} "
+                                     f"match {match}")
+                out[seed] = (tag, fields, done)
         return out
+
+    def completed(self, /, **match):
+        """Whether each seed's run matching ``match`` completed (from ``runs_json``), one value per
+        seed of the file: 1 where it completed, 0 where it ran but did not (it diverged or
+        stopped), NaN where the seed has no such run."""
+        runs = self._matching(match, done_only=False)
+        return np.asarray([float(runs[s][2]) if s in runs else np.nan for s in self.seeds])
 
     def meta(self, field, /, **match):
         """``field`` of each seed's completed run matching ``match`` (from ``runs_json``), one value
@@ -117,7 +126,7 @@ class Record:
         shaped = name + "__shape" in self.ds and self.ds[name + "__shape"].dims[-1].startswith("rank_")
         labels = {d: list(map(str, self.ds[d].values)) for d in v.dims if d in self.ds.coords}
         rows = {}
-        for seed, (tag, _) in self._matching(match).items():
+        for seed, (tag, _, _) in self._matching(match).items():
             settings = {}
             for key, value in SETTING.findall(tag):  # a name seen twice is name_2, then name_3, ...
                 name_, k = key, 2
@@ -164,11 +173,11 @@ def rownorm(x):
     return np.sqrt(np.sum(x.reshape(len(x), -1) ** 2, axis=1))
 
 
-#: everything an expression may call or name, besides the record's var, meta, per_run and correct
+#: everything an expression may call or name, besides the record's var, meta, completed, per_run and correct
 FUNCTIONS = {name: getattr(np, name) for name in (
     "abs", "all", "any", "arange", "argmin", "argsort", "cumprod", "einsum", "exp", "isfinite", "isnan", "log",
-    "log10", "max", "maximum", "mean", "min", "nanmean", "stack", "sqrt", "sum", "take_along_axis", "where",
-    "zeros_like")}
+    "log10", "max", "maximum", "mean", "min", "nanmean", "quantile", "stack", "sqrt", "sum", "take_along_axis",
+    "where", "zeros_like")}
 FUNCTIONS.update(unpack=unpack, slope_weights=slope_weights, rownorm=rownorm, inf=np.inf, nan=np.nan)
 _NODES = (ast.Expression, ast.Call, ast.Name, ast.Load, ast.Constant, ast.List, ast.Tuple, ast.Subscript, ast.Slice,
           ast.UnaryOp, ast.USub, ast.UAdd, ast.Invert, ast.Not, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div,
@@ -191,9 +200,15 @@ def evaluate(text: str, names: dict):
 
 
 # ---------------------------------------------------------------------- the gap and its interval
+def _widen(c: dict, level: float) -> float:
+    """The factor that takes a half-width stated at the claim's ``base_level`` to ``level``: the
+    ratio of the two normal quantiles."""
+    return float(stats.norm.ppf(0.5 + level / 2) / stats.norm.ppf(0.5 + float(c["base_level"]) / 2))
+
+
 def paired(rec: Record, c: dict, level: float, names: dict) -> tuple:
     """``(gap, half-width)`` of a paired claim (README: the mean over seeds of a - b, Student's t
-    over the seeds, the test set's noise added in quadrature)."""
+    over the seeds, the test set's noise and any reading error added in quadrature)."""
     a, b = (np.asarray(evaluate(c[k], names), np.float64) for k in ("a", "b"))
     keep = np.isfinite(a) & np.isfinite(b) if "keep" not in c else np.asarray(evaluate(c["keep"], names), bool)
     d = (a - b)[keep]
@@ -213,6 +228,8 @@ def paired(rec: Record, c: dict, level: float, names: dict) -> tuple:
     elif "n_test" in c:
         p = min(max(float(np.mean((a[keep] + b[keep]) / 2)), 0.0), 1.0)
         test = z * math.sqrt(2 * p * (1 - p) / int(c["n_test"]))
+    if "reading" in c:  # a half-width at base_level, e.g. half the spacing of the snapshots a value is read from
+        test = math.hypot(test, float(evaluate(c["reading"], names)) * _widen(c, level))
     return float(d.mean()), (math.hypot(seed, test) if math.isfinite(seed) else seed)
 
 
@@ -237,14 +254,15 @@ def _tally(rec: Record, settings, seeds):
 def bootstrap(rec: Record, c: dict, level: float, names: dict) -> tuple:
     """``(gap, half-width)`` of a claim on a statistic of all seeds together (README): the gap
     ``log10 stat(values[i]) - log10 stat(values[j])``, its interval the standard deviation of the same
-    gap over resamples of the seeds times Student's t quantile for the number of seeds."""
+    gap over resamples of the seeds times Student's t quantile for the number of seeds. The statistic
+    is the expression ``reducer`` over ``v``, the values with the seeds along the last axis."""
     v = np.asarray(evaluate(c["values"], names), np.float64)
     n = v.shape[-1]
-    reduce = {"nanmean": np.nanmean}[c["reducer"]]
+    reduce = lambda x: np.asarray(evaluate(c["reducer"], {**FUNCTIONS, "v": x}), np.float64)  # noqa: E731
     idx = np.random.default_rng([int(c["rng_seed"]), n]).integers(0, n, (int(c["resamples"]), n))
     i, j = c["ends"]
     with np.errstate(all="ignore"):
-        obs, reps = reduce(v, axis=-1), reduce(v[:, idx], axis=-1)
+        obs, reps = reduce(v), reduce(v[:, idx])
         gap, boot = float(np.log10(obs[i]) - np.log10(obs[j])), np.log10(reps[i]) - np.log10(reps[j])
     boot = boot[np.isfinite(boot)]
     if not math.isfinite(gap) or boot.size < 2 or n < 2:
@@ -252,7 +270,27 @@ def bootstrap(rec: Record, c: dict, level: float, names: dict) -> tuple:
     return gap, float(stats.t.ppf(0.5 + level / 2, n - 1) * np.std(boot, ddof=1))
 
 
-STATISTICS = {"paired": paired, "bootstrap": bootstrap}
+def proportions(rec: Record, c: dict, level: float, names: dict) -> tuple:
+    """``(gap, half-width)`` of a claim on two shares of independent runs (README): ``a`` and ``b``
+    are 1 or 0 per run (NaN: no run, not counted); the gap is ``k_a / n_a - k_b / n_b``, its interval
+    Newcombe's hybrid score interval at ``base_level`` (from the two Wilson score intervals), its
+    wider side, widened to ``level`` by the ratio of the normal quantiles."""
+    (ka, na), (kb, nb) = ((float(np.sum(x[np.isfinite(x)])), int(np.sum(np.isfinite(x))))
+                          for x in (np.asarray(evaluate(c[k], names), np.float64).ravel() for k in ("a", "b")))
+    if na == 0 or nb == 0:
+        return math.nan, math.nan
+
+    def wilson(k, n):
+        ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=float(c["base_level"]), method="wilson")
+        return max(0.0, float(ci.low)), min(1.0, float(ci.high))
+
+    pa, pb = ka / na, kb / nb
+    (la, ua), (lb, ub) = wilson(ka, na), wilson(kb, nb)
+    half = max(math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2))
+    return pa - pb, half * _widen(c, level)
+
+
+STATISTICS = {"paired": paired, "bootstrap": bootstrap, "proportions": proportions}
 
 
 def claims_of(path) -> list:
@@ -263,12 +301,13 @@ def claims_of(path) -> list:
 
 def recompute(path) -> list:
     """Every claim a record file describes, recomputed: dicts of its file, claim id, the Findings
-    rows it decides and is judged beside, its level, gap and half-width."""
+    rows it decides, is judged beside and is a part of, its level, gap and half-width."""
     described = claims_of(path)
     if not described:
         return []
     rec = Record(path)
-    names = {**FUNCTIONS, "var": rec.var, "meta": rec.meta, "per_run": rec.per_run, "correct": rec.correct}
+    names = {**FUNCTIONS, "var": rec.var, "meta": rec.meta, "completed": rec.completed, "per_run": rec.per_run,
+             "correct": rec.correct}
     out = []
     for cid, c in described:
         scope = dict(names)
@@ -276,18 +315,21 @@ def recompute(path) -> list:
             scope[name] = evaluate(text, scope)
         gap, half = STATISTICS[c["statistic"]](rec, c, float(c["level"]), scope)
         out.append({"file": path.parent.name, "claim": cid, "decides": c.get("decides", []),
-                    "beside": c.get("beside", []), "level": c["level"], "gap": gap, "half_width": half})
+                    "beside": c.get("beside", []), "part_of": c.get("part_of", []), "level": c["level"], "gap": gap,
+                    "half_width": half})
     return out
 
 
 def table(paths) -> str:
-    """The README's table: per Findings row, its claim, file, variables and formula."""
+    """The README's table: per Findings row, its claim and then its parts (the other claims its
+    verdict is a conjunction with), each with its file, variables and formula."""
     rows = []
     for path in paths:
         for cid, c in claims_of(path):
-            for row in c.get("decides", []):
-                rows.append((row, f"| {row} | `{cid}` | `{path.parent.name}` | "
-                                  f"{', '.join(f'`{v}`' for v in c['variables'])} | {c['formula']} |"))
+            line = (f"`{cid}` | `{path.parent.name}` | {', '.join(f'`{v}`' for v in c['variables'])} | "
+                    f"{c['formula']} |")
+            rows += [((row, 0, ""), f"| {row} | {line}") for row in c.get("decides", [])]
+            rows += [((row, 1, f"{path.parent.name}/{cid}"), f"| {row} (part) | {line}") for row in c.get("part_of", [])]
     head = "| row | claim | file | variables | gap (a - b, per seed) |\n|---|---|---|---|---|"
     return "\n".join([head] + [line for _, line in sorted(rows)])
 

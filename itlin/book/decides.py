@@ -3,10 +3,12 @@
 A record file (:mod:`itlin.book.opendata`) keeps every array of its runs, but not which of them a
 claim is judged on, nor how. For every claim that a row of the Findings (:data:`itlin.book.findings.
 HEADLINES`) reads on a record, :func:`describe` writes that down as a file attribute ``claim.<id>``
-(JSON): the Findings rows it decides or is judged beside, the rule, margin and confidence level it
+(JSON): the Findings rows it decides, is judged beside or is a part of (a row whose verdict is the
+conjunction of its claim and its parts, ``Headline.parts``), the rule, margin and confidence level it
 is stated at (Holm's level within the record's family, or 95% for a confirmatory record's planned
 claim), the variables it reads, and the two sides ``a`` and ``b`` of its gap per seed as NumPy
-expressions over them (with the test set's per-example results, where they enter). The script
+expressions over them (with the test set's per-example results, where they enter), or, for a share
+of runs that diverged, which runs count on each side. The script
 ``book/recorded/recompute.py`` evaluates them with xarray, NumPy and SciPy alone, and
 ``tests/test_recompute.py`` checks that it finds every headline gap and half-width that itlin does.
 
@@ -34,6 +36,9 @@ PREFIX = "claim."
 ABOUT = ("claim.<id>: JSON, what decides each claim the book's Findings read on this record: the rows it decides "
          "('decides') or is judged beside ('beside'), its rule, margin and level, the variables it reads, and its gap "
          "as NumPy expressions a and b per seed (book/recorded/README.md; book/recorded/recompute.py evaluates them)")
+#: :data:`ABOUT` in a record where a claim is a part of a row (the words of the others stay as they were written)
+ABOUT_PARTS = ABOUT.replace("('decides') or is judged beside ('beside')",
+                            "('decides'), is judged beside ('beside') or is a part of ('part_of')")
 
 
 # ------------------------------------------------------------------------------ per experiment
@@ -96,7 +101,9 @@ def _gap_rows(rec, ids, keys) -> dict:
 
 
 def _feature_learning(rec, ids, keys) -> dict:
-    """Figs. 6-7: the linear probes' final accuracy and the first-layer filters' movement, K=1 against the large K."""
+    """Figs. 6-7: the linear probes' accuracy (final, and over the snapshots after step 0), the
+    first-layer filters' movement and where along K=1's run they are closest to the large K's
+    final ones, K=1 against the large K."""
     from .experiments.main import _rows as R
     from .experiments.main import feature_learning as FL
 
@@ -108,14 +115,38 @@ def _feature_learning(rec, ids, keys) -> dict:
     n = int(r.get("n_test_final") or r["n_test"])
     out = {}
     for L in FL.LAYERS:
-        if f"probe.{L}.lower" not in ids:
-            continue
         p, c = (keys[_template(f"snapshots/{tag}/probe_{L}{x}")] for x in ("", "_correct"))
-        out[f"probe.{L}.lower"] = {
-            "statistic": "paired", "a": f"per_run({p!r}, at=-1, setting={a!r})",
-            "b": f"per_run({p!r}, at=-1, setting={b!r})", "n_test": n,
-            "examples": [f"correct({c!r}, {n}, at=-1, setting={s!r})" for s in (a, b)],
-            "formula": f"the {L} probe's test accuracy at the last snapshot: {a!r} minus {b!r}"}
+        if f"probe.{L}.lower" in ids:
+            out[f"probe.{L}.lower"] = {
+                "statistic": "paired", "a": f"per_run({p!r}, at=-1, setting={a!r})",
+                "b": f"per_run({p!r}, at=-1, setting={b!r})", "n_test": n,
+                "examples": [f"correct({c!r}, {n}, at=-1, setting={s!r})" for s in (a, b)],
+                "formula": f"the {L} probe's test accuracy at the last snapshot: {a!r} minus {b!r}"}
+        if f"probe.{L}.slower" in ids:
+            out[f"probe.{L}.slower"] = {
+                "statistic": "paired", "a": f"mean(per_run({p!r}, setting={a!r})[:, 1:], axis=1)",
+                "b": f"mean(per_run({p!r}, setting={b!r})[:, 1:], axis=1)", "n_test": n,
+                "examples": [f"mean(correct({c!r}, {n}, setting={s!r})[:, 1:], axis=1)" for s in (a, b)],
+                "formula": f"the {L} probe's test accuracy averaged over the snapshots after step 0: {a!r} minus {b!r}"}
+    sides = {"filters.early": ("0 * frac + 0.5", "frac", "half of K=1's run minus the fraction of it"),
+             "filters.ten_percent": ("frac", f"0 * frac + {FL.PAPER_FRACTION!r}",
+                                     f"the fraction of K=1's run minus {FL.PAPER_FRACTION:.0%}")}
+    if set(sides) & set(ids):
+        f, st = (keys[_template(f"snapshots/{tag}/{x}")] for x in ("filters", "step"))
+        axes = tuple(range(2, base[0]["filters"].ndim + 1))  # a run's filters beyond its snapshot axis
+        define = {"one": f"per_run({f!r}, setting={a!r})", "big": f"per_run({f!r}, setting={b!r})",
+                  "steps": f"per_run({st!r}, setting={a!r})",
+                  "dist": f"sqrt(sum((one - big[:, -1:]) ** 2, axis={axes}))",
+                  "kept": "all(isfinite(dist), axis=1)",
+                  "frac": "take_along_axis(steps, argmin(dist, axis=1)[:, None], axis=1)[:, 0] / steps[:, -1]"}
+        for cid, (side_a, side_b, what) in sides.items():
+            if cid in ids:
+                out[cid] = {"statistic": "paired", "define": define, "a": side_a, "b": side_b, "keep": "kept",
+                            "reading": "(steps[:, 1] / steps[:, -1])[argmin(~kept)] / 2", "base_level": V.LEVEL,
+                            "formula": f"where along K=1's run its first-layer filters are closest (Euclidean) to "
+                                       f"{b!r}'s final ones, as a fraction of its last snapshot's step: {what} (half "
+                                       f"the snapshots' spacing, read on the first seed kept, added to the interval "
+                                       f"as the reading's error)"}
     if "filters.faster" in ids:
         f = keys[_template(f"snapshots/{tag}/filters")]
         out["filters.faster"] = {
@@ -124,6 +155,28 @@ def _feature_learning(rec, ids, keys) -> dict:
                        "ratio": "log(rownorm(one[:, -1] - one[:, 0])) - log(rownorm(big[:, -1] - big[:, 0]))"},
             "a": "ratio", "b": "zeros_like(ratio)",
             "formula": f"log of how far the first-layer filters moved from their start (Euclidean norm), {a!r} over {b!r}"}
+    return out
+
+
+def _fig4(rec, ids, keys) -> dict:
+    """Fig. 4's divergences: the share of the large-K runs (every finite K > 1 and seed) that
+    diverged with batch norm in a mode, minus the share without batch norm."""
+    from .experiments.main import fig4_resnet as F4
+
+    rows = F4.rows(rec)
+
+    def diverged(config: str) -> str:
+        runs = [f"completed(config={config!r}, K={K!r})" for K in
+                sorted({r["K"] for r in rows if r["config"] == config and math.isfinite(r["K"]) and r["K"] > 1})]
+        return f"1 - {runs[0]}" if len(runs) == 1 else "1 - stack([" + ", ".join(runs) + "])"
+
+    out = {}
+    for cid in ids:
+        mode = cid[len("diverge."):]
+        if cid.startswith("diverge.") and mode in F4.CONFIG_LABELS:
+            out[cid] = {"statistic": "proportions", "a": diverged(mode), "b": diverged(F4.NO_BN), "base_level": V.LEVEL,
+                        "formula": f"the share of the runs at every finite K above 1 (each seed) that diverged (did "
+                                   f"not complete): {F4.CONFIG_LABELS[mode]} minus {F4.CONFIG_LABELS[F4.NO_BN]}"}
     return out
 
 
@@ -171,22 +224,32 @@ def _fig9(rec, ids, keys) -> dict:
               "trace": f"var({keys['train_rmse_trace']!r})",
               "dropped": f"(var({keys['diverged']!r}) != 0){blown} | ~isfinite(train) | ~isfinite(test) | "
                          f"(train > {float(r['rmse_threshold'])!r})"}
+    values = f"where(dropped, nan, test)[argsort(var({keys['dampings']!r}))]"
     out = {}
     for cid in ids:
         key = cid[len(pre):]
         if key in F9.CLAIMS and F9.CLAIMS[key][0] == "mean":
-            out[cid] = {"statistic": "bootstrap", "define": define,
-                        "values": f"where(dropped, nan, test)[argsort(var({keys['dampings']!r}))]",
-                        "reducer": "nanmean", "resamples": F9.BOOTSTRAP, "rng_seed": 0, "ends": [0, -1],
+            out[cid] = {"statistic": "bootstrap", "define": define, "values": values, "reducer": "nanmean(v, axis=-1)",
+                        "resamples": F9.BOOTSTRAP, "rng_seed": 0, "ends": [0, -1],
                         "formula": "log10 of the mean test RMSE over the kept seeds (diverged, blown-up and unfitted "
                                    "runs dropped) at the smallest damping minus at the largest"}
+        elif key == "best.similar":
+            out[cid] = {"statistic": "bootstrap", "define": define, "values": values,
+                        "reducer": f"quantile(where(isnan(v), inf, v), {F9.BEST_QUANTILE!r}, axis=-1, method='lower')",
+                        "resamples": F9.BOOTSTRAP, "rng_seed": 0, "ends": [0, -1],
+                        "formula": f"log10 of the best runs' test RMSE (the {F9.BEST_QUANTILE:.0%} quantile over the "
+                                   "seeds, the lower value; dropped runs count as infinite) at the smallest damping "
+                                   "minus at the largest"}
     return out
 
 
 def _arbel_sweep(rec, ids, keys) -> dict:
     """Arbel et al.'s step-size sweeps (``arbel_steps``, ``arbel_mnist``): log10 gaps between two
-    steps, the hidden-learning gain and the iterations to the stopping loss."""
+    steps (GN's and GD's Test-LRfit, GN's iterations to the stopping loss), the hidden-learning
+    gain, the iterations to the stopping loss of GN against GD, and (SiLU) the test loss of each
+    method at its step chosen on validation."""
     from .experiments.arbel import _arbel as A
+    from .experiments.arbel import arbel_steps as AS
 
     s = A.lr_arrays(rec)
     r = s["r"]
@@ -201,7 +264,36 @@ def _arbel_sweep(rec, ids, keys) -> dict:
                         "b": f"log10({var('gn', 'lrfit')}[{ns}, :, -1])",
                         "keep": f"({var('gn', 'diverged')}[{nl}] == 0) & ({var('gn', 'diverged')}[{ns}] == 0)",
                         "formula": f"log10 of GN's final Test-LRfit at step {r['large_lr']:g} minus at step {r['small_lr']:g}"}
-        elif what == "hidden.gn":
+        elif what == "gd.step_lrfit":
+            ds, dl, budgeted = AS.gd_steps(s)
+            small = s["lr"]["gd"][ds]
+            out[cid] = {"statistic": "paired", "a": f"log10({var('gd', 'lrfit')}[{ds}, :, -1])",
+                        "b": f"log10({var('gd', 'lrfit')}[{dl}, :, -1])",
+                        "keep": f"({var('gd', 'diverged')}[{ds}] == 0) & ({var('gd', 'diverged')}[{dl}] == 0)",
+                        "formula": f"log10 of GD's final Test-LRfit at step {small:g} minus at step {r['large_lr']:g}"
+                                   + (f" (its step {small:g}: the smallest whose budget covers the step x iterations "
+                                      f"of the paper's GD at {r['small_lr']:g})" if budgeted else "")}
+        elif what == "gn.step_faster":
+            out[cid] = {"statistic": "paired",
+                        "define": {"ok": f"({var('gn', 'converged')} != 0) & ({var('gn', 'diverged')} == 0)",
+                                   "count": f"where(ok, {var('gn', 'steps')}, {float(r['gn_steps'])!r})"},
+                        "a": f"log10(count[{ns}])", "b": f"log10(count[{nl}])", "keep": f"ok[{ns}] | ok[{nl}]",
+                        "formula": f"log10 of GN's iterations to the stopping loss (the budget where it did not reach "
+                                   f"it) at step {r['small_lr']:g} minus at step {r['large_lr']:g}; seeds where "
+                                   "neither reached it left out"}
+        elif what == "best":
+            define = {}
+            for m in ("gn", "gd"):
+                define[f"score_{m}"] = (f"where(any({var(m, 'diverged')} != 0, axis=-1), inf, "
+                                        f"nanmean(log10({var(m, 'val')}[:, :, -1]), axis=-1))")
+                define[f"best_{m}"] = f"argmin(where(isnan(score_{m}), inf, score_{m}))"
+            loss = {m: f"log10({var(m, 'test')}[best_{m}, :, -1])" for m in ("gn", "gd")}
+            ahead, behind = ("gn", "gd") if r["beta"] > 1 else ("gd", "gn")
+            out[cid] = {"statistic": "paired", "define": define, "a": loss[behind], "b": loss[ahead],
+                        "keep": f"({var('gn', 'diverged')}[best_gn] == 0) & ({var('gd', 'diverged')}[best_gd] == 0)",
+                        "formula": f"each method at the step with the lowest mean log10 validation loss: log10 of "
+                                   f"{behind.upper()}'s final test loss minus {ahead.upper()}'s"}
+        elif what in ("hidden.gn", "mnist.hidden.gn"):
             out[cid] = {"statistic": "paired",
                         "define": {"lt": f"log10({var('gn', 'train')}[{ns}])",
                                    "k": f"sum(cumprod(lt >= lt[:, :1] - {float(r['effect'])!r}, axis=1), axis=1) - 1",
@@ -252,6 +344,8 @@ def _arbel_init(rec, ids, keys) -> dict:
 
 def _ortiz_eigen(rec, ids, keys) -> dict:
     """Ortiz-Jiménez et al.'s eigenfunctions: validation accuracy per target, network and linearised."""
+    from .experiments.ortiz import ortiz_eigenfunctions as OE
+
     res_js = [int(j) for j in rec["eigen_indices"]]
     J, n = len(res_js), int(rec.meta["resolved"]["n_val"])
     out = {}
@@ -272,6 +366,16 @@ def _ortiz_eigen(rec, ids, keys) -> dict:
                       "formula": f"validation accuracy of the {name} {variant}, {opt}: first eigenfunction (j={res_js[0]}) "
                                  f"minus last (j={res_js[-1]})"}
             ex = [bits(name, g, 0), bits(name, g, J - 1)]
+        elif kind == "cross":
+            name, opt = rest.split(".")
+            net, lin = f"{opt}_network", f"{opt}_linear"
+            up = OE.upper_targets(res_js)
+            recipe = {"a": f"mean({acc(name, net)}[:, {up}], axis=1)", "b": f"mean({acc(name, lin)}[:, {up}], axis=1)",
+                      "n_test": n * len(up),
+                      "formula": f"validation accuracy averaged over the eigenfunctions from the median index up "
+                                 f"(j={res_js[up[0]]} to {res_js[up[-1]]}): the {name} network minus its "
+                                 f"linearisation ({opt})"}
+            ex = [None if bits(name, g, up) is None else f"mean({bits(name, g, up)}, axis=1)" for g in (net, lin)]
         elif kind in ("linear_advantage", "labels"):
             name, opt = rest.split(".")
             lin, net = f"{opt}_linear", f"{opt}_network"
@@ -307,8 +411,8 @@ def _ortiz_concentration(rec, ids, keys) -> dict:
 
 
 #: experiment -> ``f(record, claim ids, {result key template: variable}) -> {claim id: recipe}``
-BUILDERS: dict = {**dict.fromkeys(("fig2_k_sweep", "fig3_augmentation", "fig4_resnet", "fig8_adam", "feature_updates"),
-                                  _gap_rows),
+BUILDERS: dict = {**dict.fromkeys(("fig2_k_sweep", "fig3_augmentation", "fig8_adam", "feature_updates"), _gap_rows),
+                  "fig4_resnet": lambda rec, ids, keys: {**_gap_rows(rec, ids, keys), **_fig4(rec, ids, keys)},
                   "feature_learning": _feature_learning, "fig5_data_scaling": _fig5, "fig9_damping": _fig9,
                   "arbel_steps": _arbel_sweep, "arbel_mnist": _arbel_sweep, "arbel_init": _arbel_init,
                   "ortiz_eigenfunctions": _ortiz_eigen, "ortiz_concentration": _ortiz_concentration}
@@ -335,12 +439,12 @@ def _keys(path) -> dict:
 def _variables(recipe: dict) -> list:
     """The variables an expression of ``recipe`` reads (``runs_json`` for a field of the runs)."""
     found = []
-    texts = [recipe.get(k) for k in ("a", "b", "keep", "values")] + list(recipe.get("examples", [])) \
+    texts = [recipe.get(k) for k in ("a", "b", "keep", "values", "reading")] + list(recipe.get("examples", [])) \
         + list(recipe.get("define", {}).values())
     for text in filter(None, texts):
         for node in ast.walk(ast.parse(text, mode="eval")):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                if node.func.id == "meta":
+                if node.func.id in ("meta", "completed"):
                     found.append("runs_json")
                 elif node.func.id in ("var", "per_run", "correct") and node.args:
                     found.append(node.args[0].value)
@@ -350,16 +454,18 @@ def _variables(recipe: dict) -> list:
 
 
 def _reading(name: str) -> dict:
-    """``{claim id: {"decides": [rows], "beside": [rows]}}``: the claims the Findings read on record ``name``."""
+    """``{claim id: {"decides": [rows], "beside": [rows], "part_of": [rows]}}``: the claims the
+    Findings read on record ``name``, by the rows they decide, are judged beside and are a part of
+    (``Headline.parts``: the row's verdict is their conjunction with the claim that decides it)."""
     from .findings import HEADLINES
 
     out: dict = {}
     for h in HEADLINES:
-        if h.record == name:
-            out.setdefault(h.claim, {"decides": [], "beside": []})["decides"].append(h.key)
-        for other, claim in h.other_claims:
-            if other == name:
-                out.setdefault(claim, {"decides": [], "beside": []})["beside"].append(h.key)
+        roles = [("decides", h.record, h.claim), *(("beside", o, c) for o, c in h.other_claims),
+                 *(("part_of", p, c) for p, c in h.parts)]
+        for role, record, claim in roles:
+            if record == name:
+                out.setdefault(claim, {"decides": [], "beside": [], "part_of": []})[role].append(h.key)
     return out
 
 
@@ -385,31 +491,38 @@ def describe(name: str, cache: Optional[dict] = None) -> dict:
         level = V.LEVEL if alone else v.level
         why = ("its record's planned claim, judged alone (confirmatory)" if alone else
                f"Holm's correction over the record's {v.family} tests" if v.family > 1 else "the only test of its record")
+        roles = {k: rows for k, rows in reading[cid].items() if rows or k != "part_of"}  # part_of only where it is one
         attrs[PREFIX + cid] = json.dumps({
-            **reading[cid], "claim": v.claim, "rule": v.rule, "margin": v.margin, "level": level, "level_why": why,
+            **roles, "claim": v.claim, "rule": v.rule, "margin": v.margin, "level": level, "level_why": why,
             "scale": v.scale, "unit": v.unit, "variables": _variables(recipe), **recipe}, ensure_ascii=False)
     if attrs:
-        attrs["claims_described"] = ABOUT
+        parts = any("part_of" in json.loads(v) for v in attrs.values())
+        attrs["claims_described"] = ABOUT_PARTS if parts else ABOUT
     if int(opendata.attributes(path).get("parts", 1)) > 1:
         attrs["resolved_params"] = json.dumps(_io.jsonable(rec.meta["resolved"]))
     return attrs
 
 
 def recorded_names() -> list:
-    """Every record the Findings read, deciding a row or beside one, in name order."""
+    """Every record the Findings read, deciding a row, beside one or as a part of one, in name order."""
     from .findings import HEADLINES
 
-    return sorted({n for h in HEADLINES for n in (h.record, *(o for o, _ in h.other_claims))})
+    return sorted({n for h in HEADLINES for n in (h.record, *(o for o, _ in h.other_claims), *(p for p, _ in h.parts))})
 
 
 def write(names: Optional[Sequence[str]] = None, say=print) -> list:
     """Rewrite the attributes of records ``names`` (default :func:`recorded_names`) with
-    :func:`describe` (:func:`itlin.book.opendata.set_attributes`: the arrays are not touched);
-    returns the paths rewritten."""
+    :func:`describe` (:func:`itlin.book.opendata.set_attributes`: the arrays are not touched),
+    leaving a file whose attributes already say it alone; returns the paths rewritten."""
     out = []
     for name in (recorded_names() if names is None else names):
         attrs = describe(name)
         path = runner.recorded_dir() / name / opendata.FILE
+        now = opendata.attributes(path)
+        if attrs and all(now.get(k) == v for k, v in attrs.items()) and not any(
+                k.startswith(PREFIX) and k not in attrs for k in now):
+            say(f"{name}: unchanged (its attributes already say this)")
+            continue  # the file is left as it is (rewriting the same attributes would still change its bytes)
         if not attrs:
             if any(k.startswith(PREFIX) for k in opendata.attributes(path)):  # described once, no longer read
                 out.append(opendata.set_attributes(path, {}, drop_prefix=PREFIX))
@@ -434,7 +547,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ABOUT", "BUILDERS", "PREFIX", "describe", "recorded_names", "write"]
+__all__ = ["ABOUT", "ABOUT_PARTS", "BUILDERS", "PREFIX", "describe", "recorded_names", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())

@@ -61,6 +61,16 @@ def budget_step(lrs, steps: int, small_lr: float):
     return min(ok) if ok else None
 
 
+def gd_steps(s) -> tuple:
+    """``(small, large, budgeted)``: the indices in GD's grid of the claims' small and large steps
+    (of :func:`~._arbel.lr_arrays` ``s``) and the small step itself when it is :func:`budget_step`
+    (the grid has one below the large step; else ``None``, and the small step is ``small_lr``)."""
+    r = s["r"]
+    lr_b = budget_step(s["lr"]["gd"], r["gd_steps"], r["small_lr"])
+    lr_b = lr_b if lr_b is not None and lr_b < r["large_lr"] else None
+    return A.at(s["lr"]["gd"], lr_b or r["small_lr"]), A.at(s["lr"]["gd"], r["large_lr"]), lr_b
+
+
 def small_steps_check(s, below: float = 1.0, method: str = "gn") -> dict:
     """Why the ``tau0`` sweep leaves out GN's steps below ``below``: ``converged`` of ``runs`` at those
     steps, the step chosen on validation ``best_lr``, and ``consistent`` (none converged, none chosen)."""
@@ -165,9 +175,7 @@ def judge_arrays(s) -> list:
     pre, word = A.variant(r)
     e, fs, fl = r["effect"], A.fmt_lr(r["small_lr"]), A.fmt_lr(r["large_lr"])
     ns, nl = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"])
-    lr_b = budget_step(s["lr"]["gd"], r["gd_steps"], r["small_lr"])
-    lr_b = lr_b if lr_b is not None and lr_b < r["large_lr"] else None
-    ds, dl = A.at(s["lr"]["gd"], lr_b or r["small_lr"]), A.at(s["lr"]["gd"], r["large_lr"])
+    ds, dl, lr_b = gd_steps(s)
     fb = A.fmt_lr(lr_b or r["small_lr"])
     budget = f"; GD at {fb} covers the λ × steps of the paper's GD at {fs}" if lr_b else ""
 
@@ -236,5 +244,5 @@ def summary(rec) -> list:
 EXPERIMENT = register(Experiment(NAME, StepsParams, run, version="2", summary=summary, claims=claims))
 
 __all__ = ["EFFECT_READINGS", "EXPERIMENT", "NAME", "SCALES", "StepsParams", "budget_step", "claims", "effect_readings",
-           "iterations_to_optimum", "judge_arrays", "run", "small_steps_check", "speed_claim", "step_speed_claim",
+           "gd_steps", "iterations_to_optimum", "judge_arrays", "run", "small_steps_check", "speed_claim", "step_speed_claim",
            "summary"]
