@@ -535,9 +535,9 @@ def _cached(headlines: Sequence[Headline], margin_factors: Sequence[float]) -> l
 
 # ------------------------------------------------------------------------------ verdict words
 #: a claim of superiority that holds at margin 0 but not at the book's margin: the direction the
-#: paper states is reproduced, the size the book reads in its adjective is not
-DIRECTION = "direction reproduced"
-WORDS = (V.HOLDS, DIRECTION, V.FAILS, V.UNRESOLVED)
+#: paper states is reproduced, the size the book reads in its adjective is not (:data:`itlin.book.verdicts.DIRECTION`)
+DIRECTION = V.DIRECTION
+WORDS = V.WORDS
 #: why a row cannot resolve, one of three reasons
 INTERVAL, PREMISE, LEFT_OUT = "interval too wide", "premise unmet", "seeds left out"
 
@@ -548,17 +548,15 @@ def _is_book_margin(v: V.Verdict, tolerance) -> bool:
 
 
 def word_of(v: V.Verdict, tolerance: Optional[float] = None) -> str:
-    """The verdict of one claim in the Findings' words: :data:`DIRECTION` for a superiority claim
-    (``exceeds``) that does not hold at the book's margin but holds at margin 0; else its verdict.
+    """The verdict of one claim in the Findings' words (:func:`itlin.book.verdicts.word`, the words
+    the chapters use too): :data:`DIRECTION` for a superiority claim (``exceeds``) that does not
+    hold at the book's margin but holds at margin 0; else its verdict.
 
     >>> v = V.judge("c", "", "", V.Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02)
     >>> v.verdict, word_of(v)
     ('does not hold', 'direction reproduced')
     """
-    if (v.verdict == V.FAILS and v.rule == "exceeds" and _is_book_margin(v, tolerance)
-            and v.at_margin(0.0).verdict == V.HOLDS):
-        return DIRECTION
-    return v.verdict
+    return V.word(v, paper_margin=tolerance is not None)
 
 
 def conjunction(words: Sequence[str]) -> str:

@@ -309,6 +309,18 @@ def measured(v: V.Verdict) -> str:
     return text
 
 
+def verdict_cell(v: V.Verdict) -> str:
+    """A claim's verdict as a claims table shows it: its word (:func:`itlin.book.verdicts.word`,
+    the Findings' words), with the threshold a reproduced direction falls short of.
+
+    >>> verdict_cell(V.judge("c", "", "", V.Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02))
+    '*direction reproduced*, smaller than 2.0 points'
+    """
+    if V.word(v) == V.DIRECTION:
+        return f"*{V.DIRECTION}*, smaller than {_amount(v, v.margin)}"
+    return _WORDS[v.verdict]
+
+
 def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
     """The claims table (claim, the paper, ours, the gap it resolves, the kind of test, verdict),
     headline claims in bold, then a one-sentence bottom line. The test column says
@@ -316,7 +328,7 @@ def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
     (:mod:`itlin.book.plans`) and *exploratory* otherwise."""
     rows = [{"claim": f"**{v.claim}**" if v.headline else v.claim, "paper": v.paper, "ours": measured(v),
              "resolves gaps of": resolvable(v), "test": "confirmatory" if v.confirmatory else "exploratory",
-             "verdict": _WORDS[v.verdict]} for v in verdicts]
+             "verdict": verdict_cell(v)} for v in verdicts]
     text = table(rows, ["claim", "paper", "ours", "resolves gaps of", "test", "verdict"])
     return text + ("\n\n" + V.bottom_line(list(verdicts)) if bottom_line else "")
 
@@ -395,4 +407,4 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
 
 
 __all__ = ["claims", "correction_note", "cost", "evidence", "judge", "machine", "measured", "parts_provenance", "provenance", "record_command",
-           "resolvable", "seconds_per_seed", "sensitivity", "settings", "summary", "table", "what_it_would_take"]
+           "resolvable", "seconds_per_seed", "verdict_cell", "sensitivity", "settings", "summary", "table", "what_it_would_take"]
