@@ -206,3 +206,28 @@ def test_says_gives_a_predicate_for_every_verdict_value():
         V.says("is does not hold")
     for phrase in PHRASES:
         assert not BAD.search(f"the claim {phrase}") and BAD.search(f"the claim is {phrase}")
+
+
+# ------------------------------------------------------------------------------ no progress log on a page
+@pytest.mark.slow
+def test_a_chapter_that_runs_experiments_shows_no_progress_log(tmp_path):
+    """``damping`` at ``scale="tiny"`` runs two sweeps of 16 runs (before issue 58 its page showed a
+    36-line log of them). Executed as a user runs it, with progress on (``ITLIN_QUIET`` and ``CI``
+    unset) and a fresh results folder, none of its cells' outputs holds a line of the runner's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("ITLIN_QUIET", "CI")}
+    env.update(ITLIN_RESULTS=str(tmp_path / "results"), PYTHONPATH=str(ROOT))
+    out = tmp_path / "damping.ipynb"
+    subprocess.run([sys.executable, "-m", "itlin.book.run", "book/damping.md", str(out), "-p", "scale", "tiny"],
+                   cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=900)
+    cells = json.loads(out.read_text())["cells"]
+    streams = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
+               if o.get("output_type") == "stream"]
+    text = "".join("".join(o["text"]) if isinstance(o["text"], list) else o["text"] for o in streams)
+    assert "runs per initialisation here" in text  # the chapter's own lines are there
+    log = [line for line in text.splitlines() if line.startswith("[itlin]") or re.search(r": \d+/\d+$", line)]
+    assert not log, f"progress lines on the page: {log[:5]}"
