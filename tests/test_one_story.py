@@ -200,7 +200,7 @@ def test_says_gives_a_predicate_for_every_verdict_value():
     assert V.says(V.judge("c", "", "", g, "exceeds", 0.0)) == "holds"
     assert V.says(V.judge("c", "", "", V.Gap(0.01, 0.05, 8, 0.05, 0.0), "exceeds")) == "cannot be resolved (interval too wide)"
     left = V.judge("c", "", "", V.Gap(0.05, 0.01, 8, 0.01, 0.0), "exceeds", dropped=1)
-    assert V.says(left) == "cannot be resolved (1 seed left out: a run diverged)"
+    assert V.says(left) == "cannot be resolved (1 seed left out)"
     assert V.says(V.stated("s", "", "", "3 of 5", V.UNRESOLVED), why="premise unmet") == "cannot be resolved (premise unmet)"
     with pytest.raises(ValueError, match="a verdict is"):
         V.says("is does not hold")
@@ -231,3 +231,124 @@ def test_a_chapter_that_runs_experiments_shows_no_progress_log(tmp_path):
     assert "runs per initialisation here" in text  # the chapter's own lines are there
     log = [line for line in text.splitlines() if line.startswith("[itlin]") or re.search(r": \d+/\d+$", line)]
     assert not log, f"progress lines on the page: {log[:5]}"
+
+
+# ------------------------------------------------------------------------------ the chapters and the Findings
+def _section(chapter: str, label: str) -> str:
+    """A chapter's text from its label ``(label)=`` to the next heading of the same or a higher level
+    (a ``#`` inside a code cell is a comment, not a heading)."""
+    lines = (ROOT / "book" / f"{chapter}.md").read_text().splitlines()
+    start = lines.index(f"({label})=") + 1
+    level = len(lines[start]) - len(lines[start].lstrip("#"))
+    out, fence = [], False
+    for line in lines[start:]:
+        fence ^= line.startswith("```")
+        if out and not fence and re.match(rf"#{{1,{level}}} ", line):
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def _sections(chapter: str) -> list:
+    """``(heading, text)`` of every section of a chapter (split at each heading, code cells kept whole)."""
+    out, head, lines, fence = [], "", [], False
+    for line in (ROOT / "book" / f"{chapter}.md").read_text().splitlines():
+        fence ^= line.startswith("```")
+        if not fence and re.match(r"#+ ", line):
+            out.append((head, "\n".join(lines)))
+            head, lines = line, []
+        lines.append(line)
+    return out + [(head, "\n".join(lines))]
+
+
+FINDINGS_LINK = "<findings-table>`"
+
+
+def _open(name: str):
+    """A record kept with the book as the chapters open it: one record, or its parts pooled by the
+    chapters' own functions (seeds for the main paper's, step-size sweeps for Arbel et al.'s)."""
+    from itlin.book import chapters as C
+    from itlin.book import runner
+
+    parts = runner.open_records(name)
+    if len(parts) == 1:
+        return parts[0]
+    return C.pool_lr_sweeps(parts) if parts[0].experiment.startswith("arbel") else C.pool_seeds(parts)
+
+
+def _chapter_verdicts(chapter: str, name: str, opened: dict):
+    """The verdicts ``chapter`` shows for the record ``name``, through the chapter's own code: the
+    records of its default settings judged together where it judges them so (``JOINT``), the
+    record of fresh seeds of Arbel et al. as its plan fixed it, the fresh seeds of Ortiz-Jiménez et
+    al. with their planned claim alone at 95%, and any other record judged as its own family.
+    ``None`` where the chapter does not show that record."""
+    from test_findings import JOINT
+
+    from itlin.book import render
+    from itlin.book.chapters import ntk_eigenfunctions as CN
+    from itlin.book.experiments.arbel import arbel_steps as ES
+
+    get = lambda n: opened.setdefault(n, _open(n))  # noqa: E731
+    if chapter in JOINT:
+        if name in JOINT[chapter]:
+            return render.judge(*(get(n) for n in JOINT[chapter]))
+        if name == "arbel_steps-relu-gn2fullsteps-fresh-277seeds" and chapter == "arbel_setting":
+            planned, added = ES.judge_as_planned(get(name))
+            return planned + added
+        # a part shown by another chapter (Arbel's SiLU records, in arbel_ablations)
+        there = [c for c, names in JOINT.items() if name in names]
+        return _chapter_verdicts(there[0], name, opened) if there else None
+    if chapter == "ntk_eigenfunctions" and name == CN.FRESH:
+        before, fresh = CN.fresh_records()
+        _, every, v = CN.fresh_verdicts(before, fresh)
+        return V.Verdicts(v if w.id == v.id else w for w in every)
+    return render.judge(get(name))
+
+
+@pytest.mark.slow
+def test_each_chapter_shows_what_its_findings_row_shows():
+    """For every Findings row, the chapter's own verdict on the same record and claim (its parts
+    too), computed through the chapter's code: the same gap, half-width, level and verdict; or the
+    row says what its chapter shows instead (:attr:`Headline.shown`: a larger family, a plan),
+    the verdicts still agree, and the section that decides the claim links to the Findings."""
+    from itlin.book import findings as F
+
+    opened, checked = {}, 0
+    for f in F.findings(cached=True):
+        h = f.headline
+        section = _section(h.chapter, h.section)
+        for name, claim, fv in [(h.record, h.claim, f.verdict), *f.parts]:
+            shown = _chapter_verdicts(h.chapter, name, opened)
+            if shown is None:
+                assert h.shown, f"{h.key}: {h.chapter} does not show {name}, and the row does not say so"
+                continue
+            cv = shown[claim]
+            assert V.word(cv, paper_margin=h.tolerance is not None) == F.word_of(fv, h.tolerance), (h.key, claim)
+            if h.shown:
+                continue
+            assert cv.tested == fv.tested, (h.key, claim)
+            if fv.tested:
+                assert cv.gap.mean == pytest.approx(fv.gap.mean, rel=1e-12, abs=1e-15), (h.key, claim)
+                assert (cv.level, cv.half) == pytest.approx((fv.level, fv.half), rel=1e-12), (h.key, claim)
+                assert cv.gap_text() == fv.gap_text(), (h.key, claim)  # the same digits on both pages
+            checked += 1
+        if h.shown:
+            assert FINDINGS_LINK in section, f"{h.key}: section ({h.section}) of {h.chapter} shows other numbers " \
+                                             "and does not link to the Findings"
+    assert checked >= 20
+
+
+def test_a_section_that_shows_another_record_of_a_row_links_to_the_findings():
+    """Where a chapter opens by name a record that the Findings show beside a row (another budget,
+    another machine, a record made before the one that decides), that section says it is
+    another record by linking to the Findings, where the deciding one is."""
+    from itlin.book import findings as F
+
+    missing = []
+    for h in F.HEADLINES:
+        names = {n for n, _ in h.other_claims} - {h.record}
+        for head, text in _sections(h.chapter):
+            opened = [n for n in names if f'"{n}"' in text]
+            if opened and FINDINGS_LINK not in text:
+                missing.append(f"{h.chapter}, {head or 'top'}: opens {', '.join(opened)} ({h.key})")
+    assert not missing, "\n".join(sorted(set(missing)))

@@ -51,7 +51,11 @@ class Headline(NamedTuple):
     cannot resolve otherwise); ``note``: what a reader must know about how the row was decided
     (e.g. a record chosen after both existed); ``section``: the MyST label (``(label)=`` in the
     chapter's ``.md``) of the section that decides the claim, where the row's chapter link lands
-    (``tests/test_findings.py`` checks that each exists). Whether the row is confirmatory is read from
+    (``tests/test_findings.py`` checks that each exists); ``shown``: where that section shows this
+    claim with other numbers than this row (the record judged in a larger family, or judged as its
+    plan fixed it), what it shows and why ("" where it shows this row's gap, interval and verdict:
+    ``tests/test_one_story.py`` checks both, and that such a section links to this page). Whether
+    the row is confirmatory is read from
     :data:`CONFIRMATORY` (:attr:`plan`): a confirmatory record's planned claim is judged alone at
     95%."""
 
@@ -70,6 +74,7 @@ class Headline(NamedTuple):
     parts: tuple = ()
     note: str = ""
     section: str = ""
+    shown: str = ""
 
     @property
     def plan(self) -> Optional["Plan"]:
@@ -89,6 +94,24 @@ _FIG2_CHOSEN = ("chosen after seeing both records: the record with ten times the
                 "this row, and its rule switched from equivalence to non-inferiority (commits 060b9ad, 0cf1de0), "
                 "after it and the default-budget record `fig2_k_sweep-mnist1d-10seeds` had both been made and judged; "
                 "the default-budget record's verdict on the same claim is in the other records column")
+
+
+def _together(others: str) -> str:
+    """A row's :attr:`Headline.shown` where its chapter judges the deciding record in a larger family."""
+    return (f"the chapter judges this record together with {others} as one family (Holm's correction over all their "
+            "tests): each interval at a stricter level, so wider than here; the verdicts are the same (a test checks it)")
+
+
+#: how the arbel_setting chapter judges the record of fresh seeds: as its plan fixed it
+_ARBEL_PLANNED = ("the chapter judges the fresh seeds' record as its plan fixed it: the planned family (Holm's "
+                  "correction over the claims fixed before its runs) and the claims added later alone at 95%; here, "
+                  "its planned claim is alone at 95% and every other claim in one family with it: other levels, the "
+                  "same verdicts")
+#: the SiLU settings of the Arbel rows, judged in arbel_ablations with its other records
+_SILU_THERE = ("its SiLU settings are shown in `arbel_ablations`, which judges their records together with its other "
+               "records as one family (Holm's correction over all their tests): each interval at a stricter level, so "
+               "wider than here; the verdicts are the same (a test checks it)")
+
 #: the Ortiz-Jiménez et al. record with every model and optimiser
 _ORTIZ = "ortiz_eigenfunctions-mnist1d-28seeds"
 _ORTIZ_SETTINGS = tuple(f"{m}.{o}" for m in ("mlp", "lenet") for o in ("sgd", "adam"))
@@ -130,13 +153,15 @@ HEADLINES = (
              "\"Large K iterative linearisation again achieves similar test performance to SGD\" (Fig. 4 caption)",
              "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "nobn.large_not_worse", premise="nobn.k1_trained",
              departure="a ResNet-18 of width 4 on MNIST-1D for 200 steps instead of CIFAR-10 at paper width", short="ResNet, no batch norm: on par",
-             section="resnet-fig4-claims"),
+             section="resnet-fig4-claims",
+             shown=_together("the Figure 5 record `fig5_data_scaling-mnist1d-120seeds`")),
     Headline("main.fig4.bn", MAIN, "Fig. 4 (batch norm)",
              "with batch norm \"it is far more sensitive due to linearising the normalisation layers\" (§4.1), yet "
              "similar performance at a smaller K (Fig. 4 caption)",
              "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "bn.large_not_worse", premise="bn.k1_trained",
              departure="the paper does not say how it linearises batch norm; the book recalibrates its statistics", short="ResNet, batch norm: on par",
-             section="resnet-fig4-claims"),
+             section="resnet-fig4-claims",
+             shown=_together("the Figure 5 record `fig5_data_scaling-mnist1d-120seeds`")),
     Headline("main.fig4.diverge", MAIN, "Fig. 4 (divergence)",
              "\"Runs with BatchNorm are far more likely to diverge due to linearising the BatchNorm layer\" "
              "(Fig. 4 caption)", "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "diverge.recalibrate",
@@ -145,18 +170,21 @@ HEADLINES = (
                        "batch-norm row uses (statistics recalibrated), the two others are beside it; \"far more\" is "
                        "judged on the sign of the gap in the share of large-K runs that diverge",
              short="batch norm diverges more often",
-             section="resnet-fig4-claims"),
+             section="resnet-fig4-claims",
+             shown=_together("the Figure 5 record `fig5_data_scaling-mnist1d-120seeds`")),
     Headline("main.fig5.finite", MAIN, "Fig. 5",
              "\"the rate at which performance improves as the dataset size increases is equivalent for all finite K\" "
              "(Fig. 5 caption)", "resnet_and_data", "fig5_data_scaling-mnist1d-120seeds", "finite_close",
              others=("fig5_data_scaling-mnist1d-25seeds",),
              departure="MNIST-1D subsets of 400 to 4,000 signals; the slope margin is the book's, not the paper's", short="data scaling: finite K like K=1",
-             section="resnet-fig5-claims"),
+             section="resnet-fig5-claims",
+             shown=_together("the Figure 4 record `fig4_resnet-mnist1d-30seeds`")),
     Headline("main.fig5.inf", MAIN, "Fig. 5",
              "the rate is \"worse for the case where K=∞ and the features are never updated\" (Fig. 5 caption)",
              "resnet_and_data", "fig5_data_scaling-mnist1d-120seeds", "inf_worse",
              others=("fig5_data_scaling-mnist1d-25seeds",), departure="MNIST-1D subsets", short="data scaling: K=∞ worse",
-             section="resnet-fig5-claims"),
+             section="resnet-fig5-claims",
+             shown=_together("the Figure 4 record `fig4_resnet-mnist1d-30seeds`")),
     Headline("main.fig6.conv1", MAIN, "Fig. 6 (first layer)",
              "the first layer's large-K features, read by a linear probe, are \"improving slower and levelling off at a "
              "lower point\" (Fig. 6 caption)",
@@ -223,7 +251,8 @@ HEADLINES = (
              "damping", "fig9_damping-quintic-128seeds", "flax.mean.falls",
              others=("fig9_damping-paper-h100", ("fig9_damping-quintic-torch-128seeds", "torch.mean.falls")),
              departure="the input interval of the quintic is not stated; the book chooses one", short="more damping, lower test error",
-             section="damping-claims"),
+             section="damping-claims",
+             shown=_together("the record of PyTorch's initialisation `fig9_damping-quintic-torch-128seeds`")),
     Headline("main.fig9.minimums", MAIN, "Fig. 9 (minimums)",
              "the best runs are alike at every damping: \"in particular note the number of high RMSE points with low "
              "damping factor despite the minimums being similar\" (Fig. 9 caption)",
@@ -234,13 +263,15 @@ HEADLINES = (
                        "grows with their number), \"similar\" as within a factor 1.5 of test RMSE; the smallest "
                        "damping against the largest; the input interval of the quintic is not stated",
              short="minimums similar at every damping",
-             section="damping-claims"),
+             section="damping-claims",
+             shown=_together("the record of PyTorch's initialisation `fig9_damping-quintic-torch-128seeds`")),
     Headline("arbel.hidden", ARBEL, "§5.3, Fig. 2",
              "a \"hidden learning phenomenon\": at small initial scale and small step GN is able to \"recover "
              "features with good generalization properties\" (abstract; §5.3, Fig. 2)", "arbel_setting", "arbel_steps-relu-150seeds", "hidden.gn",
              others=("arbel_steps-relu-gn2fullsteps-24seeds", "arbel_steps-relu-gn2fullsteps-fresh-277seeds"),
              departure="M=250 hidden units and N=50 samples instead of M=5000 and N=500", short="hidden feature learning",
-             section="arbel-hidden"),
+             section="arbel-hidden",
+             shown=_together("the initial-scale record `arbel_init-48seeds`")),
     Headline("arbel.step", ARBEL, "§5.3, App. C.3, Figs. 1 and 6",
              "\"increasing the step size in Gauss-Newton results in features that do not generalize well\" "
              "(Test-LRfit worse; §5.3, Fig. 1 right, ReLU), and \"this behavior persists when using a different "
@@ -251,7 +282,8 @@ HEADLINES = (
                     ("arbel_steps-silu-beta1e6-100seeds", "silu_b1e6.gn.step_lrfit")),
              departure="\"do not generalize well\" read as at least 0.1 decades (1.26x) of Test-LRfit; M=250 hidden units "
                        "and N=50 samples", short="larger GN steps generalise worse",
-             section="arbel-fresh"),
+             section="arbel-fresh",
+             shown=_ARBEL_PLANNED + "; " + _SILU_THERE),
     Headline("arbel.gd_step", ARBEL, "§5.3, App. C.3, Figs. 1 and 6 (GD)",
              "for gradient descent the opposite: \"larger step sizes yield better-performing features\" (§5.3, Fig. 1 "
              "right, ReLU), and with SiLU \"the opposite is observed in case of gradient descent\" (App. C.3, Fig. 6)",
@@ -263,7 +295,8 @@ HEADLINES = (
                        "budget covers the paper's GD at 1e-2; at least 0.1 decades of Test-LRfit; M=250, N=50; the "
                        "images' GD (App. C.4) is not judged: that record has no GD step claim",
              short="larger GD steps generalise better",
-             section="arbel-fresh"),
+             section="arbel-fresh",
+             shown=_SILU_THERE),
     Headline("arbel.speed", ARBEL, "abstract, Fig. 1",
              "\"GN is consistently faster than GD in finding a global optimum\" (abstract)",
              "arbel_setting", "arbel_steps-relu-150seeds", "speed.gn_faster",
@@ -271,7 +304,8 @@ HEADLINES = (
              departure="iterations, not time; GD's budget is 4,000 steps (the paper's 1e6), so its count is a lower "
                        "bound, and seeds where neither finishes count against the claim; \"consistently\" is judged "
                        "on ReLU only (the SiLU records do not judge the speed)", short="GN faster than GD",
-             section="arbel-step-size"),
+             section="arbel-step-size",
+             shown=_together("the initial-scale record `arbel_init-48seeds`")),
     Headline("arbel.tradeoff", ARBEL, "abstract, §5.3, Fig. 2",
              "\"a trade-off between the convergence speed of GN and the generalization ability of the learned "
              "solution\" (abstract): \"Better generalization of GN comes at the cost of a slower training\" (§5.3, "
@@ -282,7 +316,8 @@ HEADLINES = (
              departure="iterations to the stopping loss, not seconds, at least 0.1 decades apart; a run that never "
                        "reaches it counts its budget; the features' half is the row of larger GN steps; M=250, N=50",
              short="GN: faster steps, worse features",
-             section="arbel-fresh"),
+             section="arbel-fresh",
+             shown=_ARBEL_PLANNED),
     Headline("arbel.silu_best", ARBEL, "App. C.3, Fig. 6",
              "with SiLU, depending on β, \"we observe that GN either outperforms GD (β = 10^6) or the opposite (β = 1)\" "
              "(App. C.3, Fig. 6)",
@@ -290,32 +325,37 @@ HEADLINES = (
              parts=(("arbel_steps-silu-beta1-100seeds", "silu_b1.best"),),
              departure="\"outperforms\" read as a test loss lower by at least 0.1 decades, each method at its step "
                        "chosen on validation; M=250, N=50", short="GN or GD ahead, by β",
-             section="arbel-silu"),
+             section="arbel-silu",
+             shown=_together("the chapter's five other records (sample size, width, the other SiLU, digits, damping)")),
     Headline("arbel.init", ARBEL, "§5.3, Fig. 1 left",
              "features are learned at a small initial scale: GN beats random features (RF) at τ0 = 1e-3, where "
              "\"both GN and GD obtained a better test error than RF\" (§5.3, Fig. 1 left)",
              "arbel_setting", "arbel_init-48seeds", "init.small_gn_beats_rf",
              parts=(("arbel_init-48seeds", "init.small_gd_beats_rf"),),
              departure="M=250, N=50; 0.1 decades as the smallest effect that counts", short="features learned at small init (GN, GD)",
-             section="arbel-init"),
+             section="arbel-init",
+             shown=_together("the step-size record `arbel_steps-relu-150seeds`")),
     Headline("arbel.sigma", ARBEL, "App. C.1, Fig. 4",
              "σ_min(JJᵀ) \"systematically increases during training, especially in the feature learning regime\" "
              "(App. C.1, Fig. 4 right)",
              "arbel_setting", "arbel_init-48seeds", "init.sigma_grows", departure="M=250, N=50", short="σ_min grows in training",
-             section="arbel-sigma"),
+             section="arbel-sigma",
+             shown=_together("the step-size record `arbel_steps-relu-150seeds`")),
     Headline("arbel.mnist", ARBEL, "App. C.4, Fig. 8",
              "on image data too, GN shows \"a degraded generalization error as the step size increases\" "
              "(App. C.4, Fig. 8)",
              "arbel_ablations", "arbel_mnist-digits-48seeds", "mnist.gn_step_lrfit",
              others=("arbel_mnist-fashion-24seeds",), departure="scikit-learn's digits instead of MNIST", short="images: larger steps worse",
-             section="arbel-images"),
+             section="arbel-images",
+             shown=_together("the chapter's five other records (sample size, width, both SiLU, damping)")),
     Headline("arbel.mnist_hidden", ARBEL, "App. C.4, Fig. 8 (hidden)",
              "on image data too, \"hidden learning occurring for GN when using small step sizes\" (App. C.4, Fig. 8)",
              "arbel_ablations", "arbel_mnist-digits-48seeds", "mnist.hidden.gn", others=("arbel_mnist-fashion-24seeds",),
              departure="scikit-learn's digits instead of MNIST; hidden learning read as Test-LRfit at least 0.1 "
                        "decades below random features' while the training loss has not moved",
              short="images: hidden learning",
-             section="arbel-images"),
+             section="arbel-images",
+             shown=_together("the chapter's five other records (sample size, width, both SiLU, damping)")),
     Headline("ortiz.decay", ORTIZ, "App. E.1, Figs. 2-3",
              "accuracy on the NTK's eigenfunctions decays with their index: \"the performance of all models "
              "progressively decays with increasing eigenfunction index\" (App. E.1)",
@@ -651,7 +691,7 @@ def verdict_text(f: Finding) -> str:
 def _legible(v: V.Verdict) -> V.Verdict:
     """``v`` with enough digits that its interval does not print as "± 0.0"."""
     digits = v.digits
-    while v.tested and math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 4:
+    while v.tested and math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 5:  # as gap_text
         digits += 1
     return replace(v, digits=digits)
 
@@ -771,7 +811,7 @@ def row(f: Finding) -> dict:
         where = f"`{n}`" + (f" (`{claim}`)" if claim != h.claim else "")
         if isinstance(o, str):
             return f"{where}: {o}"
-        return (f"{where}: {_WORD[o.verdict] if o is not None else 'not judged'}"
+        return (f"{where}: {_WORD[word_of(o, h.tolerance)] if o is not None else 'not judged'}"
                 + (f" ({o.gap_text()})" if o is not None and o.tested else "")
                 + (f" [{kind_of_test(n, claim)}]" if n in CONFIRMATORY else ""))
 
@@ -787,7 +827,8 @@ def row(f: Finding) -> dict:
             "test": test,
             "other records": others or "—",
             "could flip it": h.departure or "—",
-            "chapter": chapter_link(h)}
+            "chapter": chapter_link(h),
+            "the chapter's section": h.shown or "this row's gap, interval and verdict"}
 
 
 def chapter_link(h: Headline) -> str:
@@ -802,7 +843,7 @@ def chapter_link(h: Headline) -> str:
 
 
 VERDICT_COLUMNS = ("claim (paper's words)", "verdict", "gap vs margin", "at other margins", "chapter")
-CONTEXT_COLUMNS = ("claim", "test", "premise", "our setting", "other records", "could flip it")
+CONTEXT_COLUMNS = ("claim", "test", "premise", "our setting", "other records", "could flip it", "the chapter's section")
 
 
 def table(found: Sequence[Finding]) -> str:
@@ -813,7 +854,8 @@ def table(found: Sequence[Finding]) -> str:
 
 def context_table(found: Sequence[Finding]) -> str:
     """The second table: for each claim, the kind of test, its premise, our setting, the other
-    records judged on it and the departure from the paper that could flip it (:data:`CONTEXT_COLUMNS`)."""
+    records judged on it, the departure from the paper that could flip it and what the chapter's
+    section that decides it shows (:attr:`Headline.shown`; :data:`CONTEXT_COLUMNS`)."""
     return render.table([{**row(f), "claim": f"{f.headline.figure}: {f.headline.short}"} for f in found],
                         CONTEXT_COLUMNS)
 

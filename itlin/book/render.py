@@ -374,12 +374,13 @@ def sensitivity(verdicts: Sequence[V.Verdict], margins: Optional[Sequence[float]
 
 
 def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional[float] = None,
-                       device: str = "this machine") -> str:
+                       device: str = "this machine", *, of: str = "") -> str:
     """For each unresolved test: the seeds it has, the seeds that would resolve it if the gap and
     the spread stayed as measured (:func:`itlin.book.verdicts.seeds_needed`), and, given
     ``seconds_per_seed`` (one seed of every setting the claim needs, on ``device``), the hours
     those seeds would cost; a sentence saying so when every test resolves (a chapter displays
-    the result as it is)."""
+    the result as it is), naming whose claims they are (``of``, e.g. ``"the step-size record"``)
+    where a page shows several such tables."""
     rows = []
     for v in verdicts:
         if not v.tested or v.resolved:
@@ -390,10 +391,11 @@ def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional
         if seconds_per_seed is not None:
             row[f"hours on {device}"] = "—" if n is None else f"{n * seconds_per_seed / 3600:.2g}"
         rows.append(row)
+    where = f"of {of}" if of else "here"
     if not rows:
-        return "Every claim tested here resolves: no more seeds are needed to decide them." if any(
-            v.tested for v in verdicts) else "No claim here is a test over seeds."
-    return table(rows)
+        return f"Every claim tested {where} resolves: no more seeds are needed to decide them." if any(
+            v.tested for v in verdicts) else f"No claim {where} is a test over seeds."
+    return (f"The claims {where} that cannot resolve:\n\n" if of else "") + table(rows)
 
 
 def correction_note(verdicts: Sequence[V.Verdict]) -> str:

@@ -220,10 +220,20 @@ class Verdict:
         return None if self.gap is None else self.gap.mean
 
     def gap_text(self) -> str:
-        """The gap with its interval at this verdict's level, e.g. ``+2.3 ± 0.8 points (5 seeds)``."""
+        """The gap with its interval at this verdict's level, e.g. ``+2.3 ± 0.8 points (5 seeds)``,
+        with digits added (up to 4) where the interval would print as "± 0.0": the same text on
+        a chapter's page and on the Findings page.
+
+        >>> judge("c", "", "", Gap(0.0002, 0.00003, 8, 0.00003, 0.0), "exceeds", unit="decades", scale=1.0,
+        ...       digits=2).gap_text()
+        '+0.00020 ± 0.00003 decades (8 seeds)'
+        """
         if self.gap is None:
             return ""
-        return fmt_gap(self.gap, self.scale, f" {self.unit}" if self.unit else "", self.digits, self.level)
+        digits, half = self.digits, self.half
+        while math.isfinite(half) and 0 < self.scale * half < 10 ** -digits and digits < 5:
+            digits += 1
+        return fmt_gap(self.gap, self.scale, f" {self.unit}" if self.unit else "", digits, self.level)
 
     def judged_at(self, level: float) -> "Verdict":
         """The same claim re-judged at ``level`` (verdicts that are not tests are returned as they are)."""
@@ -395,10 +405,14 @@ def _seeds_needed(v: Verdict, max_seeds: int) -> tuple:
     g, margin = v.gap, v.margin or 0.0
     if v.rule != "close":
         distance = abs(g.mean - threshold(v.rule, margin))
+        towards_holds = g.mean > threshold(v.rule, margin)
     elif abs(g.mean) < margin:
-        distance = margin - abs(g.mean)
+        distance, towards_holds = margin - abs(g.mean), True
     else:
-        distance = abs(g.mean) - margin
+        distance, towards_holds = abs(g.mean) - margin, False
+    if v.dropped and towards_holds:
+        return None, (f"{v.dropped} seed{'s' if v.dropped != 1 else ''} left out: a claim with seeds left out "
+                      "cannot hold, and its gap points to holding")
     q = 0.5 + v.level / 2
     scale = _z(q) / _z(0.5 + LEVEL / 2)
     floor = g.test_half_with(max_seeds) * scale
@@ -474,18 +488,18 @@ def _amount(v: Verdict, x: float) -> str:
 def why_unresolved(v: Verdict) -> str:
     """Why a claim that cannot resolve does not, in a few words ("" when it resolves, or when it
     is not a test: a stated verdict says why in its ``measured``): seeds left out because a run
-    diverged, Holm's correction stopping before it (its own interval clears the threshold at its
+    diverged (or, for a claim on how fast runs finish, did not finish), Holm's correction stopping before it (its own interval clears the threshold at its
     level), or an interval too wide.
 
     >>> why_unresolved(judge("c", "", "", Gap(0.01, 0.05, 8, 0.05, 0.0), "exceeds"))
     'interval too wide'
     >>> why_unresolved(judge("c", "", "", Gap(0.05, 0.01, 8, 0.01, 0.0), "exceeds", dropped=3))
-    '3 seeds left out: a run diverged'
+    '3 seeds left out'
     """
     if v.verdict != UNRESOLVED or not v.tested:
         return ""
     if v.dropped:
-        return f"{v.dropped} seed{'s' if v.dropped != 1 else ''} left out: a run diverged"
+        return f"{v.dropped} seed{'s' if v.dropped != 1 else ''} left out"  # the claim's detail says why
     if math.isfinite(v.gap.mean) and RULES[v.rule](v.gap, v.margin or 0.0, v.level) != UNRESOLVED:
         return "Holm's correction stopped before it"
     return "interval too wide"
