@@ -441,7 +441,7 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys, batch_size, lo
     HOOKS.clear()
     capsys.readouterr()
     rec = runner.run("test_tiny", params, results_dir=tmp_path / "run", checkpoint_every_steps=16)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # the runner's lines go to standard error
     assert "K=1: finished earlier (completed, step 48); restored" in out
     assert f"resuming K=3 from step {step}" in out
     assert rec.info["resumed"] == {"K=3": step}
@@ -457,7 +457,7 @@ def test_keyboard_interrupt_saves_a_checkpoint(tmp_path, capsys):
     params = {"Ks": [1], "steps": 48}
     with pytest.raises(KeyboardInterrupt):
         runner.run("test_tiny", params, results_dir=tmp_path, checkpoint_every_steps=1000)
-    assert "interrupted; checkpoint saved at step 28" in capsys.readouterr().out
+    assert "interrupted; checkpoint saved at step 28" in capsys.readouterr().err
     HOOKS.clear()
     rec = runner.run("test_tiny", params, results_dir=tmp_path)
     assert rec.info["resumed"] == {"K=1": 28}
