@@ -145,6 +145,9 @@ def test_chapter_executes_under_papermill_at_tiny_scale(chapter, book_dirs, monk
     nb = nbformat.read(out, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    log = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+           if o.get("output_type") == "stream" and "[itlin] " in o.get("text", "")]
+    assert not log, f"{chapter}: the runner's lines on the page: {log[:2]}"  # no progress log (issue 58)
     if params:
         injected = [c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(injected) == 1 and "scale = \"tiny\"" in injected[0].source

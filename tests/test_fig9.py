@@ -45,7 +45,7 @@ def test_tiny_scale_runs_and_returns_what_the_chapter_needs(tiny):
     # the summary: one row per damping, the counts adding up; the claims: every id, prefixed by the init
     rows = f9.summary(tiny)
     assert [r["λ"] for r in rows] == [f9.fmt_lam(v) for v in sizes["dampings"]]
-    assert all(sum(map(int, r["kept / dropped / diverged"].split(" / "))) == s for r in rows)
+    assert all(sum(map(int, r[f9.RUN_COUNTS].split(" / "))) == s for r in rows)
     assert [v.id for v in f9.claims(tiny)] == [f"flax.{c}" for c in f9.CLAIM_IDS]
     assert f9.EXPERIMENT.summary is f9.summary and f9.EXPERIMENT.claims is f9.claims
     # the figures: a scatter, four panels of learnt functions (or one per damping), training, a comparison
@@ -121,7 +121,7 @@ def test_dropping_rule_drops_exactly_runs_over_the_threshold_and_diverged_ones()
     np.testing.assert_array_equal(kept, (t <= 2.5) & ~np.asarray(diverged))  # NaN: dropped, counted as diverged
     assert [(k.sum(), d.sum(), v.sum()) for k, d, v in zip(kept, dropped, div)] == [(2, 2, 1), (3, 1, 1)]
     rows = f9.summary(rec)
-    assert [r["kept / dropped / diverged"] for r in rows] == ["2 / 2 / 1", "3 / 1 / 1"]
+    assert [r[f9.RUN_COUNTS] for r in rows] == ["2 / 2 / 1", "3 / 1 / 1"]
     assert rows[1]["mean [95% CI]"].startswith(f"{np.mean([1.1, 0.3, 2.5]):.3g} [")  # over the kept runs only
     np.testing.assert_array_equal(f9.masks(rec, threshold=1.0)[0], (t <= 1.0) & ~np.asarray(diverged))
     # the columns the claims read: NaN where a run is dropped

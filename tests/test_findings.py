@@ -52,7 +52,7 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
         assert [(n, c) for n, c, _ in f.parts] == list(f.headline.parts)
         assert all(pv.id == c for _, c, pv in f.parts)
         row = F.row(f)
-        assert row["at other margins"] and row["chapter"].startswith("{doc}`")
+        assert row["at other margins"] and f"{{ref}}`{f.headline.section}`" in row["chapter"]
         if f.verdict.tested and (f.verdict.margin or 0) > 0:
             assert len(f.sensitivity) == (1 if f.headline.tolerance is not None else 2)
             assert "at margin 0" in row["at other margins"]  # the direction alone, for every row with a margin
@@ -83,6 +83,30 @@ def test_every_headline_is_judged_on_its_record_with_a_verdict_and_a_sensitivity
         "README.md's counts at a glance differ from the records: update them from python -m itlin.book.findings")
     assert f"{len(found)} headline claims" in subprocess.run(
         ["python", "-m", "itlin.book.findings"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+
+
+def _labels(page: str) -> list:
+    """The MyST labels (``(label)=``) of a book page, in order."""
+    import re
+
+    return re.findall(r"^\(([^)\s]+)\)=\s*$", (ROOT / "book" / f"{page}.md").read_text(), flags=re.M)
+
+
+def test_every_findings_link_lands_on_a_section_of_its_chapter():
+    """Each row's chapter link is a {ref} to a label of that chapter's page, placed on a heading (the
+    section that decides the claim), and no label is used twice in the book (Sphinx's labels are global)."""
+    import re
+
+    everywhere = [lab for page in (ROOT / "book").glob("*.md") for lab in _labels(page.stem)]
+    assert len(everywhere) == len(set(everywhere)), sorted({x for x in everywhere if everywhere.count(x) > 1})
+    for h in F.HEADLINES:
+        assert h.section, f"{h.key}: no section named"
+        text = (ROOT / "book" / f"{h.chapter}.md").read_text()
+        assert h.section in _labels(h.chapter), f"{h.key}: no label ({h.section})= in book/{h.chapter}.md"
+        after = text.split(f"({h.section})=\n", 1)[1]
+        assert re.match(r"#+ ", after), f"{h.key}: the label ({h.section})= is not right above a heading"
+        assert F.chapter_link(h) == f"`{h.chapter}`: {{ref}}`{h.section}` (`{h.claim}`)"
+    assert "findings-table" in _labels("findings")  # where the chapters' links to a Findings row land
 
 
 # the chapters that judge the records of their default settings as one family (their notes name

@@ -304,14 +304,32 @@ def test_papermill_style_values_are_normalised():
 
 
 # ------------------------------------------------------------------------------ store and reload
+def test_the_runner_logs_on_standard_error_and_not_inside_a_kernel(tmp_path, capsys, monkeypatch):
+    """No progress log on a page (issue 58): the runner's lines go to standard error, where a
+    command-line run keeps them, and inside a Jupyter kernel (a chapter being executed) nowhere."""
+    from itlin.book import checkpoints
+
+    monkeypatch.delenv("ITLIN_QUIET", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    runner.run("test_tiny", FAST, results_dir=tmp_path)
+    out, err = capsys.readouterr()
+    assert "[itlin] test_tiny:" in err and "[itlin]" not in out
+    assert not checkpoints.in_kernel()  # pytest is no kernel
+    monkeypatch.setattr(checkpoints, "in_kernel", lambda: True)
+    runner.run("test_tiny", FAST, results_dir=tmp_path)                            # loaded
+    runner.run("test_tiny", dict(FAST, seed=1), results_dir=tmp_path, force=True)  # and computed
+    out, err = capsys.readouterr()
+    assert "[itlin]" not in out + err
+
+
 def test_same_params_load_instead_of_recompute(tmp_path, capsys):
     first = runner.run("test_tiny", FAST, results_dir=tmp_path)
     assert CALLS["test_tiny"] == 1 and not first.loaded
     assert first.status == "completed"
-    assert "completed" in capsys.readouterr().out
+    assert "completed" in capsys.readouterr().err  # the runner's lines go to standard error
     again = runner.run("test_tiny", dict(FAST, learning_rate=0.01), results_dir=tmp_path)  # the default, spelled out
     assert CALLS["test_tiny"] == 1 and again.loaded
-    assert "loaded stored result" in capsys.readouterr().out
+    assert "loaded stored result" in capsys.readouterr().err
     _equal_results(first, again)
     assert again.history("K=3").status == "completed"
     assert np.array_equal(again.history("K=3").eval_array("test/rmse"), first["K=3"]["history"]["eval/test/rmse"])
@@ -423,7 +441,7 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, capsys, batch_size, lo
     HOOKS.clear()
     capsys.readouterr()
     rec = runner.run("test_tiny", params, results_dir=tmp_path / "run", checkpoint_every_steps=16)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # the runner's lines go to standard error
     assert "K=1: finished earlier (completed, step 48); restored" in out
     assert f"resuming K=3 from step {step}" in out
     assert rec.info["resumed"] == {"K=3": step}
@@ -439,7 +457,7 @@ def test_keyboard_interrupt_saves_a_checkpoint(tmp_path, capsys):
     params = {"Ks": [1], "steps": 48}
     with pytest.raises(KeyboardInterrupt):
         runner.run("test_tiny", params, results_dir=tmp_path, checkpoint_every_steps=1000)
-    assert "interrupted; checkpoint saved at step 28" in capsys.readouterr().out
+    assert "interrupted; checkpoint saved at step 28" in capsys.readouterr().err
     HOOKS.clear()
     rec = runner.run("test_tiny", params, results_dir=tmp_path)
     assert rec.info["resumed"] == {"K=1": 28}

@@ -28,6 +28,29 @@ def quiet() -> bool:
     return bool(os.environ.get("CI")) or os.environ.get("ITLIN_QUIET", "") not in ("", "0")
 
 
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (a chapter executed by Jupyter Book, papermill or JupyterLab):
+    there the runner's lines would land in the page's cell outputs, so it prints none."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+    except Exception:  # noqa: BLE001 - an IPython that cannot say is not a kernel of ours
+        return False
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def log(line: str) -> None:
+    """One line of the runner's log (``[itlin] ...``): on standard error, where command-line runs
+    keep their progress, and nowhere inside a Jupyter kernel (:func:`in_kernel`), so that no page
+    of the book shows a progress log."""
+    import sys
+
+    if not in_kernel():
+        print(line, file=sys.stderr, flush=True)
+
+
 
 # ---------------------------------------------------------------------------------- checkpoints
 def _safe_tag(tag: str) -> str:
@@ -106,9 +129,10 @@ class RunContext:
         return self.checkpoint_every_steps is not None or self.checkpoint_every_seconds is not None
 
     def say(self, msg: str):
-        """Print one line (``[itlin] <experiment>: msg``) unless the run is silent."""
+        """One line of the log (``[itlin] <experiment>: msg``, :func:`log`: standard error, none in
+        a notebook) unless the run is silent."""
         if self.verbose:
-            print(f"[itlin] {self.experiment.name}: {msg}", flush=True)
+            log(f"[itlin] {self.experiment.name}: {msg}")
 
     def progress(self, iterable: Iterable, *, desc: Optional[str] = None, total: Optional[int] = None):
         """``iterable``, with one text line per item (``desc: i/total``) when progress is on."""

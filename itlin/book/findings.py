@@ -49,7 +49,13 @@ class Headline(NamedTuple):
     other settings, as ``(record, claim id)``: the row's verdict is their conjunction with the
     deciding claim (it holds when every part holds, does not hold when any part does not, and
     cannot resolve otherwise); ``note``: what a reader must know about how the row was decided
-    (e.g. a record chosen after both existed). Whether the row is confirmatory is read from
+    (e.g. a record chosen after both existed); ``section``: the MyST label (``(label)=`` in the
+    chapter's ``.md``) of the section that decides the claim, where the row's chapter link lands
+    (``tests/test_findings.py`` checks that each exists); ``shown``: where that section shows this
+    claim with other numbers than this row (the record judged in a larger family, or judged as its
+    plan fixed it), what it shows and why ("" where it shows this row's gap, interval and verdict:
+    ``tests/test_one_story.py`` checks both, and that such a section links to this page). Whether
+    the row is confirmatory is read from
     :data:`CONFIRMATORY` (:attr:`plan`): a confirmatory record's planned claim is judged alone at
     95%."""
 
@@ -67,6 +73,8 @@ class Headline(NamedTuple):
     short: str = ""
     parts: tuple = ()
     note: str = ""
+    section: str = ""
+    shown: str = ""
 
     @property
     def plan(self) -> Optional["Plan"]:
@@ -86,6 +94,24 @@ _FIG2_CHOSEN = ("chosen after seeing both records: the record with ten times the
                 "this row, and its rule switched from equivalence to non-inferiority (commits 060b9ad, 0cf1de0), "
                 "after it and the default-budget record `fig2_k_sweep-mnist1d-10seeds` had both been made and judged; "
                 "the default-budget record's verdict on the same claim is in the other records column")
+
+
+def _together(others: str) -> str:
+    """A row's :attr:`Headline.shown` where its chapter judges the deciding record in a larger family."""
+    return (f"the chapter judges this record together with {others} as one family (Holm's correction over all their "
+            "tests): each interval at a stricter level, so wider than here; the verdicts are the same (a test checks it)")
+
+
+#: how the arbel_setting chapter judges the record of fresh seeds: as its plan fixed it
+_ARBEL_PLANNED = ("the chapter judges the fresh seeds' record as its plan fixed it: the planned family (Holm's "
+                  "correction over the claims fixed before its runs) and the claims added later alone at 95%; here, "
+                  "its planned claim is alone at 95% and every other claim in one family with it: other levels, the "
+                  "same verdicts")
+#: the SiLU settings of the Arbel rows, judged in arbel_ablations with its other records
+_SILU_THERE = ("its SiLU settings are shown in `arbel_ablations`, which judges their records together with its other "
+               "records as one family (Holm's correction over all their tests): each interval at a stricter level, so "
+               "wider than here; the verdicts are the same (a test checks it)")
+
 #: the Ortiz-Jiménez et al. record with every model and optimiser
 _ORTIZ = "ortiz_eigenfunctions-mnist1d-28seeds"
 _ORTIZ_SETTINGS = tuple(f"{m}.{o}" for m in ("mlp", "lenet") for o in ("sgd", "adam"))
@@ -97,13 +123,15 @@ HEADLINES = (
              "k_sweeps", "fig2_k_sweep-mnist1d-4000steps-8seeds", "full.large_not_worse",
              others=("fig2_k_sweep-mnist1d-10seeds", "fig2_k_sweep-mnist1d-h100"),
              departure=_MNIST1D + "; at the default budget the large K is still climbing", short="large K on par with K=1, full batch",
-             note=_FIG2_CHOSEN),
+             note=_FIG2_CHOSEN,
+             section="k-sweeps-tenfold"),
     Headline("main.fig2.mini", MAIN, "Fig. 2 (mini-batch)",
              "the same for \"SGD runs (Figure 2 centre)\": \"comparable generalisation performance\" with infrequent "
              "feature updates (§4.1)",
              "k_sweeps", "fig2_k_sweep-mnist1d-4000steps-8seeds", "mini.large_not_worse",
              others=("fig2_k_sweep-mnist1d-10seeds", "fig2_k_sweep-mnist1d-h100"), departure=_MNIST1D, short="large K on par with K=1, mini-batch",
-             note=_FIG2_CHOSEN),
+             note=_FIG2_CHOSEN,
+             section="k-sweeps-tenfold"),
     Headline("main.fig2.inf", MAIN, "Fig. 2, §4.2",
              "K=∞ (no feature learning) generalises clearly worse: \"feature learning is essential for good performance\" "
              "(abstract); \"forbidding feature learning results in poor generalisation\" (§4.2, said of Fig. 5)",
@@ -111,23 +139,29 @@ HEADLINES = (
              others=("fig2_k_sweep-mnist1d-10seeds",), departure=_MNIST1D, short="K=∞ clearly worse",
              note="the record with ten times the default budget decides the Fig. 2 rows, a choice made after it and "
                   "the default-budget record `fig2_k_sweep-mnist1d-10seeds` had both been judged; that record's "
-                  "verdict on this claim is in the other records column"),
+                  "verdict on this claim is in the other records column",
+             section="k-sweeps-tenfold"),
     Headline("main.fig3", MAIN, "Fig. 3",
              "with augmentation \"the final results differ by under 1%\" (82.3% for K=1, 81.4% for K=5e6; §4.1)",
              "augmentation", "fig3_augmentation-mnist1d-10seeds", "large.not_worse",
              others=("fig3_augmentation-mnist1d-24000steps-8seeds", "fig3_augmentation-fashion-h100-5seeds"),
              premise="large.fits", tolerance=0.01,
              departure="MNIST-1D shifts instead of CIFAR-10 flips and crops; the large K does not fit its training "
-                       "set in the budget, and given ten times the budget it diverges", short="augmentation: under 1% below K=1"),
+                       "set in the budget, and given ten times the budget it diverges", short="augmentation: under 1% below K=1",
+             section="augmentation-verdicts"),
     Headline("main.fig4.nobn", MAIN, "Fig. 4 (no batch norm)",
              "\"Large K iterative linearisation again achieves similar test performance to SGD\" (Fig. 4 caption)",
              "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "nobn.large_not_worse", premise="nobn.k1_trained",
-             departure="a ResNet-18 of width 4 on MNIST-1D for 200 steps instead of CIFAR-10 at paper width", short="ResNet, no batch norm: on par"),
+             departure="a ResNet-18 of width 4 on MNIST-1D for 200 steps instead of CIFAR-10 at paper width", short="ResNet, no batch norm: on par",
+             section="resnet-fig4-claims",
+             shown=_together("the Figure 5 record `fig5_data_scaling-mnist1d-120seeds`")),
     Headline("main.fig4.bn", MAIN, "Fig. 4 (batch norm)",
              "with batch norm \"it is far more sensitive due to linearising the normalisation layers\" (§4.1), yet "
              "similar performance at a smaller K (Fig. 4 caption)",
              "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "bn.large_not_worse", premise="bn.k1_trained",
-             departure="the paper does not say how it linearises batch norm; the book recalibrates its statistics", short="ResNet, batch norm: on par"),
+             departure="the paper does not say how it linearises batch norm; the book recalibrates its statistics", short="ResNet, batch norm: on par",
+             section="resnet-fig4-claims",
+             shown=_together("the Figure 5 record `fig5_data_scaling-mnist1d-120seeds`")),
     Headline("main.fig4.diverge", MAIN, "Fig. 4 (divergence)",
              "\"Runs with BatchNorm are far more likely to diverge due to linearising the BatchNorm layer\" "
              "(Fig. 4 caption)", "resnet_and_data", "fig4_resnet-mnist1d-30seeds", "diverge.recalibrate",
@@ -135,41 +169,51 @@ HEADLINES = (
              departure="the paper does not say how it linearises batch norm: the deciding claim is the treatment the "
                        "batch-norm row uses (statistics recalibrated), the two others are beside it; \"far more\" is "
                        "judged on the sign of the gap in the share of large-K runs that diverge",
-             short="batch norm diverges more often"),
+             short="batch norm diverges more often",
+             section="resnet-fig4-claims",
+             shown=_together("the Figure 5 record `fig5_data_scaling-mnist1d-120seeds`")),
     Headline("main.fig5.finite", MAIN, "Fig. 5",
              "\"the rate at which performance improves as the dataset size increases is equivalent for all finite K\" "
              "(Fig. 5 caption)", "resnet_and_data", "fig5_data_scaling-mnist1d-120seeds", "finite_close",
              others=("fig5_data_scaling-mnist1d-25seeds",),
-             departure="MNIST-1D subsets of 400 to 4,000 signals; the slope margin is the book's, not the paper's", short="data scaling: finite K like K=1"),
+             departure="MNIST-1D subsets of 400 to 4,000 signals; the slope margin is the book's, not the paper's", short="data scaling: finite K like K=1",
+             section="resnet-fig5-claims",
+             shown=_together("the Figure 4 record `fig4_resnet-mnist1d-30seeds`")),
     Headline("main.fig5.inf", MAIN, "Fig. 5",
              "the rate is \"worse for the case where K=∞ and the features are never updated\" (Fig. 5 caption)",
              "resnet_and_data", "fig5_data_scaling-mnist1d-120seeds", "inf_worse",
-             others=("fig5_data_scaling-mnist1d-25seeds",), departure="MNIST-1D subsets", short="data scaling: K=∞ worse"),
+             others=("fig5_data_scaling-mnist1d-25seeds",), departure="MNIST-1D subsets", short="data scaling: K=∞ worse",
+             section="resnet-fig5-claims",
+             shown=_together("the Figure 4 record `fig4_resnet-mnist1d-30seeds`")),
     Headline("main.fig6.conv1", MAIN, "Fig. 6 (first layer)",
              "the first layer's large-K features, read by a linear probe, are \"improving slower and levelling off at a "
              "lower point\" (Fig. 6 caption)",
              "feature_learning", "feature_learning-mnist1d-30seeds", "probe.conv1.lower",
              parts=(("feature_learning-mnist1d-30seeds", "probe.conv1.slower"),),
              departure="K=100 against K=1 on MNIST-1D; \"lower\" and \"slower\" read as more than the 2-point margin",
-             short="probe, layer 1: large K lower"),
+             short="probe, layer 1: large K lower",
+             section="feature-learning-probes"),
     Headline("main.fig6.conv2", MAIN, "Fig. 6 (second layer)",
              "the same for the second layer's features (Fig. 6 caption)",
              "feature_learning", "feature_learning-mnist1d-30seeds", "probe.conv2.lower",
              parts=(("feature_learning-mnist1d-30seeds", "probe.conv2.slower"),),
              departure="K=100 against K=1 on MNIST-1D; \"lower\" and \"slower\" read as more than the 2-point margin",
-             short="probe, layer 2: large K lower"),
+             short="probe, layer 2: large K lower",
+             section="feature-learning-probes"),
     Headline("main.fig7", MAIN, "Fig. 7",
              "\"the evolution of the filters for K=1 is much faster\" (Fig. 7 caption)",
              "feature_learning", "feature_learning-mnist1d-30seeds", "filters.faster",
              departure="\"much faster\" has no number in the paper: the book reads it as more than 2x (a natural-log "
-                       "ratio above ln 2 = 0.69)", short="filters: K=1 much faster"),
+                       "ratio above ln 2 = 0.69)", short="filters: K=1 much faster",
+             section="feature-learning-filters"),
     Headline("main.fig7.tenth", MAIN, "Fig. 7 (10%)",
              "the final filters for K=5e6 are \"often similar to K=1 at about 10% of the way through training\" "
              "(Fig. 7 caption; §4.1: \"the features are similar to those of K=1 at about 10% of the way through "
              "training\")", "feature_learning", "feature_learning-mnist1d-30seeds", "filters.ten_percent",
              others=(("feature_learning-mnist1d-30seeds", "filters.early"),),
              departure="K=100 against K=1 on MNIST-1D; \"about 10%\" read as 5% to 15% of K=1's run, read from "
-                       "snapshots every 5% of it", short="filters: K=1's at about 10%"),
+                       "snapshots every 5% of it", short="filters: K=1's at about 10%",
+             section="feature-learning-filters"),
     Headline("main.2-3", MAIN, "\"2-3 feature updates\"",
              "\"for full batch runs (Figure 2a) on CIFAR10, after 2-3 feature updates, each run seems to have "
              "approximately caught up with the K=1 baseline\"; \"for SGD (Figure 2b) it takes more feature updates to "
@@ -182,7 +226,8 @@ HEADLINES = (
                      ("feature_updates-fashion-256-mini-u2-fresh-504seeds", "mini.suffices_u2"),
                      ("feature_updates-fashion-pool-mini-u2-fresh-512seeds", "mini.suffices_u2")),
              departure="the book's budgets are far shorter than the paper's (400 full-batch steps on subsets of 256 or 1,000 "
-                       "images), and the networks far smaller", short="2 updates suffice"),
+                       "images), and the networks far smaller", short="2 updates suffice",
+             section="feature-updates-verdicts"),
     Headline("main.8-12", MAIN, "\"8-12 feature updates\"",
              "\"It is extremely clear across these results that we get enough feature learning in 8-12 feature updates to "
              "achieve comparable generalisation\" (§4.1), judged on full-batch runs and on mini-batch ones (its \"SGD runs "
@@ -192,18 +237,22 @@ HEADLINES = (
                      ("feature_updates-fashion-256-mini-12seeds", "mini.suffices_u8")),
              parts=(("feature_updates-mnist1d-mini-12seeds", "mini.suffices_u8"),),
              departure="MNIST-1D and Fashion-MNIST subsets instead of CIFAR-10; the same claim with augmentation and "
-                       "with a ResNet is judged at its own K in the rows of Figs. 3 and 4", short="8 updates suffice"),
+                       "with a ResNet is judged at its own K in the rows of Figs. 3 and 4", short="8 updates suffice",
+             section="feature-updates-verdicts"),
     Headline("main.fig8", MAIN, "Fig. 8",
              "solving each linearisation fully with Adam, the network \"converges to a solution which generalises much less "
              "well with 61.3% accuracy vs 69.4% for K=1\" (§4.3)",
              "adam_solved", "fig8_adam-mnist1d-16seeds", "solved.below_sgd", others=("fig8_adam-fashion-h100-8seeds",),
-             premise="phases.solved", departure="MNIST-1D; the paper's K=2e5 becomes a K that solves each phase here", short="solving each linearisation hurts"),
+             premise="phases.solved", departure="MNIST-1D; the paper's K=2e5 becomes a K that solves each phase here", short="solving each linearisation hurts",
+             section="adam-solved-claims"),
     Headline("main.fig9", MAIN, "Fig. 9",
              "\"Improvement of generalisation as damping increases\", with \"a reduction in the mean test RMSE\" "
              "(Fig. 9 caption)",
              "damping", "fig9_damping-quintic-128seeds", "flax.mean.falls",
              others=("fig9_damping-paper-h100", ("fig9_damping-quintic-torch-128seeds", "torch.mean.falls")),
-             departure="the input interval of the quintic is not stated; the book chooses one", short="more damping, lower test error"),
+             departure="the input interval of the quintic is not stated; the book chooses one", short="more damping, lower test error",
+             section="damping-claims",
+             shown=_together("the record of PyTorch's initialisation `fig9_damping-quintic-torch-128seeds`")),
     Headline("main.fig9.minimums", MAIN, "Fig. 9 (minimums)",
              "the best runs are alike at every damping: \"in particular note the number of high RMSE points with low "
              "damping factor despite the minimums being similar\" (Fig. 9 caption)",
@@ -213,12 +262,16 @@ HEADLINES = (
              departure="\"the minimums\" read as the best tenth of the runs at each damping (a minimum over seeds "
                        "grows with their number), \"similar\" as within a factor 1.5 of test RMSE; the smallest "
                        "damping against the largest; the input interval of the quintic is not stated",
-             short="minimums similar at every damping"),
+             short="minimums similar at every damping",
+             section="damping-claims",
+             shown=_together("the record of PyTorch's initialisation `fig9_damping-quintic-torch-128seeds`")),
     Headline("arbel.hidden", ARBEL, "§5.3, Fig. 2",
              "a \"hidden learning phenomenon\": at small initial scale and small step GN is able to \"recover "
              "features with good generalization properties\" (abstract; §5.3, Fig. 2)", "arbel_setting", "arbel_steps-relu-150seeds", "hidden.gn",
              others=("arbel_steps-relu-gn2fullsteps-24seeds", "arbel_steps-relu-gn2fullsteps-fresh-277seeds"),
-             departure="M=250 hidden units and N=50 samples instead of M=5000 and N=500", short="hidden feature learning"),
+             departure="M=250 hidden units and N=50 samples instead of M=5000 and N=500", short="hidden feature learning",
+             section="arbel-hidden",
+             shown=_together("the initial-scale record `arbel_init-48seeds`")),
     Headline("arbel.step", ARBEL, "§5.3, App. C.3, Figs. 1 and 6",
              "\"increasing the step size in Gauss-Newton results in features that do not generalize well\" "
              "(Test-LRfit worse; §5.3, Fig. 1 right, ReLU), and \"this behavior persists when using a different "
@@ -228,7 +281,9 @@ HEADLINES = (
              parts=(("arbel_steps-silu-beta1-100seeds", "silu_b1.gn.step_lrfit"),
                     ("arbel_steps-silu-beta1e6-100seeds", "silu_b1e6.gn.step_lrfit")),
              departure="\"do not generalize well\" read as at least 0.1 decades (1.26x) of Test-LRfit; M=250 hidden units "
-                       "and N=50 samples", short="larger GN steps generalise worse"),
+                       "and N=50 samples", short="larger GN steps generalise worse",
+             section="arbel-fresh",
+             shown=_ARBEL_PLANNED + "; " + _SILU_THERE),
     Headline("arbel.gd_step", ARBEL, "§5.3, App. C.3, Figs. 1 and 6 (GD)",
              "for gradient descent the opposite: \"larger step sizes yield better-performing features\" (§5.3, Fig. 1 "
              "right, ReLU), and with SiLU \"the opposite is observed in case of gradient descent\" (App. C.3, Fig. 6)",
@@ -239,14 +294,18 @@ HEADLINES = (
              departure="GD's budget is 4,000 steps (the paper's 1e6): its small step is the smallest whose step x "
                        "budget covers the paper's GD at 1e-2; at least 0.1 decades of Test-LRfit; M=250, N=50; the "
                        "images' GD (App. C.4) is not judged: that record has no GD step claim",
-             short="larger GD steps generalise better"),
+             short="larger GD steps generalise better",
+             section="arbel-fresh",
+             shown=_SILU_THERE),
     Headline("arbel.speed", ARBEL, "abstract, Fig. 1",
              "\"GN is consistently faster than GD in finding a global optimum\" (abstract)",
              "arbel_setting", "arbel_steps-relu-150seeds", "speed.gn_faster",
              others=("arbel_steps-relu-gn2fullsteps-24seeds", "arbel_steps-relu-gn2fullsteps-fresh-277seeds"),
              departure="iterations, not time; GD's budget is 4,000 steps (the paper's 1e6), so its count is a lower "
                        "bound, and seeds where neither finishes count against the claim; \"consistently\" is judged "
-                       "on ReLU only (the SiLU records do not judge the speed)", short="GN faster than GD"),
+                       "on ReLU only (the SiLU records do not judge the speed)", short="GN faster than GD",
+             section="arbel-step-size",
+             shown=_together("the initial-scale record `arbel_init-48seeds`")),
     Headline("arbel.tradeoff", ARBEL, "abstract, §5.3, Fig. 2",
              "\"a trade-off between the convergence speed of GN and the generalization ability of the learned "
              "solution\" (abstract): \"Better generalization of GN comes at the cost of a slower training\" (§5.3, "
@@ -256,35 +315,47 @@ HEADLINES = (
              parts=(("arbel_steps-relu-gn2fullsteps-fresh-277seeds", "gn.step_lrfit"),),
              departure="iterations to the stopping loss, not seconds, at least 0.1 decades apart; a run that never "
                        "reaches it counts its budget; the features' half is the row of larger GN steps; M=250, N=50",
-             short="GN: faster steps, worse features"),
+             short="GN: faster steps, worse features",
+             section="arbel-fresh",
+             shown=_ARBEL_PLANNED),
     Headline("arbel.silu_best", ARBEL, "App. C.3, Fig. 6",
              "with SiLU, depending on β, \"we observe that GN either outperforms GD (β = 10^6) or the opposite (β = 1)\" "
              "(App. C.3, Fig. 6)",
              "arbel_ablations", "arbel_steps-silu-beta1e6-100seeds", "silu_b1e6.best",
              parts=(("arbel_steps-silu-beta1-100seeds", "silu_b1.best"),),
              departure="\"outperforms\" read as a test loss lower by at least 0.1 decades, each method at its step "
-                       "chosen on validation; M=250, N=50", short="GN or GD ahead, by β"),
+                       "chosen on validation; M=250, N=50", short="GN or GD ahead, by β",
+             section="arbel-silu",
+             shown=_together("the chapter's five other records (sample size, width, the other SiLU, digits, damping)")),
     Headline("arbel.init", ARBEL, "§5.3, Fig. 1 left",
              "features are learned at a small initial scale: GN beats random features (RF) at τ0 = 1e-3, where "
              "\"both GN and GD obtained a better test error than RF\" (§5.3, Fig. 1 left)",
              "arbel_setting", "arbel_init-48seeds", "init.small_gn_beats_rf",
              parts=(("arbel_init-48seeds", "init.small_gd_beats_rf"),),
-             departure="M=250, N=50; 0.1 decades as the smallest effect that counts", short="features learned at small init (GN, GD)"),
+             departure="M=250, N=50; 0.1 decades as the smallest effect that counts", short="features learned at small init (GN, GD)",
+             section="arbel-init",
+             shown=_together("the step-size record `arbel_steps-relu-150seeds`")),
     Headline("arbel.sigma", ARBEL, "App. C.1, Fig. 4",
              "σ_min(JJᵀ) \"systematically increases during training, especially in the feature learning regime\" "
              "(App. C.1, Fig. 4 right)",
-             "arbel_setting", "arbel_init-48seeds", "init.sigma_grows", departure="M=250, N=50", short="σ_min grows in training"),
+             "arbel_setting", "arbel_init-48seeds", "init.sigma_grows", departure="M=250, N=50", short="σ_min grows in training",
+             section="arbel-sigma",
+             shown=_together("the step-size record `arbel_steps-relu-150seeds`")),
     Headline("arbel.mnist", ARBEL, "App. C.4, Fig. 8",
              "on image data too, GN shows \"a degraded generalization error as the step size increases\" "
              "(App. C.4, Fig. 8)",
              "arbel_ablations", "arbel_mnist-digits-48seeds", "mnist.gn_step_lrfit",
-             others=("arbel_mnist-fashion-24seeds",), departure="scikit-learn's digits instead of MNIST", short="images: larger steps worse"),
+             others=("arbel_mnist-fashion-24seeds",), departure="scikit-learn's digits instead of MNIST", short="images: larger steps worse",
+             section="arbel-images",
+             shown=_together("the chapter's five other records (sample size, width, both SiLU, damping)")),
     Headline("arbel.mnist_hidden", ARBEL, "App. C.4, Fig. 8 (hidden)",
              "on image data too, \"hidden learning occurring for GN when using small step sizes\" (App. C.4, Fig. 8)",
              "arbel_ablations", "arbel_mnist-digits-48seeds", "mnist.hidden.gn", others=("arbel_mnist-fashion-24seeds",),
              departure="scikit-learn's digits instead of MNIST; hidden learning read as Test-LRfit at least 0.1 "
                        "decades below random features' while the training loss has not moved",
-             short="images: hidden learning"),
+             short="images: hidden learning",
+             section="arbel-images",
+             shown=_together("the chapter's five other records (sample size, width, both SiLU, damping)")),
     Headline("ortiz.decay", ORTIZ, "App. E.1, Figs. 2-3",
              "accuracy on the NTK's eigenfunctions decays with their index: \"the performance of all models "
              "progressively decays with increasing eigenfunction index\" (App. E.1)",
@@ -293,7 +364,8 @@ HEADLINES = (
              parts=tuple((_ORTIZ, f"decay.{s}.{v}") for s in _ORTIZ_SETTINGS for v in ("network", "linear")
                          if (s, v) != ("mlp.sgd", "network")),
              departure="MNIST-1D with 1,000 + 1,000 points instead of MNIST and CIFAR-10; an MLP and a LeNet (no "
-                       "ResNet-18), each network and its linearisation, by SGD and by Adam", short="eigenfunction accuracy decays"),
+                       "ResNet-18), each network and its linearisation, by SGD and by Adam", short="eigenfunction accuracy decays",
+             section="ntk-claims"),
     Headline("ortiz.linear_advantage", ORTIZ, "App. E.1, Figs. 2-3",
              "on the eigenfunctions \"the linearized models have a clear linear advantage over the non-linear neural "
              "networks\" (App. E.1, of the Adam runs of Fig. 2, where \"the main findings of Section 3.2\" with SGD "
@@ -303,14 +375,16 @@ HEADLINES = (
              parts=tuple((_ORTIZ, f"linear_advantage.{s}") for s in _ORTIZ_SETTINGS if s != "mlp.sgd"),
              departure="\"clear\" read as more than the book's 2-point margin; an MLP and a LeNet (no ResNet-18) on "
                        "MNIST-1D, by SGD and by Adam, the MLP by SGD on the confirmatory record",
-             short="linear models clearly ahead"),
+             short="linear models clearly ahead",
+             section="ntk-fresh"),
     Headline("ortiz.cross", ORTIZ, "App. E.1, Fig. 3",
              "on MNIST, \"for the LeNet, the accuracy curves of the neural network and the linearized model cross "
              "around ϕ_500\" (App. E.1, Fig. 3, by SGD as in App. A)", "ntk_eigenfunctions", _ORTIZ, "cross.lenet.sgd",
              others=((_ORTIZ, "cross.lenet.adam"),),
              departure="MNIST-1D's NTK over 2,000 points, eigenfunctions up to j=256: the crossing is read as the "
                        "network ahead on the mean over the upper half of the targets (from the median index up), not "
-                       "at the paper's 500th", short="LeNet curves cross"),
+                       "at the paper's 500th", short="LeNet curves cross",
+             section="ntk-claims"),
     Headline("ortiz.network", ORTIZ, "App. A",
              "on the dataset's own labels (CIFAR-2) \"the neural networks perform significantly better than their "
              "linear approximations\" (App. A), said of every network there", "ntk_eigenfunctions", _ORTIZ, "labels.mlp.sgd",
@@ -318,7 +392,8 @@ HEADLINES = (
              parts=tuple((_ORTIZ, f"labels.{s}") for s in _ORTIZ_SETTINGS if s != "mlp.sgd"),
              departure="MNIST-1D's own labels (classes 0-4 against 5-9) instead of CIFAR-2; \"significantly\" read as "
                        "more than the book's 2-point margin; an MLP and a LeNet (no ResNet-18), by SGD (App. A) and by "
-                       "Adam (whose runs Fig. 2 shows beside the same labels)", short="networks ahead on real labels"),
+                       "Adam (whose runs Fig. 2 shows beside the same labels)", short="networks ahead on real labels",
+             section="ntk-claims"),
     Headline("ortiz.concentration", ORTIZ, "App. E.2, Table 1",
              "training concentrates the labels' energy on the NTK's top eigenfunctions, Table 1 \"clearly showing an "
              "increase in the energy concentration at the end of training\" for the MLP, the LeNet and the ResNet-18 "
@@ -326,7 +401,8 @@ HEADLINES = (
              "energy_concentration", "ortiz_concentration-mnist1d-30seeds", "concentrates.mlp",
              parts=(("ortiz_concentration-mnist1d-30seeds", "concentrates.lenet"),
                     ("ortiz_concentration-mnist1d-30seeds", "concentrates.resnet18")),
-             departure="MNIST-1D; the top 50 eigenfunctions of a 500-point kernel", short="energy concentrates"),
+             departure="MNIST-1D; the top 50 eigenfunctions of a 500-point kernel", short="energy concentrates",
+             section="energy-table1"),
 )
 
 
@@ -499,9 +575,9 @@ def _cached(headlines: Sequence[Headline], margin_factors: Sequence[float]) -> l
 
 # ------------------------------------------------------------------------------ verdict words
 #: a claim of superiority that holds at margin 0 but not at the book's margin: the direction the
-#: paper states is reproduced, the size the book reads in its adjective is not
-DIRECTION = "direction reproduced"
-WORDS = (V.HOLDS, DIRECTION, V.FAILS, V.UNRESOLVED)
+#: paper states is reproduced, the size the book reads in its adjective is not (:data:`itlin.book.verdicts.DIRECTION`)
+DIRECTION = V.DIRECTION
+WORDS = V.WORDS
 #: why a row cannot resolve, one of three reasons
 INTERVAL, PREMISE, LEFT_OUT = "interval too wide", "premise unmet", "seeds left out"
 
@@ -512,17 +588,15 @@ def _is_book_margin(v: V.Verdict, tolerance) -> bool:
 
 
 def word_of(v: V.Verdict, tolerance: Optional[float] = None) -> str:
-    """The verdict of one claim in the Findings' words: :data:`DIRECTION` for a superiority claim
-    (``exceeds``) that does not hold at the book's margin but holds at margin 0; else its verdict.
+    """The verdict of one claim in the Findings' words (:func:`itlin.book.verdicts.word`, the words
+    the chapters use too): :data:`DIRECTION` for a superiority claim (``exceeds``) that does not
+    hold at the book's margin but holds at margin 0; else its verdict.
 
     >>> v = V.judge("c", "", "", V.Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02)
     >>> v.verdict, word_of(v)
     ('does not hold', 'direction reproduced')
     """
-    if (v.verdict == V.FAILS and v.rule == "exceeds" and _is_book_margin(v, tolerance)
-            and v.at_margin(0.0).verdict == V.HOLDS):
-        return DIRECTION
-    return v.verdict
+    return V.word(v, paper_margin=tolerance is not None)
 
 
 def conjunction(words: Sequence[str]) -> str:
@@ -617,7 +691,7 @@ def verdict_text(f: Finding) -> str:
 def _legible(v: V.Verdict) -> V.Verdict:
     """``v`` with enough digits that its interval does not print as "± 0.0"."""
     digits = v.digits
-    while v.tested and math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 4:
+    while v.tested and math.isfinite(v.half) and 0 < v.scale * v.half < 10 ** -digits and digits < 5:  # as gap_text
         digits += 1
     return replace(v, digits=digits)
 
@@ -737,7 +811,7 @@ def row(f: Finding) -> dict:
         where = f"`{n}`" + (f" (`{claim}`)" if claim != h.claim else "")
         if isinstance(o, str):
             return f"{where}: {o}"
-        return (f"{where}: {_WORD[o.verdict] if o is not None else 'not judged'}"
+        return (f"{where}: {_WORD[word_of(o, h.tolerance)] if o is not None else 'not judged'}"
                 + (f" ({o.gap_text()})" if o is not None and o.tested else "")
                 + (f" [{kind_of_test(n, claim)}]" if n in CONFIRMATORY else ""))
 
@@ -753,11 +827,23 @@ def row(f: Finding) -> dict:
             "test": test,
             "other records": others or "—",
             "could flip it": h.departure or "—",
-            "chapter": f"{{doc}}`{h.chapter}` (`{h.claim}`)"}
+            "chapter": chapter_link(h),
+            "the chapter's section": h.shown or "this row's gap, interval and verdict"}
+
+
+def chapter_link(h: Headline) -> str:
+    """The row's chapter cell: the chapter's name and a MyST link to the section that decides the
+    claim (:attr:`Headline.section`; the chapter's top where a row names none), with the claim id.
+
+    >>> chapter_link(HEADLINES[0])
+    '`k_sweeps`: {ref}`k-sweeps-tenfold` (`full.large_not_worse`)'
+    """
+    where = f"{{ref}}`{h.section}`" if h.section else f"{{doc}}`{h.chapter}`"
+    return f"`{h.chapter}`: {where} (`{h.claim}`)"
 
 
 VERDICT_COLUMNS = ("claim (paper's words)", "verdict", "gap vs margin", "at other margins", "chapter")
-CONTEXT_COLUMNS = ("claim", "test", "premise", "our setting", "other records", "could flip it")
+CONTEXT_COLUMNS = ("claim", "test", "premise", "our setting", "other records", "could flip it", "the chapter's section")
 
 
 def table(found: Sequence[Finding]) -> str:
@@ -768,7 +854,8 @@ def table(found: Sequence[Finding]) -> str:
 
 def context_table(found: Sequence[Finding]) -> str:
     """The second table: for each claim, the kind of test, its premise, our setting, the other
-    records judged on it and the departure from the paper that could flip it (:data:`CONTEXT_COLUMNS`)."""
+    records judged on it, the departure from the paper that could flip it and what the chapter's
+    section that decides it shows (:attr:`Headline.shown`; :data:`CONTEXT_COLUMNS`)."""
     return render.table([{**row(f), "claim": f"{f.headline.figure}: {f.headline.short}"} for f in found],
                         CONTEXT_COLUMNS)
 
@@ -990,7 +1077,7 @@ def main(argv=None) -> int:
 
 
 __all__ = ["ARBEL", "DEMO_FACTORS", "DIRECTION", "Finding", "HEADLINES", "Headline", "MAIN", "ORTIZ", "PAPERS", "WORDS",
-           "PAPER_SCALE", "as_json", "at_margins", "conjunction", "context_table", "counts", "counts_line", "findings",
+           "PAPER_SCALE", "as_json", "at_margins", "chapter_link", "conjunction", "context_table", "counts", "counts_line", "findings",
            "forest", "gap_against_margin", "gap_cell", "highlights", "judge_headline", "level_text", "margin_demo",
            "plain_table", "reasons_line", "result", "row", "scale_rows",
            "sensitivity_text", "setting", "synthesis", "table", "verdict_text", "why_unresolved", "word_of"]

@@ -294,6 +294,18 @@ def measured(v: V.Verdict) -> str:
     return text
 
 
+def verdict_cell(v: V.Verdict) -> str:
+    """A claim's verdict as a claims table shows it: its word (:func:`itlin.book.verdicts.word`,
+    the Findings' words), with the threshold a reproduced direction falls short of.
+
+    >>> verdict_cell(V.judge("c", "", "", V.Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02))
+    '*direction reproduced*, smaller than 2.0 points'
+    """
+    if V.word(v) == V.DIRECTION:
+        return f"*{V.DIRECTION}*, smaller than {_amount(v, v.margin)}"
+    return _WORDS[v.verdict]
+
+
 def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
     """The claims table (claim, the paper, ours, the gap it resolves, the kind of test, verdict),
     headline claims in bold, then a one-sentence bottom line. The test column says
@@ -301,7 +313,7 @@ def claims(verdicts: Sequence[V.Verdict], *, bottom_line: bool = True) -> str:
     (:mod:`itlin.book.plans`) and *exploratory* otherwise."""
     rows = [{"claim": f"**{v.claim}**" if v.headline else v.claim, "paper": v.paper, "ours": measured(v),
              "resolves gaps of": resolvable(v), "test": "confirmatory" if v.confirmatory else "exploratory",
-             "verdict": _WORDS[v.verdict]} for v in verdicts]
+             "verdict": verdict_cell(v)} for v in verdicts]
     text = table(rows, ["claim", "paper", "ours", "resolves gaps of", "test", "verdict"])
     return text + ("\n\n" + V.bottom_line(list(verdicts)) if bottom_line else "")
 
@@ -347,12 +359,13 @@ def sensitivity(verdicts: Sequence[V.Verdict], margins: Optional[Sequence[float]
 
 
 def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional[float] = None,
-                       device: str = "this machine") -> str:
+                       device: str = "this machine", *, of: str = "") -> str:
     """For each unresolved test: the seeds it has, the seeds that would resolve it if the gap and
     the spread stayed as measured (:func:`itlin.book.verdicts.seeds_needed`), and, given
     ``seconds_per_seed`` (one seed of every setting the claim needs, on ``device``), the hours
     those seeds would cost; a sentence saying so when every test resolves (a chapter displays
-    the result as it is)."""
+    the result as it is), naming whose claims they are (``of``, e.g. ``"the step-size record"``)
+    where a page shows several such tables."""
     rows = []
     for v in verdicts:
         if not v.tested or v.resolved:
@@ -363,10 +376,11 @@ def what_it_would_take(verdicts: Sequence[V.Verdict], seconds_per_seed: Optional
         if seconds_per_seed is not None:
             row[f"hours on {device}"] = "—" if n is None else f"{n * seconds_per_seed / 3600:.2g}"
         rows.append(row)
+    where = f"of {of}" if of else "here"
     if not rows:
-        return "Every claim tested here resolves: no more seeds are needed to decide them." if any(
-            v.tested for v in verdicts) else "No claim here is a test over seeds."
-    return table(rows)
+        return f"Every claim tested {where} resolves: no more seeds are needed to decide them." if any(
+            v.tested for v in verdicts) else f"No claim {where} is a test over seeds."
+    return (f"The claims {where} that cannot resolve:\n\n" if of else "") + table(rows)
 
 
 def correction_note(verdicts: Sequence[V.Verdict]) -> str:
@@ -380,4 +394,4 @@ def correction_note(verdicts: Sequence[V.Verdict]) -> str:
 
 
 __all__ = ["claims", "correction_note", "cost", "evidence", "judge", "machine", "measured", "parts_provenance", "provenance", "record_command",
-           "resolvable", "seconds_per_seed", "sensitivity", "settings", "summary", "table", "what_it_would_take"]
+           "resolvable", "seconds_per_seed", "verdict_cell", "sensitivity", "settings", "summary", "table", "what_it_would_take"]

@@ -66,6 +66,7 @@ import numpy as np
 from .. import _io
 from . import experiments as _experiments
 from .checkpoints import PROGRESS_SECONDS, RunContext, pause_on_signals, quiet  # noqa: F401
+from .checkpoints import log as _log
 from .experiments import Experiment
 from .provenance import _device, _git_commit, _now, cores, jaxlib_build, machine_fields, processor  # noqa: F401
 # the public names of the records module, which readers of runs reach through the runner
@@ -129,8 +130,9 @@ def run(experiment: Union[str, Experiment], params: Optional[Mapping] = None, *,
         10_000); ``None`` for no step trigger.
       checkpoint_every_seconds: ... or every so many seconds (default 300), whichever comes
         first; ``None`` for no time trigger. Both ``None``: no checkpoints or stage files.
-      progress: progress bars (always off when ``CI`` or ``ITLIN_QUIET`` is set).
-      verbose: print one line when loading, resuming or finishing.
+      progress: progress lines (always off when ``CI`` or ``ITLIN_QUIET`` is set).
+      verbose: one line when loading, resuming or finishing. Every line goes to standard error,
+        and none is printed inside a Jupyter kernel: a chapter's page shows no progress log.
 
     With several processes (:func:`itlin.init_distributed`), process 0 decides for all of them,
     so that their collectives stay in step: a stored record that process 0 finds is loaded there
@@ -173,7 +175,7 @@ def _run_here(p: Plan, *, force: bool, checkpoint_every_steps, checkpoint_every_
 
     def say(msg):
         if verbose:
-            print(f"[itlin] {exp.name}: {msg}", flush=True)
+            _log(f"[itlin] {exp.name}: {msg}")
 
     if not force:
         rec = _load_or_warn(p)
@@ -235,8 +237,8 @@ def _run_on_processes(p: Plan, params, *, results_dir, force, progress, verbose)
             blob = np.asarray(multihost_utils.broadcast_one_to_all(blob)).tobytes()
             if main:
                 if verbose:
-                    print(f"[itlin] {p.experiment.name}: loaded stored result ({stored.status_text}) "
-                          f"{p.experiment.name}/{p.hash} from the results folder; sent to every process", flush=True)
+                    _log(f"[itlin] {p.experiment.name}: loaded stored result ({stored.status_text}) "
+                         f"{p.experiment.name}/{p.hash} from the results folder; sent to every process")
                 return stored
             q = plan(p.experiment, params, results_dir=scratch)
             q.path.mkdir(parents=True)

@@ -47,6 +47,11 @@ from .intervals import (LEVEL, Gap, PairedTally, _z, accuracy_noise, bootstrap_g
                         wilson_interval)
 
 HOLDS, FAILS, UNRESOLVED = "holds", "does not hold", "cannot resolve"
+#: a superiority claim judged against a margin above 0 that does not hold there but holds at margin
+#: 0: the direction the paper states is reproduced, not the size read in its words (:func:`word`)
+DIRECTION = "direction reproduced"
+#: every verdict a claim can read in words, as :func:`word` gives them
+WORDS = (HOLDS, DIRECTION, FAILS, UNRESOLVED)
 
 
 def exceeds(gap: Gap, margin: float = 0.0, level: float = LEVEL) -> str:
@@ -215,10 +220,20 @@ class Verdict:
         return None if self.gap is None else self.gap.mean
 
     def gap_text(self) -> str:
-        """The gap with its interval at this verdict's level, e.g. ``+2.3 ± 0.8 points (5 seeds)``."""
+        """The gap with its interval at this verdict's level, e.g. ``+2.3 ± 0.8 points (5 seeds)``,
+        with digits added (up to 4) where the interval would print as "± 0.0": the same text on
+        a chapter's page and on the Findings page.
+
+        >>> judge("c", "", "", Gap(0.0002, 0.00003, 8, 0.00003, 0.0), "exceeds", unit="decades", scale=1.0,
+        ...       digits=2).gap_text()
+        '+0.00020 ± 0.00003 decades (8 seeds)'
+        """
         if self.gap is None:
             return ""
-        return fmt_gap(self.gap, self.scale, f" {self.unit}" if self.unit else "", self.digits, self.level)
+        digits, half = self.digits, self.half
+        while math.isfinite(half) and 0 < self.scale * half < 10 ** -digits and digits < 5:
+            digits += 1
+        return fmt_gap(self.gap, self.scale, f" {self.unit}" if self.unit else "", digits, self.level)
 
     def judged_at(self, level: float) -> "Verdict":
         """The same claim re-judged at ``level`` (verdicts that are not tests are returned as they are)."""
@@ -390,10 +405,14 @@ def _seeds_needed(v: Verdict, max_seeds: int) -> tuple:
     g, margin = v.gap, v.margin or 0.0
     if v.rule != "close":
         distance = abs(g.mean - threshold(v.rule, margin))
+        towards_holds = g.mean > threshold(v.rule, margin)
     elif abs(g.mean) < margin:
-        distance = margin - abs(g.mean)
+        distance, towards_holds = margin - abs(g.mean), True
     else:
-        distance = abs(g.mean) - margin
+        distance, towards_holds = abs(g.mean) - margin, False
+    if v.dropped and towards_holds:
+        return None, (f"{v.dropped} seed{'s' if v.dropped != 1 else ''} left out: a claim with seeds left out "
+                      "cannot hold, and its gap points to holding")
     q = 0.5 + v.level / 2
     scale = _z(q) / _z(0.5 + LEVEL / 2)
     floor = g.test_half_with(max_seeds) * scale
@@ -447,20 +466,98 @@ def flip_margin(v: Verdict) -> tuple:
     return nonneg(a), nonneg(b)
 
 
+def word(v: Verdict, *, paper_margin: bool = False) -> str:
+    """A claim's verdict in words, one of :data:`WORDS`: :data:`DIRECTION` for a superiority claim
+    (``exceeds``) judged against a margin above 0 (not one the paper states: ``paper_margin``)
+    that does not hold at it but holds at margin 0; else its verdict.
+
+    >>> v = judge("c", "", "", Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02)
+    >>> v.verdict, word(v), word(v, paper_margin=True)
+    ('does not hold', 'direction reproduced', 'does not hold')
+    """
+    if (v.verdict == FAILS and v.tested and v.rule == "exceeds" and (v.margin or 0.0) > 0 and not paper_margin
+            and v.at_margin(0.0).verdict == HOLDS):
+        return DIRECTION
+    return v.verdict
+
+
+def _amount(v: Verdict, x: float) -> str:
+    return f"{v.scale * x:.{v.digits}f}" + (f" {v.unit}" if v.unit else "")
+
+
+def why_unresolved(v: Verdict) -> str:
+    """Why a claim that cannot resolve does not, in a few words ("" when it resolves, or when it
+    is not a test: a stated verdict says why in its ``measured``): seeds left out because a run
+    diverged (or, for a claim on how fast runs finish, did not finish), Holm's correction stopping before it (its own interval clears the threshold at its
+    level), or an interval too wide.
+
+    >>> why_unresolved(judge("c", "", "", Gap(0.01, 0.05, 8, 0.05, 0.0), "exceeds"))
+    'interval too wide'
+    >>> why_unresolved(judge("c", "", "", Gap(0.05, 0.01, 8, 0.01, 0.0), "exceeds", dropped=3))
+    '3 seeds left out'
+    """
+    if v.verdict != UNRESOLVED or not v.tested:
+        return ""
+    if v.dropped:
+        return f"{v.dropped} seed{'s' if v.dropped != 1 else ''} left out"  # the claim's detail says why
+    if math.isfinite(v.gap.mean) and RULES[v.rule](v.gap, v.margin or 0.0, v.level) != UNRESOLVED:
+        return "Holm's correction stopped before it"
+    return "interval too wide"
+
+
+def says(verdict, *, why: Optional[str] = None, smaller_than: Optional[str] = None, paper_margin: bool = False) -> str:
+    """A verdict as the predicate of a sentence whose subject is the claim ("the claim that ...
+    *holds*"): ``"holds"``, ``"does not hold"``, ``"cannot be resolved (interval too wide)"``,
+    ``"reproduces the direction, smaller than 2.0 points"``. Every sentence of the book that reads
+    a verdict puts it through here, so that it reads for every value (never "is does not hold").
+
+    ``verdict``: a :class:`Verdict` (its word, :func:`word`, with its reason and threshold), or a
+    word of :data:`WORDS`; ``why``: the reason a claim cannot resolve (default: the verdict's own,
+    :func:`why_unresolved`); ``smaller_than``: the threshold a direction falls short of (default:
+    the verdict's margin).
+
+    >>> [says(w) for w in WORDS]
+    ['holds', 'reproduces the direction', 'does not hold', 'cannot be resolved']
+    >>> says(judge("c", "", "", Gap(0.012, 0.004, 8, 0.004, 0.0), "exceeds", 0.02))
+    'reproduces the direction, smaller than 2.0 points'
+    >>> says(UNRESOLVED, why="premise unmet")
+    'cannot be resolved (premise unmet)'
+    """
+    if isinstance(verdict, Verdict):
+        w = word(verdict, paper_margin=paper_margin)
+        if why is None:
+            why = why_unresolved(verdict)
+        if smaller_than is None and w == DIRECTION:
+            smaller_than = _amount(verdict, verdict.margin)
+    elif verdict in WORDS:
+        w = verdict
+    else:
+        raise ValueError(f"a verdict is a Verdict or one of {', '.join(map(repr, WORDS))}; got {verdict!r}.")
+    if w == UNRESOLVED:
+        return "cannot be resolved" + (f" ({why})" if why else "")
+    if w == DIRECTION:
+        return "reproduces the direction" + (f", smaller than {smaller_than}" if smaller_than else "")
+    return w
+
+
 def bottom_line(rows: Sequence[Verdict]) -> str:
-    """One sentence: how many claims hold, do not hold, or cannot be resolved, naming the latter two."""
-    fails = [r.claim for r in rows if r.verdict == FAILS]
-    unresolved = [r.claim for r in rows if r.verdict == UNRESOLVED]
-    held = len(rows) - len(fails) - len(unresolved)
-    text = f"At these settings {held} of {len(rows)} claims hold"
-    if fails:
-        text += "; not holding: " + "; ".join(f"*{c}*" for c in fails)
-    if unresolved:
-        text += "; too close to call here: " + "; ".join(f"*{c}*" for c in unresolved)
+    """One sentence: how many claims hold, reproduce only the direction (:func:`word`), do not hold,
+    or cannot be resolved, naming all but the first.
+
+    >>> g = Gap(0.012, 0.004, 8, 0.004, 0.0)
+    >>> bottom_line([judge("a", "A", "", g, "exceeds"), judge("b", "B", "", g, "exceeds", 0.02)])
+    'At these settings 1 of 2 claims hold; the direction only: *B*.'
+    """
+    words = [word(r) for r in rows]
+    named = lambda w: [r.claim for r, x in zip(rows, words) if x == w]
+    text = f"At these settings {words.count(HOLDS)} of {len(rows)} claims hold"
+    for w, label in ((DIRECTION, "the direction only"), (FAILS, "not holding"), (UNRESOLVED, "too close to call here")):
+        if named(w):
+            text += f"; {label}: " + "; ".join(f"*{c}*" for c in named(w))
     return text + "."
 
 
-__all__ = ["FAILS", "Gap", "HOLDS", "LEVEL", "PairedTally", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
+__all__ = ["DIRECTION", "FAILS", "Gap", "HOLDS", "WORDS", "says", "why_unresolved", "word", "LEVEL", "PairedTally", "RULES", "UNRESOLVED", "Verdict", "Verdicts", "accuracy_noise",
            "RULE_WORDS", "bootstrap_gap", "bottom_line", "close", "exceeds", "flip_margin", "fmt_gap", "fmt_mean", "holm", "judge", "largest_rise",
            "log_slope_weights", "margin_sensitivity", "not_worse", "pack_correct", "p_value", "paired_accuracy_floor_se", "paired_accuracy_se",
            "paired_gap", "proportion_gap",

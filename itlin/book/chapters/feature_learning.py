@@ -16,6 +16,7 @@ import math
 import numpy as np
 from IPython.display import Markdown
 
+from .. import verdicts as V
 from ..experiments.main import feature_learning as fl
 from ..experiments.main._rows import as_K, select, updates
 from ..labels import K_label
@@ -41,8 +42,9 @@ def n_test(r) -> int:
 
 
 def verdict_values(verdicts, ids) -> dict:
-    """Each claim's verdict, glued as ``fl_<id with dots as underscores>``."""
-    return {"fl_" + i.replace(".", "_"): Markdown(verdicts[i].verdict) for i in ids}
+    """Each claim's verdict as a predicate (:func:`itlin.book.verdicts.says`), glued as ``fl_<id with
+    dots as underscores>``."""
+    return {"fl_" + i.replace(".", "_"): Markdown(V.says(verdicts[i])) for i in ids}
 
 
 def setting_values(rec, rows) -> dict:

@@ -230,14 +230,14 @@ def fresh_values(before, fresh, v_before, v) -> dict:
     rb, rf = before.meta["resolved"], fresh.meta["resolved"]
     shared = set(runner.seed_range(rf)) & set(runner.seed_range(rb))
     return {
-        "oe_fresh_before": Markdown(f"{v_before.gap_text()}, *{v_before.verdict}*"),
+        "oe_fresh_before": Markdown(f"{v_before.gap_text()}: the claim *{V.says(v_before)}*"),
         "oe_fresh_overlap": Markdown("none of them is a seed of the record above" if not shared else
                                      f"**{len(shared)} of them are seeds of the record above**"),
         "oe_fresh_seeds": f"{int(rf['seeds']):,}",
         "oe_fresh_seed_lo": f"{int(rf['seed']):,}",
         "oe_fresh_seed_hi": f"{int(rf['seed']) + int(rf['seeds']) - 1:,}",
         "oe_fresh_kept": int(fresh.params["eigvals_kept"]),
-        "oe_fresh_verdict": v.verdict,
+        "oe_fresh_verdict": V.says(v),
         "oe_fresh_gap": v.gap_text(),
         "oe_fresh_margin": 100 * oe.CLEAR_MARGIN,
         "oe_fresh_res": 100 * v.half,

@@ -74,13 +74,15 @@ def fig4_values(rec4, rows4, verdicts) -> dict:
     out["f4_premise_thr"] = 100 * fig4.premise_threshold(r4["close_margin"])
     for key in ("nobn", "bn"):
         prem, v = verdicts[f"{key}.k1_trained"], verdicts[f"{key}.large_not_worse"]
-        out[f"f4_premise_{key}"] = Markdown(prem.verdict)
+        out[f"f4_premise_{key}"] = Markdown(V.says(prem))
         out[f"f4_premise_seen_{key}"] = Markdown(prem.measured)
-        out[f"f4_verdict_{key}"] = Markdown(v.verdict)
-        out[f"f4_gap_{key}"] = Markdown(v.gap_text() if v.tested else
-                                        f"premise unmet; the gap measured, not judged: {measured4[v.id].gap_text()}")
+        why = None if prem.verdict == V.HOLDS else "premise unmet"  # as the Findings row says
+        out[f"f4_verdict_{key}"] = Markdown(V.says(v, why=why))
+        # the two sides over the seeds the gap pairs, and the gap, as the Findings row shows them (an unmet
+        # premise: measured, not judged); not K=1's mean over every seed, which pairs with no gap
+        out[f"f4_gap_{key}"] = Markdown(f"{v.measured}: gap {v.gap_text()}" if v.tested else v.measured)
         close = verdicts[f"{key}.large_close"]
-        out[f"f4_close_{key}"] = Markdown(close.verdict)
+        out[f"f4_close_{key}"] = Markdown(V.says(close, why=why))
         out[f"f4_res_{key}"] = Markdown(f"{100 * close.half:.1f}" if close.tested else "— (not judged)")
     near, n_div = fig4.near_relinearisation(rows4)
     out["f4_near"], out["f4_ndiv"] = near, n_div
@@ -90,8 +92,6 @@ def fig4_values(rec4, rows4, verdicts) -> dict:
     out["f4_margin"] = 100 * r4["close_margin"]
     out["f4_can_hold"] = can_hold(verdicts, r4["close_margin"])
     out["f4_ntest"] = n_test_judged(r4)
-    k1 = [r["test"] for r in fig4.baseline_rows(rows4, fig4.NO_BN) if not fig4.diverged(r)]
-    out["f4_k1_nobn"] = 100 * sum(k1) / len(k1) if k1 else float("nan")
     k1_bn = [r["test"] for r in fig4.baseline_rows(rows4, "BN") if not fig4.diverged(r)]
     out["f4_k1_bn"] = 100 * sum(k1_bn) / len(k1_bn) if k1_bn else float("nan")
     out["f4_floor"] = (100 * V.accuracy_noise(sum(k1_bn) / len(k1_bn), n_test_judged(r4)) if k1_bn
@@ -126,7 +126,7 @@ def fig5_values(rec5, rows5, verdicts, ids5) -> dict:
     r5 = rec5.meta["resolved"]
     out = {}
     for key in ids5:
-        out[f"f5_{key}"] = Markdown(verdicts[key].verdict)
+        out[f"f5_{key}"] = Markdown(V.says(verdicts[key]))
         out[f"f5_{key}_res"] = 100 * verdicts[key].half
     labels = fig5.labels_of(rows5)
     largest = max(r["n"] for r in rows5)
@@ -170,7 +170,7 @@ def margin_values(verdicts, book5: float) -> dict:
     """The glue of the margin sensitivity: the book's slope margin, the one-sided row's verdict
     there, and the margins between which that row cannot resolve."""
     return {"f5_book_margin": 100 * book5,
-            "f5_book_verdict": Markdown(verdicts["finite_not_worse"].at_margin(book5).verdict),
+            "f5_book_verdict": Markdown(V.says(verdicts["finite_not_worse"].at_margin(book5))),
             "f5_flip": Markdown(flip_text(*V.flip_margin(verdicts["finite_not_worse"])))}
 
 
@@ -224,7 +224,7 @@ def _seed_choice_text(rec4, rec5, live5, first5) -> str:
     return (
         f"The judged record's number of seeds was not fixed in advance. A first record of {n_first} seeds "
         f"({render.provenance(first5)}), made before runs kept per-signal results, judged the headline, "
-        f"the two-sided \"same rate\" claim (`finite_close`), *{v_first.verdict}* at "
+        f"the two-sided \"same rate\" claim (`finite_close`): it *{V.says(v_first)}* at "
         f"{v_first.gap_text()}: its interval carried the unpaired bound on the test set's term, and its gap sat "
         f"{100 * (r5['slope_margin'] - abs(v_first.gap.mean)):.1f} points inside the margin. The record judged here "
         f"repeats its settings with {int(r5['seeds'])} seeds, our estimate, after looking, of what the paired term "

@@ -54,7 +54,7 @@ def fig9(rec, title: str = "Test RMSE of damped Gauss-Newton on the quintic"):
     ax.legend(handles=[Line2D([], [], marker="o", ls="", color="0.5", alpha=0.65, label="one run"),
                        Line2D([], [], marker="D", ls="", color="k", ms=5, label="mean"),
                        Line2D([], [], color="0.45", lw=6, alpha=0.35, label="25th-75th percentile"),
-                       Line2D([], [], ls="", marker="$n$", ms=7, color="firebrick", label="runs dropped (top)")],
+                       Line2D([], [], ls="", marker="$n$", ms=7, color="firebrick", label="runs dropped: over train RMSE or diverged (top)")],
               frameon=False, fontsize=9.5, loc="upper right", bbox_to_anchor=(1, 0.94))
     fig.tight_layout()
     return fig
@@ -155,7 +155,7 @@ def fig9_compare(records, labels):
 
 
 #: the columns of :func:`fig9_demo`'s table (of the chapter's summary, ``fig9_damping.summary``)
-FIG9_DEMO_COLUMNS = ("λ", "kept / dropped / diverged", "mean [95% CI]", "median [95% CI]", "best tenth", "worst kept",
+FIG9_DEMO_COLUMNS = ("λ", "kept / dropped: over train RMSE / diverged", "mean [95% CI]", "median [95% CI]", "best tenth", "worst kept",
                      "reached tol / stalled / descending")
 
 

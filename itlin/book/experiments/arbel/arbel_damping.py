@@ -78,22 +78,6 @@ def summary(rec) -> list:
             for i, (e, eo) in enumerate(zip(rec["eps0"], rec["eps0_ours"]))]
 
 
-def main_paper_claim(rec, threshold: float = 2.5, margin: float = 0.1) -> V.Verdict:
-    """``damping.quintic``: the main paper's Fig. 9 claim on a record of ``fig9_damping`` (the
-    quintic), with the damping chapter's endpoints fixed before looking at the data: mean log10
-    test RMSE lower at the largest damping of the grid than at the smallest, paired over the
-    initialisations kept at both ("kept": not diverged and train RMSE at most ``threshold``,
-    the paper's rule), by more than ``margin`` decades."""
-    lam = np.asarray(rec["dampings"], np.float64)
-    test, train = np.asarray(rec["test_rmse"], np.float64), np.asarray(rec["train_rmse"], np.float64)
-    keep = ~np.asarray(rec["diverged"], bool) & (train <= threshold) & np.isfinite(test)
-    both = keep[0] & keep[-1]
-    return A.decades("damping.quintic", f"quintic (main paper): test RMSE lower at damping {A.fmt_lr(lam[-1])} than "
-                     f"{A.fmt_lr(lam[0])}", "more damping generalises better (main paper Fig. 9)", test[0][both],
-                     test[-1][both], margin, measured=f"log10, the grid's smallest and largest damping, "
-                                                   f"{int(both.sum())} initialisations kept at both")
-
-
 def conjunction(*verdicts: str) -> str:
     """The verdict on "every part holds": *does not hold* when any part does not hold, *holds*
     when every part holds, *cannot resolve* otherwise.
@@ -115,11 +99,9 @@ def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
     claim holds there and on the quintic (``quintic``). A conjunction: it does not hold when
     either part does not hold (whatever the other), holds only when both hold, and cannot
     resolve otherwise (one part cannot, the other holds or cannot)."""
-    word = {V.HOLDS: "holds", V.FAILS: "does not hold", V.UNRESOLVED: "cannot resolve"}
-
     def both(id, claim, paper, a, b, what):
         res = conjunction(a.verdict, b.verdict)
-        return V.stated(id, claim, paper, f"{what[0]} {word[a.verdict]}; {what[1]} {word[b.verdict]}", res,
+        return V.stated(id, claim, paper, f"{what[0]} {V.says(a)}; {what[1]} {V.says(b)}", res,
                         detail="a conjunction: holds only if both hold, does not hold if either does not")
 
     return [both("tie.one_effect", "one effect: smaller GN steps and more damping both give better features "
@@ -131,4 +113,4 @@ def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
 
 EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims))
 
-__all__ = ["DampingParams", "EXPERIMENT", "NAME", "SCALES", "claims", "conjunction", "main_paper_claim", "run", "summary", "tie_in"]
+__all__ = ["DampingParams", "EXPERIMENT", "NAME", "SCALES", "claims", "conjunction", "run", "summary", "tie_in"]

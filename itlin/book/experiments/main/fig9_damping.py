@@ -271,6 +271,9 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
     n, kw = v.shape[-1], {"high_rmse": high_rmse, "best_quantile": best_quantile}
     obs, reps = stats(v, **kw), bootstrap(v, resamples=resamples, seed=seed, **kw)
     ends, out = f"λ = {fmt_lam(lams[0])} against λ = {fmt_lam(lams[-1])}", []
+    # the statistics of the kept runs at each end, over the seeds the bootstrap resamples (the gap's seeds)
+    kept = np.sum(~np.isnan(v), -1)
+    of_kept = f" over {kept[0]} and {kept[-1]} kept runs of {n} initialisations"
     robust = "robustness, not verdicts: " + "; ".join(
         f"{name} {obs[key][0]:.3g} and {obs[key][-1]:.3g}, {V.fmt_gap(_fall(obs, reps, key, n), 1.0, ' decades', 2)}"
         for key, name in ROBUSTNESS.items())
@@ -278,7 +281,7 @@ def judge_columns(dampings, v, *, prefix: str = "", high_rmse: float = HIGH_RMSE
         t = key == "tail"
         measured = f"{ends}: " + (f"{100 * obs[key][0]:.0f}% and {100 * obs[key][-1]:.0f}% of the runs above "
                                   f"{high_rmse:g}" if t else
-                                  f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (decades of test RMSE: log10 ratio)")
+                                  f"{obs[key][0]:.3g} and {obs[key][-1]:.3g} (decades of test RMSE: log10 ratio)") + of_kept
         out.append(V.judge(prefix + cid, claim, paper, V.bootstrap_gap(obs[key], reps[key], 0, -1, n, log=not t), "exceeds",
                            measured=measured, headline=cid in ("mean.falls", "spread.narrows"),
                            detail=robust if cid == "mean.falls" else "",
@@ -313,8 +316,14 @@ def flags(row: dict) -> list:
                                    ("outlier-driven", row["worst"] > 10 * row["median"])) if yes]
 
 
+#: the summary's column of run counts: kept, and the two ways the paper's rule drops a run (the
+#: figure's red count above a column is their sum)
+RUN_COUNTS = "kept / dropped: over train RMSE / diverged"
+
+
 def summary(rec) -> list:
-    """One row per damping: run counts, test RMSE statistics (bootstrap intervals), training, flags."""
+    """One row per damping: run counts (:data:`RUN_COUNTS`), test RMSE statistics (bootstrap
+    intervals), training, flags."""
     (kept, dropped, div), v = masks(rec), columns(rec)
     obs, reps = stats(v), bootstrap(v)
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -326,7 +335,7 @@ def summary(rec) -> list:
         reached, desc = rec["reached_tol"][d] & ~div[d], rec["still_descending"][d] & ~div[d]
         stalled = ~reached & ~desc & ~div[d]
         ci = lambda k: f"{obs[k][d]:.3g} [{q[k][0, d]:.3g}, {q[k][1, d]:.3g}]"
-        row = {"λ": fmt_lam(lam), "kept / dropped / diverged": f"{kept[d].sum()} / {dropped[d].sum()} / {sum(div[d])}",
+        row = {"λ": fmt_lam(lam), RUN_COUNTS: f"{kept[d].sum()} / {dropped[d].sum()} / {sum(div[d])}",
                "mean [95% CI]": ci("mean"), "median [95% CI]": ci("median"), "trimmed mean [95% CI]": ci("trimmed"),
                "std [95% CI]": ci("std"), "best tenth": f"{obs['best'][d]:.3g}",
                "worst kept": f"{worst[d]:.3g}", "train RMSE (median)": f"{train[d]:.2g}",
@@ -342,6 +351,6 @@ def summary(rec) -> list:
 EXPERIMENT = register(Experiment(NAME, Fig9Params, run, version="4.1", summary=summary, claims=claims))
 
 __all__ = ["BEST_QUANTILE", "BLOWUP", "CLAIMS", "CLAIM_IDS", "EXPERIMENT", "Fig9Params", "HIGH_RMSE", "NAME",
-           "ROBUSTNESS", "SCALES", "SIMILAR", "STATS", "blown_up", "bootstrap", "claims", "columns", "diverged",
+           "ROBUSTNESS", "RUN_COUNTS", "SCALES", "SIMILAR", "STATS", "blown_up", "bootstrap", "claims", "columns", "diverged",
            "flags", "fmt_lam", "init_params", "judge_columns", "make_sweep", "masks", "resolved", "robustness",
            "robustness_columns", "run", "stats", "summary", "trace_steps"]
