@@ -789,7 +789,7 @@ def test_a_swap_killed_at_any_point_leaves_a_result(tmp_path, killed_after):
 def test_lock_between_two_processes_and_after_kill_9(tmp_path):
     # the lock (filelock) excludes a second process, names the holder, and is free again once
     # the holder dies by SIGKILL
-    code = ("import sys, time; sys.path.insert(0, {here!r}); from itlin.book import runner; from pathlib import Path\n"
+    code = ("import sys, time; sys.path.insert(0, {here!r}); from itlin.book import store; from pathlib import Path\n"
             "with store._locked(Path({d!r}), print):\n    print('HELD', flush=True); time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code.format(here=str(HERE.parent), d=str(tmp_path))],
                               stdout=subprocess.PIPE, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))

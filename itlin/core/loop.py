@@ -467,7 +467,7 @@ class FitResult(NamedTuple):
     >>> import itlin, jax.numpy as jnp, optax
     >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), 1, loss="squared")
     >>> res = fit(tr, tr.init(jnp.zeros(2)), jnp.eye(2), jnp.ones(2), 4)
-    >>> res.status, int(res.state.step), res.state.feature_updates, len(res.history.loss)
+    >>> str(res.status), int(res.state.step), res.state.feature_updates, len(res.history.loss)
     ('completed', 4, 4, 4)
     """
 
@@ -526,7 +526,7 @@ def fit(trainer: Trainer, state: TrainState, x, y, steps: int, *, batch_size: Op
     >>> tr = itlin.iterative_linearisation(lambda p, x: x @ p, optax.sgd(0.5), "inf", loss="squared")
     >>> data = (jnp.eye(2), jnp.ones(2))
     >>> res = fit(tr, tr.init(jnp.zeros(2)), *data, 40, eval_every=20, eval_sets={"train": data})
-    >>> res.status, res.history.evals["step"], res.history.evals["train/rmse_lin"][-1] < 1e-3
+    >>> str(res.status), res.history.evals["step"], res.history.evals["train/rmse_lin"][-1] < 1e-3
     ('completed', [0, 20, 40], True)
     """
     steps = check_steps("steps", steps, allow_zero=True)

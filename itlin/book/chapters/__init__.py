@@ -54,7 +54,7 @@ def ran_here(live) -> str:
     made them).
 
     >>> from types import SimpleNamespace as NS
-    >>> ran_here(NS(runs={"a": 0, "b": 0}, status="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
+    >>> ran_here(NS(runs={"a": 0, "b": 0}, status_text="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
     '2 training runs here, status: completed; 12 s on cpu'
     """
     return (f"{len(live.runs)} training runs here, status: {live.status_text}; "

@@ -37,7 +37,7 @@ def status_line(live) -> str:
     """The line the chapter prints under its first cell.
 
     >>> from types import SimpleNamespace as NS
-    >>> status_line(NS(status="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
+    >>> status_line(NS(status_text="completed", info={"wall_seconds": 12.4, "device": "cpu"}))
     "status of this page's run: completed; 12 s on cpu"
     """
     return f"status of this page's run: {live.status_text}; {live.info['wall_seconds']:.0f} s on {live.info['device']}"
