@@ -14,6 +14,11 @@ K=1 without and with batch norm for 3,000 steps. Each prints one JSON line per r
 the train accuracies and the budget: the first evaluation at which every seed reaches ``--fits``
 (default 99.5%, above the 98% premise, so that a plan's many seeds clear it too), or ``null``.
 A run already in ``--results`` is loaded, not made again.
+
+``benchmarks/results/pilot_budgets.jsonl`` holds the lines of the pilots made so far (on this
+project's 2-core CPU, shared with other work, so their wall times are not benchmarks): the
+ladder's rungs 1000, 2000 and 4000 examples at 16 channels and 32 and 128 channels at 1,000
+examples (16,000 examples not yet piloted), and Fig. 4 at widths 4 and 8.
 """
 
 from __future__ import annotations
