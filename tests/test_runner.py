@@ -531,7 +531,8 @@ def test_a_signal_pauses_a_background_run_with_a_checkpoint(tmp_path, sig):
 
     done = subprocess.run(cmd[:-1], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"resuming K=3 from step {saved}" in done.stdout and "STATUS completed" in done.stdout
+    # the runner's lines go to standard error, the subprocess's own to standard output
+    assert f"resuming K=3 from step {saved}" in done.stderr and "STATUS completed" in done.stdout
     resumed = runner.load("test_tiny", params, results_dir=tmp_path)
     assert resumed.info["resumed"]["K=3"] == saved and resumed.info["sittings"] == 2
 
@@ -561,8 +562,8 @@ def test_sigkill_mid_run_then_resume_is_bit_for_bit(tmp_path):
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "K=1: finished earlier (completed, step 160); restored" in done.stdout
-    assert "resuming K=3 from step" in done.stdout and "STATUS completed" in done.stdout
+    assert "K=1: finished earlier (completed, step 160); restored" in done.stderr
+    assert "resuming K=3 from step" in done.stderr and "STATUS completed" in done.stdout
 
     resumed = runner.load("test_tiny", params, results_dir=killed_dir)
     assert 0 < resumed.info["resumed"]["K=3"] < 160
