@@ -116,18 +116,16 @@ def _feature_learning(rec, ids, keys) -> dict:
     out = {}
     for L in FL.LAYERS:
         p, c = (keys[_template(f"snapshots/{tag}/probe_{L}{x}")] for x in ("", "_correct"))
-        if f"probe.{L}.lower" in ids:
-            out[f"probe.{L}.lower"] = {
-                "statistic": "paired", "a": f"per_run({p!r}, at=-1, setting={a!r})",
-                "b": f"per_run({p!r}, at=-1, setting={b!r})", "n_test": n,
-                "examples": [f"correct({c!r}, {n}, at=-1, setting={s!r})" for s in (a, b)],
-                "formula": f"the {L} probe's test accuracy at the last snapshot: {a!r} minus {b!r}"}
-        if f"probe.{L}.slower" in ids:
-            out[f"probe.{L}.slower"] = {
-                "statistic": "paired", "a": f"mean(per_run({p!r}, setting={a!r})[:, 1:], axis=1)",
-                "b": f"mean(per_run({p!r}, setting={b!r})[:, 1:], axis=1)", "n_test": n,
-                "examples": [f"mean(correct({c!r}, {n}, setting={s!r})[:, 1:], axis=1)" for s in (a, b)],
-                "formula": f"the {L} probe's test accuracy averaged over the snapshots after step 0: {a!r} minus {b!r}"}
+        # the final probe (at the last snapshot) and the probe over the snapshots after step 0
+        for claim, (wrap, at, said) in {"lower": ("{}", ", at=-1", "at the last snapshot"),
+                                        "slower": ("mean({}[:, 1:], axis=1)", "",
+                                                   "averaged over the snapshots after step 0")}.items():
+            if f"probe.{L}.{claim}" in ids:
+                a_, b_ = (wrap.format(f"per_run({p!r}{at}, setting={s!r})") for s in (a, b))
+                out[f"probe.{L}.{claim}"] = {
+                    "statistic": "paired", "a": a_, "b": b_, "n_test": n,
+                    "examples": [wrap.format(f"correct({c!r}, {n}{at}, setting={s!r})") for s in (a, b)],
+                    "formula": f"the {L} probe's test accuracy {said}: {a!r} minus {b!r}"}
     sides = {"filters.early": ("0 * frac + 0.5", "frac", "half of K=1's run minus the fraction of it"),
              "filters.ten_percent": ("frac", f"0 * frac + {FL.PAPER_FRACTION!r}",
                                      f"the fraction of K=1's run minus {FL.PAPER_FRACTION:.0%}")}
