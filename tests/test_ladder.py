@@ -101,3 +101,49 @@ def test_a_tiny_ladder_runs_through_the_runner_and_judges_every_rung(tmp_path, m
     ids = render.judge(rec).ids
     assert {"n256c4.k1_fits", "n256c4.suffices_u2", "n512c4.suffices_u2", "data.u2.shrinks"} <= set(ids)
     assert rec.meta["rungs"]["n512c4"]["n_train"] == 512
+
+
+def test_parts_made_for_their_own_rungs_pool_into_the_record_of_one_run_over_all(tmp_path, monkeypatch):
+    """The oracle: each rung's runs do not depend on which other rungs ran beside them, so parts
+    made one rung each (the recorded ladder's parts) pool into the very rows and verdicts of one
+    run over every rung; parts that share a rung and a seed, or differ in anything else, are refused."""
+    from itlin.book.records import pooled_record
+    from itlin.book.store import pool_problem
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    base = {"scale": "tiny", "updates": [2], "seeds": 2, "eval_every": 5}
+    whole = runner.run("ladder", {**base, "rungs": ["256x4x20", "512x4x20"]}, verbose=False)
+    parts = [runner.run("ladder", {**base, "rungs": [r]}, verbose=False) for r in ("256x4x20", "512x4x20")]
+    pooled = L.pool(parts)
+    assert pooled.meta["resolved"]["rungs"] == ["256x4x20", "512x4x20"]
+    assert pooled.meta["rungs"] == whole.meta["rungs"]
+    key = lambda r: (r["rung"], r["K"], r["seed"])
+    assert sorted(L.rows(pooled), key=key) == sorted(L.rows(whole), key=key)
+    assert [(v.id, v.verdict, v.gap) for v in L.claims(pooled)] == [(v.id, v.verdict, v.gap) for v in L.claims(whole)]
+    # the same rung twice with the same seeds would count them twice; another learning rate is another record
+    again = runner.run("ladder", {**base, "rungs": ["256x4x20"], "seed": 1, "seeds": 1}, verbose=False)
+    assert "both have seed 1" in pool_problem([(str(p.path), p.info) for p in (parts[0], again)])
+    other = runner.run("ladder", {**base, "rungs": ["512x4x20"], "learning_rate": 0.02}, verbose=False)
+    with pytest.raises(ValueError, match="learning_rate"):
+        pooled_record([parts[0], other], {}, [])
+
+
+def test_a_ladder_in_parts_converts_to_one_open_file_that_pools_back(tmp_path, monkeypatch):
+    """Parts of single rungs join into one netCDF file (its resolved rungs every part's), and the
+    file's parts pool back into the rows of the parts as made."""
+    from itlin.book import opendata
+    from itlin.book.records import open_records
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    base = {"scale": "tiny", "updates": [2], "seeds": 2, "eval_every": 5}
+    parts = [runner.run("ladder", {**base, "rungs": [r]}, verbose=False) for r in ("256x4x20", "256x8x20")]
+    src = tmp_path / "parts"
+    for i, p in enumerate(parts):
+        __import__("shutil").copytree(p.path, src / f"part-{i}")
+    out = opendata.convert(src, tmp_path / "ladder-file")
+    import json, xarray as xr
+    with xr.open_dataset(out) as ds:
+        assert json.loads(ds.attrs["resolved_params"])["rungs"] == ["256x4x20", "256x8x20"]
+    back = L.pool(open_records(out.parent))
+    key = lambda r: (r["rung"], r["K"], r["seed"])
+    assert sorted(L.rows(back), key=key) == sorted(L.rows(L.pool(parts)), key=key)

@@ -27,6 +27,7 @@ from typing import NamedTuple, Optional, Sequence
 from . import render, runner
 from . import verdicts as V
 from .plans import CONFIRMATORY, Plan, kind_of_test
+from .records import plan_progress
 
 MAIN, ARBEL, ORTIZ = "Goldwaser & Ge", "Arbel et al.", "Ortiz-Jiménez et al."
 PAPERS = (MAIN, ARBEL, ORTIZ)
@@ -456,8 +457,13 @@ def _in_progress(name: str) -> str:
     plan = CONFIRMATORY.get(name)
     if plan is None or plan.seeds is None:
         return ""
-    progress = runner.seed_progress([p.meta["resolved"] for p in runner.open_records(name)], plan.seeds)
-    return "" if progress.complete else f"in progress, not read yet ({progress.made:,} of {len(plan.seeds):,} planned seeds)"
+    try:
+        parts = runner.open_records(name)
+    except FileNotFoundError:  # planned, none of its parts made yet
+        parts = []
+    progress = plan_progress([p.meta["resolved"] for p in parts], plan.seeds, plan.over).values()
+    made, planned = sum(p.made for p in progress), sum(len(p.planned) for p in progress)
+    return "" if all(p.complete for p in progress) else f"in progress, not read yet ({made:,} of {planned:,} planned seeds)"
 
 
 def _judged(name: str, cache: dict) -> V.Verdicts:

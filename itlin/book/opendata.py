@@ -415,6 +415,8 @@ def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
     :class:`ExampleTallies` of parts made by :func:`tally_parts`."""
     import xarray as xr
 
+    from .store import pool_over
+
     if not parts:
         raise ValueError("opendata.to_dataset: no parts to store.")
     if tallies is None and any("tallied" in p.info for p in parts):
@@ -499,6 +501,8 @@ def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
     each = [(p.info.get("meta") or {}).get("resolved", {}).get("seeds") for p in stored]
     if len(stored) > 1 and all(isinstance(n, int) for n in each):
         resolved["seeds"] = sum(each)  # the pooled settings: the first part's, with the seeds of all
+    for key in pool_over(first):  # and the values of every part of what the record pools over
+        resolved[key] = list(dict.fromkeys(v for p in stored for v in (p.info.get("meta") or {})["resolved"][key]))
     ds.attrs.update({
         "Conventions": "CF-1.10",
         "title": f"itlin recorded run of the experiment {first.get('experiment', '?')}",

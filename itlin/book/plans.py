@@ -12,18 +12,21 @@ verdicts, so that claims tables say which rows are confirmatory.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NamedTuple, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 
 class Plan(NamedTuple):
     """A confirmatory record's plan: the ``commit`` that fixed its settings, seeds and one
     ``claim`` before its runs, whether the history shows that (``verifiable``), and, for a
-    record made in parts, the planned ``seeds`` (nothing of it is read until every one is in)."""
+    record made in parts, the planned ``seeds`` (nothing of it is read until every one is in): a
+    range, or for a record pooled over a list-valued parameter ``over`` (its parts each made for
+    one value of it, e.g. one rung of the ladder), each value's range."""
 
     commit: str
     claim: str
     verifiable: bool
-    seeds: Optional[range] = None
+    seeds: Optional[Union[range, Mapping[str, range]]] = None
+    over: str = ""
 
 
 #: the confirmatory records kept with the book, by folder of ``book/recorded``

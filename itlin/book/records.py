@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import _io
 from .store import (FITS_KEY, RECORD_FILE, RESULTS_FILE, Record, _record_problem, major_version,  # noqa: F401
-                    pool_problem, same_settings, seed_range, source_checkout)
+                    pool_over, pool_problem, same_settings, seed_range, source_checkout)
 
 def recorded_dir() -> Path:
     """Where the recorded runs kept with the book live: ``<repository>/book/recorded`` (found
@@ -138,8 +138,10 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
     ``processor``, and ``machines``, their count: the pool's wall time then prices no one machine.
 
     Raises ``ValueError`` when a part is of another experiment or version, or was made with
-    other settings than the first (anything but its seeds): pooled, it would be judged as if it
-    were the same runs; and when two parts share a seed (it would count twice)."""
+    other settings than the first (anything but its seeds, and the list-valued parameters the
+    record pools over, :func:`~itlin.book.store.pool_over`, which the pool holds every part's
+    values of): pooled, it would be judged as if it were the same runs; and when two parts share
+    a seed (it would count twice)."""
     if not records:
         raise ValueError("pooled_record: no records to pool.")
     problem = pool_problem([(str(rec.path), rec.info) for rec in records])
@@ -151,7 +153,10 @@ def pooled_record(records: Sequence[Record], arrays: dict, paths: list, *, param
     for rec in records:
         where = (rec.info.get("device", "?"), rec.info.get("processor"))
         machines[where] = machines.get(where, 0) + int(rec.meta["resolved"]["seeds"])
-    meta = {**first.meta, **(meta or {}), "resolved": {**first.meta["resolved"], "seeds": seeds}}
+    resolved = {**first.meta["resolved"], "seeds": seeds}
+    for key in pool_over(first.info):  # the values of every part, in order, each once
+        resolved[key] = list(dict.fromkeys(v for rec in records for v in rec.meta["resolved"][key]))
+    meta = {**first.meta, **(meta or {}), "resolved": resolved}
     info = {**first.info, **(info or {}), "meta": meta, "wall_seconds": sum(rec.info["wall_seconds"] for rec in records)}
     if len(machines) > 1:  # the first part's machine is not where the pool was made
         info.update(device="several machines (" + "; ".join(
@@ -223,6 +228,31 @@ def seed_progress(resolved: Sequence[Mapping], planned: range) -> SeedProgress:
         seen.update(dict.fromkeys(seeds, i))
     missing = _runs([s for s in planned if s not in seen])
     return SeedProgress(planned, len(seen), len(resolved), tuple(missing))
+
+
+def plan_progress(resolved: Sequence[Mapping], planned, over: str = "") -> dict:
+    """:func:`seed_progress` of a plan: ``{None: progress}`` for ``planned`` a range; for a record
+    pooled over ``over`` (a list-valued parameter, e.g. the ladder's ``rungs``) whose plan gives
+    each value its seeds (``planned`` a mapping value -> range), the progress of each value, every
+    part made for exactly one of them.
+
+    >>> p = plan_progress([{"rungs": ["a"], "seed": 0, "seeds": 2}], {"a": range(0, 2), "b": range(0, 4)}, "rungs")
+    >>> [(k, v.made, v.complete) for k, v in p.items()]
+    [('a', 2, True), ('b', 0, False)]
+    """
+    if not isinstance(planned, Mapping):
+        return {None: seed_progress(resolved, planned)}
+    groups: dict = {k: [] for k in planned}
+    for i, r in enumerate(resolved):
+        values = list(r.get(over) or ())
+        if len(values) != 1 or values[0] not in groups:
+            raise ValueError(f"plan_progress: part {i} is made for {over}={values!r}; the plan makes each part for one "
+                             f"of {list(groups)}.")
+        groups[values[0]].append(r)
+    out = {}
+    for k, rs in groups.items():
+        out[k] = seed_progress(rs, planned[k]) if rs else SeedProgress(planned[k], 0, 0, (planned[k],))
+    return out
 
 
 def _runs(seeds: Sequence[int]) -> list:
@@ -522,4 +552,4 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
 
 
 __all__ = ["SeedComparison", "SeedProgress", "compare_seeds", "matching_record", "open_record", "open_records",
-           "pool_problem", "pooled_record", "recorded_dir", "recorded_runs", "seed_progress", "seed_range"]
+           "pool_problem", "pooled_record", "recorded_dir", "recorded_runs", "plan_progress", "seed_progress", "seed_range"]

@@ -309,33 +309,50 @@ def seed_range(resolved: Mapping) -> Optional[range]:
         return None
 
 
+def pool_over(info: Mapping) -> tuple:
+    """The parameters a record's parts may differ in besides their seeds, as the record declares
+    them (``meta["pool_over"]``, e.g. the ladder's ``("rungs",)``: each part made for its own rungs).
+
+    >>> pool_over({"meta": {"pool_over": ["rungs"]}}), pool_over({"meta": {}})
+    (('rungs',), ())
+    """
+    return tuple((info.get("meta") or {}).get("pool_over") or ())
+
+
 def pool_problem(runs: Sequence[tuple], what: str = "pool records") -> Optional[str]:
     """Why the runs ``[(name, info), ...]`` (``info``: a ``record.json``'s content) cannot be pooled
     as one record, or ``None`` when they can: one of another experiment or major version than the
-    first, one made with other settings (anything but its seeds), or two that share a seed (it
-    would count twice). :func:`pooled_record` and the joins of :mod:`itlin.book.opendata` (``what``:
-    ``"join parts"``) refuse the same runs, so that every record file made in parts pools."""
+    first, one made with other settings (anything but its seeds and the parameters the first
+    declares in :func:`pool_over`), or two that share a seed (it would count twice; where the
+    record pools over parameters, two with the same values of them). :func:`pooled_record` and the
+    joins of :mod:`itlin.book.opendata` (``what``: ``"join parts"``) refuse the same runs, so that
+    every record file made in parts pools."""
     if not runs:
         return None
     (name0, first), resolved = runs[0], lambda info: (info.get("meta") or {}).get("resolved") or {}
+    over = pool_over(first)
+    free = ("seed", "seeds", *over)
     for name, info in runs[1:]:
         if info.get("experiment") != first.get("experiment") or major_version(info.get("version")) != major_version(first.get("version")):
             return (f"{name} is {info.get('experiment')} version {major_version(info.get('version'))}, {name0} is "
                     f"{first.get('experiment')} version {major_version(first.get('version'))}; {what} of one experiment and "
                     "version.")
-        a, b = resolved(first), resolved(info)
+        if pool_over(info) != over:
+            return f"{name} pools over {list(pool_over(info))}, {name0} over {list(over)}; {what} of one kind."
+        a, b = ({k: v for k, v in resolved(i).items() if k not in over} for i in (first, info))
         if not same_settings(a, b):
-            key = next(k for k in sorted(set(a) | set(b)) if k not in ("seed", "seeds")
+            key = next(k for k in sorted(set(a) | set(b)) if k not in free
                        and not same_settings({k: a.get(k)}, {k: b.get(k)}))
             return (f"{name} was made with {key}={b.get(key)!r}, {name0} with {key}={a.get(key)!r}; {what} that "
-                    "differ only in their seeds.")
+                    "differ only in their seeds" + (f" and {', '.join(over)}." if over else "."))
     seen: dict = {}
     for name, info in runs:
-        seeds = seed_range(resolved(info))
-        twice = sorted(set(seeds or ()) & set(seen))
+        group = json.dumps(_io.jsonable([resolved(info).get(k) for k in over]))
+        seeds = [(group, s) for s in (seed_range(resolved(info)) or ())]
+        twice = sorted(set(seeds) & set(seen))
         if twice:
-            return f"{name} and {seen[twice[0]]} both have seed {twice[0]}; {what} of different seeds."
-        seen.update(dict.fromkeys(seeds or (), name))
+            return f"{name} and {seen[twice[0]]} both have seed {twice[0][1]}; {what} of different seeds."
+        seen.update(dict.fromkeys(seeds, name))
     return None
 
 
@@ -457,4 +474,4 @@ def _complete_swap(folder: Path) -> None:
 
 
 __all__ = ["Plan", "Record", "RunLockedError", "describe_runs", "record_digest", "record_status", "results_dir", "run_hash",
-           "run_status", "source_checkout", "major_version", "pool_problem", "same_settings", "seed_range"]
+           "run_status", "source_checkout", "major_version", "pool_over", "pool_problem", "same_settings", "seed_range"]

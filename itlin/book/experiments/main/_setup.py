@@ -135,7 +135,8 @@ class Setup(NamedTuple):
     final: Optional[tuple] = None
 
 
-def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[int] = None) -> Setup:
+def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[int] = None,
+            generation: Optional[Mapping] = None) -> Setup:
     """Load the data and build and initialise the model for resolved parameters ``r``. A
     ``batch_size`` larger than the training set fails here, before any training. The subsets
     are drawn with ``data_seed`` (default ``r["seed"]``); the model is initialised from
@@ -145,10 +146,11 @@ def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[in
     class-balanced test set of that many examples (``Setup.final``; for MNIST-1D generated with
     :data:`MNIST1D_LARGE` when it exceeds the standard split), while the curves during training
     are evaluated on ``n_test`` of them (``Setup.evals["test"]``): a large test set resolves small
-    gaps and costs one evaluation per run."""
+    gaps and costs one evaluation per run. ``generation``: the MNIST-1D generator's arguments
+    there (default :data:`MNIST1D_LARGE`, see :func:`load_with_final`)."""
     import jax.numpy as jnp
 
-    ds, final = load_with_final(r if data_seed is None else {**r, "seed": int(data_seed)})
+    ds, final = load_with_final(r if data_seed is None else {**r, "seed": int(data_seed)}, generation)
     if batch_size is not None and batch_size > ds.n_train:
         raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
     model = model_for(r["dataset"], r["channels"], ds.num_outputs)

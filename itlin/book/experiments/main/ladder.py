@@ -25,6 +25,10 @@ Its claims (:func:`judge_rows`):
 
 :func:`ladder_report` gives, per axis and ``u``, the first rung whose interval lies inside the
 margin (if any) and the gap extrapolated to four times the largest rung with its own interval.
+
+The book's record is made in parts, one rung and a few seeds each, pooled over their rungs
+(:func:`pool`); its plan (rungs, budgets, seeds and the one confirmatory claim, ``data.u2.shrinks``)
+is ``book/recorded/ladder-mnist1d-16seeds/NOTES.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ from . import _setup as S
 from .feature_updates import UpdatesParams, _fit_plan, period
 
 NAME = "ladder"
+#: the one MNIST-1D generation of every rung: 16,000 training signals (the largest rung's; the
+#: book's standard large split, :data:`~._setup.MNIST1D_LARGE`, has 4,000) and 16,000 test signals,
+#: of which the final accuracies read ``n_test_final``
+GENERATION = {"num_samples": 32_000, "train_split": 0.5}
 
 _RUNG = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 #: the normal quantile of a two-sided interval at the book's level (95%)
@@ -55,8 +63,8 @@ SCALES = {
     "default": {"n_train": 1000, "n_test": 1000, "n_eval_train": 1000, "channels": 16, "steps": 400,
                 "eval_every": 100, "updates": [2, 3, 8], "mini_updates": [], "learning_rate": 1e-2, "momentum": 0.9,
                 "seeds": 2, "n_test_final": 15_000,
-                "rungs": ["1000x16x400", "2000x16x400", "4000x16x800", "16000x16x1600", "1000x32x400",
-                          "1000x128x400"]},
+                "rungs": ["1000x16x800", "2000x16x800", "4000x16x1600", "16000x16x3200", "1000x32x800",
+                          "1000x128x800"]},
     "paper": {"n_train": 1000, "n_test": 10 ** 9, "n_eval_train": 10_000, "channels": 16, "steps": 400,
               "eval_every": 100, "updates": [2, 3, 8], "mini_updates": [], "learning_rate": 1e-2, "momentum": 0.9,
               "seeds": 16, "rungs": ["1000x16x400", "4000x16x800", "16000x16x1600", "50000x16x3200",
@@ -118,14 +126,24 @@ def run(params: LadderParams, ctx):
     for g in rungs_of(params.resolved()):
         part = replace(params, n_train=g.n_train, channels=g.channels, steps=g.steps, n_eval_train=g.n_train,
                        eval_every=max(1, g.steps // 4)).resolve()  # the premise reads every training example
-        setup = S.prepare(part, data_seed=params.data_seed)
+        setup = S.prepare(part, data_seed=params.data_seed, generation=GENERATION)
         mine: dict = {}
         _fit_plan(part, _Tagged(ctx, g.name), setup, mine, {}, iterative_linearisation)
         for tag, info in mine.items():
             runs[f"{g.name} {tag}"] = {**info, "rung": g.name, "n_train": g.n_train, "channels": g.channels,
                                        "setting": f"{g.name} {info['setting']}"}
         meta[g.name] = S.measured_sizes(setup)
-    return {"meta": {"runs": runs, "rungs": meta, **S.data_meta(setup.ds, setup.model)}}
+    # parts made for their own rungs pool into one record (see pool)
+    return {"meta": {"runs": runs, "rungs": meta, "pool_over": ["rungs"], **S.data_meta(setup.ds, setup.model)}}
+
+
+def pool(records):
+    """One record of parts, each made for its own rungs and seeds (a record kept in parts, one
+    rung and a few seeds each): the runs of all, the rungs in the parts' order
+    (:func:`~itlin.book.store.pool_over`), each rung's measured sizes."""
+    rec = R.pool_seeds(records)
+    rec.meta["rungs"] = {k: v for part in records for k, v in part.meta["rungs"].items()}
+    return rec
 
 
 class _Tagged:
@@ -302,4 +320,4 @@ def summary(rec) -> list:
 EXPERIMENT = register(Experiment(NAME, LadderParams, run, version="1", summary=summary, claims=claims))
 
 __all__ = ["EXPERIMENT", "LadderParams", "NAME", "Rung", "SCALES", "Trend", "axes_of", "claims", "judge_rows",
-           "ladder_report", "rows", "rungs_of", "summary", "trend"]
+           "ladder_report", "pool", "rows", "rungs_of", "summary", "trend"]
