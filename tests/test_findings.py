@@ -306,15 +306,20 @@ def _git(*args):
 
 def test_confirmatory_plans_are_what_the_history_shows():
     """A plan is verifiable when its commit precedes the first commit that brought the record's
-    runs; not verifiable when the record arrived in the plan's own commit."""
+    runs (or none has yet); not verifiable when the record's runs arrived in the plan's own commit."""
     if _git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
         pytest.skip("needs a git checkout with its whole history")
     for name, plan in plans.CONFIRMATORY.items():
         assert (runner.recorded_dir() / name).is_dir(), name
         if _git("cat-file", "-e", plan.commit + "^{commit}").returncode:
             pytest.skip(f"commit {plan.commit} is not in this checkout's history")
-        added = _git("log", "--diff-filter=A", "--format=%H", "--", f"book/recorded/{name}").stdout.split()
-        first = added[-1]  # the oldest commit that added files of the record
+        # the commits that added the record's run files (its NOTES.md may be the plan itself)
+        added = _git("log", "--diff-filter=A", "--format=%H", "--", *(f":(glob)book/recorded/{name}/**/{f}"
+                                                                     for f in ("record.nc", "record.json"))).stdout.split()
+        if not added:  # planned, none of its runs made yet
+            assert plan.verifiable, f"{name}: no run yet, so its plan came first"
+            continue
+        first = added[-1]  # the oldest commit that added a run of the record
         same = _git("rev-parse", plan.commit).stdout.strip() == first
         before = _git("merge-base", "--is-ancestor", plan.commit, first).returncode == 0 and not same
         assert plan.verifiable == before, (name, plan)

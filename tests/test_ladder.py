@@ -147,3 +147,35 @@ def test_a_ladder_in_parts_converts_to_one_open_file_that_pools_back(tmp_path, m
     back = L.pool(open_records(out.parent))
     key = lambda r: (r["rung"], r["K"], r["seed"])
     assert sorted(L.rows(back), key=key) == sorted(L.rows(L.pool(parts)), key=key)
+
+
+def test_the_chapter_reads_the_ladder_only_once_every_planned_part_is_in(tmp_path, monkeypatch):
+    """The chapter's ladder section on tiny parts kept as the recorded folder: with one planned seed
+    missing it pools nothing and says how far the record has come; complete, it judges the planned
+    claim alone, draws the figure and reports each axis."""
+    import shutil
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from itlin.book.chapters import feature_updates as C
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    base = {"scale": "tiny", "updates": [2], "seeds": 2, "eval_every": 5}
+    folder = tmp_path / C.LADDER
+    for r in ("256x4x20", "512x4x20"):
+        shutil.copytree(runner.run("ladder", {**base, "rungs": [r]}, verbose=False).path, folder / f"{r}-seeds-0")
+    monkeypatch.chdir(tmp_path)
+    real_pool = L.pool
+
+    def no_look(parts):
+        raise AssertionError("an incomplete planned record was pooled")
+
+    monkeypatch.setattr(L, "pool", no_look)
+    out = C.ladder_section({"256x4x20": range(0, 3), "512x4x20": range(0, 2)})
+    assert "4 of the 5 planned runs" in out["fu_ladder_reading"].data
+    monkeypatch.setattr(L, "pool", real_pool)
+    out = C.ladder_section({"256x4x20": range(0, 2), "512x4x20": range(0, 2)})
+    text = out["fu_ladder_reading"].data
+    assert text.startswith("The two-update gap per doubling of the training set:") and "data, u=2" in text
+    v = L.claims(L.pool(runner.open_records(folder)))
+    assert V.says(next(x for x in v if x.id == "data.u2.shrinks").judged_at(V.LEVEL)) in text

@@ -37,6 +37,9 @@ CONFIRMATORY = {
     "ortiz_eigenfunctions-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True),
     "feature_updates-fashion-pool-u2-fresh-512seeds": Plan("955abd6", "full.suffices_u2", True, range(2000, 2512)),
     "feature_updates-fashion-pool-mini-u2-fresh-512seeds": Plan("78ce98f", "mini.suffices_u2", True, range(3000, 3512)),
+    "ladder-mnist1d-16seeds": Plan("9d9b62b", "data.u2.shrinks", True, {
+        **{r: range(5000, 5016) for r in ("1000x16x800", "2000x16x800", "4000x16x1600", "1000x32x800", "1000x128x800")},
+        "16000x16x3200": range(5000, 5008)}, "rungs"),
 }
 
 

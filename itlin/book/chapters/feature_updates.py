@@ -28,7 +28,7 @@ __all__ = [
     "first_close", "first_text", "FM5", "FM5_PLAN", "FM5_PLANNED", "FM6", "FM6_PLAN", "FM6_PLANNED", "FM7", "FM7_PLAN",
     "FM7_PLANNED",
     "fresh_fashion", "fresh_fashion_record", "fresh_mini", "fresh_pool", "fresh_pool_mini", "judge_as_planned",
-    "k1_mean",
+    "k1_mean", "LADDER", "ladder_section",
     "main_values", "mini_seconds_per_seed", "mini_values", "pool_seeds", "rows", "select", "side_of_zero",
     "smallest_resolved",
 ]
@@ -442,4 +442,60 @@ def _pooled_planned(name: str, plan: dict, claim: str, prefix: str, what: str) -
         f"{what}, each seed on its own subset: {v.gap_text()}, *{V.says(v)}*. The interval lies "
         f"{side_of_zero(100 * (v.mean - v.half), 100 * (v.mean + v.half))}; the smallest gap this record resolves is "
         f"{100 * v.half:.1f} points, against a margin of {100 * v.margin:g}.")
+    return out
+
+
+# ------------------------------------------------------------------------------ the scale ladder
+#: the ladder of the number-of-updates claim toward the paper's scale, made in parts of one rung
+#: each (plan: book/recorded/ladder-mnist1d-16seeds/NOTES.md, committed before any of its runs)
+LADDER = "ladder-mnist1d-16seeds"
+
+
+def ladder_section(planned: Optional[dict] = None) -> dict:
+    """The ladder record (:data:`LADDER`): a table of its planned rungs, each with its seeds and
+    how many are made (nothing else of the record is read until every planned part is in); once
+    complete, its claims (the planned one, ``data.u2.shrinks``, alone at 95%), the figure of the
+    gap against scale (:func:`~itlin.book.figures.feature_updates.ladder`) and, per axis, the first
+    rung inside the margin and the gap extrapolated to four times the largest rung. ``planned``:
+    seeds per rung (default: the confirmatory plan's). Returns the glue (``fu_ladder_*``)."""
+    from ..experiments.main import ladder as L
+    from ..records import plan_progress
+
+    plan = plans.plan_of(LADDER)
+    planned = dict(planned if planned is not None else plan.seeds)
+    try:
+        parts = runner.open_records(LADDER)
+    except FileNotFoundError:  # none of its parts made yet
+        parts = []
+    progress = plan_progress([p.meta["resolved"] for p in parts], planned, "rungs")
+    rows_ = []
+    for text, seeds in planned.items():
+        g = L.Rung.parse(text)
+        rows_.append({"rung": f"{g.n_train:,} examples x {g.channels} channels", "steps": f"{g.steps:,}",
+                      "planned seeds": f"{seeds.start}-{seeds.stop - 1}", "made": f"{progress[text].made} of {len(seeds)}"})
+    display(Markdown(render.table(rows_)))
+    for line in render.parts_provenance(parts) if parts else ():
+        print(line)
+    out = {}
+    if not all(p.complete for p in progress.values()):
+        made = sum(p.made for p in progress.values())
+        out["fu_ladder_reading"] = Markdown(
+            f"**Not judged yet**: {made:,} of the {sum(len(s) for s in planned.values()):,} planned runs of a seed on "
+            "a rung are made. Nothing of the record is read until every planned part is in, so no number from it "
+            "appears here.")
+        return out
+    rec = L.pool(parts)
+    r = rec.meta["resolved"]
+    verdicts = V.Verdicts(plans.mark(rec, L.claims(rec)))
+    v = verdicts[plan.claim].judged_at(V.LEVEL)
+    display(Markdown(render.claims(V.Verdicts([v]), bottom_line=False)))
+    rungs, updates, margin = L.rungs_of(r), [int(u) for u in r["updates"]], float(r["close_margin"])
+    figures.ladder(list(verdicts), rungs, updates=updates, margin=margin)
+    plt.show()
+    lines = [f"{x['axis']}, u={x['u']}: first rung inside the margin "
+             f"{x['first_inside'] or 'none'}; at {x['extrapolated_to']:,} the line gives "
+             f"{100 * x['extrapolated']:+.1f} ± {100 * x['extrapolated_half']:.1f} points"
+             for x in L.ladder_report(list(verdicts), rungs, updates=updates, margin=margin)]
+    out["fu_ladder_reading"] = Markdown(
+        f"The two-update gap per doubling of the training set: {v.gap_text()}, *{V.says(v)}*. " + "; ".join(lines) + ".")
     return out

@@ -9,6 +9,7 @@ Each function draws one figure in the house style and returns it; the chapter sh
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import matplotlib.pyplot as plt
@@ -18,7 +19,11 @@ from ..experiments.main._rows import select
 from ..experiments.main.feature_updates import curve
 from ..plotting import COLUMN_WIDTH, interval_rows, seed_band
 
-__all__ = ["gap_and_curves", "gaps", "intervals", "seed_gaps", "updates_demo", "updates_setting"]
+__all__ = ["gap_and_curves", "gaps", "intervals", "ladder", "seed_gaps", "updates_demo", "updates_setting"]
+
+#: the main paper's scale on the ladder's two axes: CIFAR-10's 50,000 training images, and the
+#: CNN's 50 channels
+PAPER_SCALE = {"data": 50_000, "width": 50}
 
 
 def _margin_band(ax, margin: float) -> None:
@@ -220,3 +225,46 @@ def updates_demo(records, *, sweep: str = "full", default_u: int = 2):
     return Demo([Knob("u", us, default=default_u if default_u in us else us[0], label="feature updates u"),
                  Knob("dataset", names, default=names[0])], compute,
                 title="Each seed's gap to K=1, and the test accuracy during training")
+
+
+def ladder(verdicts, rungs: Sequence, *, updates: Sequence[int], margin: float):
+    """The scale ladder (:mod:`~itlin.book.experiments.main.ladder`): per axis (training-set
+    size, width), the gap of ``u`` feature updates to K=1 at each rung (mean over seeds with its
+    95% interval), the trend's weighted line through them, continued (dashed) to four times the
+    largest rung with the line's own 95% band there, the margin of "close" as a grey band, and
+    the paper's scale as a vertical line. ``verdicts``: the ladder's claims (by id)."""
+    from ..experiments.main import ladder as L
+
+    by_id = {v.id: v for v in verdicts}
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH, 3.6), sharey=True)
+    for ax, (axis, along) in zip(axes, L.axes_of(list(rungs)).items()):
+        size = (lambda g: g.n_train) if axis == "data" else (lambda g: g.channels)
+        for u, marker in zip(updates, "osD^v"):
+            pts = [(g, by_id.get(f"{g.name}.suffices_u{u}")) for g in along]
+            pts = [(g, v) for g, v in pts if v is not None and v.tested]
+            if not pts:
+                continue
+            xs = np.array([size(g) for g, _ in pts], float)
+            line = ax.errorbar(xs, [100 * v.mean for _, v in pts], yerr=[100 * v.gap.half for _, v in pts],
+                               marker=marker, capsize=3, lw=0, elinewidth=1.2, label=f"u={u}")
+            if len(pts) >= 2:
+                t = L.trend([math.log2(x / xs[0]) for x in xs], [v.gap.mean for _, v in pts],
+                            [v.gap.half / L.Z for _, v in pts])
+                far = np.geomspace(xs[0], 4 * xs[-1], 40)
+                fit = np.array([t.at(math.log2(x / xs[0])) for x in far])
+                inside = far <= xs[-1]
+                colour = line[0].get_color()
+                ax.plot(far[inside], 100 * fit[inside, 0], color=colour, lw=1)
+                ax.plot(far[~inside], 100 * fit[~inside, 0], color=colour, lw=1, ls="--")
+                ax.fill_between(far, 100 * (fit[:, 0] - L.Z * fit[:, 1]), 100 * (fit[:, 0] + L.Z * fit[:, 1]),
+                                color=colour, alpha=0.12, lw=0)
+        ax.axhspan(-100 * margin, 100 * margin, color="0.85", lw=0, label=f"±{100 * margin:g} points")
+        ax.axhline(0, color="0.4", lw=0.8)
+        ax.axvline(PAPER_SCALE[axis], color="0.3", ls=":", lw=1.2, label="the paper's scale")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training examples (16 channels)" if axis == "data" else "channels (1,000 examples)")
+        ax.set_title("training-set size" if axis == "data" else "width")
+    axes[0].set_ylabel("test accuracy minus K=1 (points)")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig

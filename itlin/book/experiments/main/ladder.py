@@ -54,7 +54,7 @@ GENERATION = {"num_samples": 32_000, "train_split": 0.5}
 
 _RUNG = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 #: the normal quantile of a two-sided interval at the book's level (95%)
-_Z = NormalDist().inv_cdf(0.5 + V.LEVEL / 2)
+Z = NormalDist().inv_cdf(0.5 + V.LEVEL / 2)
 
 SCALES = {
     "tiny": {"n_train": 256, "n_test": 200, "n_eval_train": 256, "channels": 4, "steps": 40, "eval_every": 10,
@@ -256,9 +256,9 @@ def judge_rows(rows_, rungs: list, *, updates, n_test: int, margin: float) -> li
             if any(v is None or not v.tested or not math.isfinite(v.gap.mean) for _, v in pts):
                 continue
             t = trend([_doublings(axis, g, along[0]) for g, _ in pts], [v.gap.mean for _, v in pts],
-                      [v.gap.half / _Z for _, v in pts])
+                      [v.gap.half / Z for _, v in pts])
             se = math.sqrt(t.var_slope)
-            half = _Z * se
+            half = Z * se
             gap = V.Gap(t.slope, half, min(v.gap.n for _, v in pts), half, 0.0, dist="normal")
             v = V.judge(f"{axis}.u{u}.shrinks", f"along the {axis} axis, the gap of {u} updates to K=1 shrinks toward 0 "
                         "as the axis doubles", "a few feature updates catch up at the paper's scale",
@@ -296,12 +296,12 @@ def ladder_report(verdicts, rungs: list, *, updates, margin: float) -> list:
                 continue
             inside = next((g.name for g, v in pts if v.mean - v.half > -margin), None)
             t = trend([_doublings(axis, g, along[0]) for g, _ in pts], [v.gap.mean for _, v in pts],
-                      [v.gap.half / _Z for _, v in pts])
+                      [v.gap.half / Z for _, v in pts])
             x_far = _doublings(axis, pts[-1][0], along[0]) + 2
             m, se = t.at(x_far)
             out.append({"axis": axis, "u": u, "trend": by_id.get(f"{axis}.u{u}.shrinks"), "first_inside": inside,
                         "extrapolated_to": 4 * (pts[-1][0].n_train if axis == "data" else pts[-1][0].channels),
-                        "extrapolated": m, "extrapolated_half": _Z * se})
+                        "extrapolated": m, "extrapolated_half": Z * se})
     return out
 
 
@@ -319,5 +319,5 @@ def summary(rec) -> list:
 
 EXPERIMENT = register(Experiment(NAME, LadderParams, run, version="1", summary=summary, claims=claims))
 
-__all__ = ["EXPERIMENT", "LadderParams", "NAME", "Rung", "SCALES", "Trend", "axes_of", "claims", "judge_rows",
+__all__ = ["EXPERIMENT", "GENERATION", "LadderParams", "NAME", "Rung", "SCALES", "Trend", "Z", "axes_of", "claims", "judge_rows",
            "ladder_report", "pool", "rows", "rungs_of", "summary", "trend"]
