@@ -12,7 +12,7 @@ import re
 import signal
 import time
 import warnings
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -85,6 +85,30 @@ def _final_metrics(history) -> dict:
 
 
 # ---------------------------------------------------------------------------------- context
+class FitJob(NamedTuple):
+    """One training run, the value a :class:`RunContext` makes (:meth:`RunContext.run`): ``tag``
+    names it (unique within the experiment, e.g. ``"K=100 seed=3"``), ``trainer`` trains ``state``
+    on ``(x, y)`` for ``steps`` steps; the rest are :func:`itlin.fit`'s options of the same names
+    (``None``: its defaults)."""
+
+    tag: str
+    trainer: Any
+    state: Any
+    x: Any
+    y: Any
+    steps: int
+    batch_size: Optional[int] = None
+    eval_sets: Optional[Mapping] = None
+    eval_every: Optional[int] = None
+    seed: int = 0
+    blowup: Optional[float] = None
+    loss_every: Optional[int] = None
+
+    def options(self) -> dict:
+        """The job's options for :func:`itlin.fit`."""
+        return {k: getattr(self, k) for k in ("batch_size", "eval_sets", "eval_every", "seed", "blowup", "loss_every")}
+
+
 class RunContext:
     """What an experiment's ``run(params, ctx)`` uses to train, save and report.
 
@@ -181,6 +205,10 @@ class RunContext:
         return _io.unflatten_tree(flat, paths)
 
     # ------------------------------------------------------------ fit
+    def run(self, job: FitJob):
+        """Make the training run ``job`` (:meth:`fit` with its fields)."""
+        return self.fit(job.tag, job.trainer, job.state, job.x, job.y, job.steps, **job.options())
+
     def fit(self, tag: str, trainer, state, x, y, steps: int, **fit_kwargs):
         """:func:`itlin.fit` with checkpoints; returns its :class:`itlin.FitResult`.
 
@@ -337,4 +365,4 @@ def pause_on_signals(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -
     return {s: signal.signal(s, _interrupt) for s in signals}
 
 
-__all__ = ["RunContext", "pause_on_signals", "quiet"]
+__all__ = ["FitJob", "RunContext", "pause_on_signals", "quiet"]

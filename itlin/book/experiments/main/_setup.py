@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Mapping, NamedTuple, Optional
+from typing import Any, ClassVar, Literal, Mapping, NamedTuple, Optional
 
 import numpy as np
 
 from .. import CLOSE_MARGIN, Derived, Params, param
+from ...checkpoints import FitJob
 
 #: datasets the headline experiments accept, and the LeNet each gets
 DATASETS = ("mnist1d", "fashion_mnist", "cifar10")
@@ -317,28 +318,55 @@ def seed_tag(tag: str, seed: int) -> str:
     return f"{tag} seed={seed}"
 
 
-def fit_seeds(ctx, tag: str, trainer, setup: "Setup", r: Mapping, steps: int, info: Mapping, *,
-              batch_size: Optional[int], eval_every: int, runs: dict, loss_every: Optional[int] = None) -> None:
-    """Train ``trainer`` once per seed of ``r`` (each from its own initialisation, with its own
-    batch order), as runs ``"<tag> seed=<s>"``; records ``info`` plus the seed for each in ``runs``.
-    A periodic trainer (:func:`schedule`) starts with the period ``info["K"]`` and the horizon
-    ``steps`` in its state. ``loss_every``: keep the training loss averaged over that many steps
-    (default: :func:`itlin.fit`'s, every step up to 2,000 steps).
+class SeedRuns(NamedTuple):
+    """One setting's training runs, one per seed, as :func:`fit_seeds` makes them: ``tag`` names
+    the setting (``"full K=134"``), ``trainer`` trains it for ``steps`` from ``setup`` for each of
+    ``seeds`` (the first from the setup's initialisation, the others each from its own), and each
+    run is recorded with ``info`` plus its seed. ``blowup``, ``batch_size`` (``None``: full batch),
+    ``eval_every`` and ``loss_every`` are each run's (:class:`~itlin.book.checkpoints.FitJob`).
+    :func:`seed_runs` fills the seeds and ``blowup`` from an experiment's parameters."""
+
+    tag: str
+    trainer: Any
+    setup: Setup
+    steps: int
+    info: Mapping
+    seeds: tuple
+    blowup: float
+    batch_size: Optional[int] = None
+    eval_every: Optional[int] = None
+    loss_every: Optional[int] = None
+
+
+def seed_runs(r: Mapping, tag: str, trainer, setup: Setup, steps: int, info: Mapping, **options) -> SeedRuns:
+    """The :class:`SeedRuns` of a setting of an experiment whose resolved parameters ``r`` give the
+    seeds (:func:`seed_list`) and ``blowup``; ``options``: its other fields."""
+    return SeedRuns(tag, trainer, setup, int(steps), dict(info), tuple(seed_list(r)), float(r["blowup"]), **options)
+
+
+def fit_seeds(ctx, job: SeedRuns, runs: dict) -> None:
+    """Make ``job``'s runs, one per seed (each from its own initialisation, with its own batch
+    order), as runs ``"<tag> seed=<s>"``, recording each in ``runs`` with the job's ``info`` plus
+    the seed (and the final accuracies, where the setup has a final test set). A periodic
+    trainer (:func:`schedule`) starts with the period ``info["K"]`` and the horizon ``steps`` in
+    its state.
 
     The seeds run one after another with the same trainer, so it compiles once. (Vectorising
     them with ``jax.vmap`` was measured slower on the CPU for the LeNet's linearised step: 6.3x
     one seed for five, since the vectorised convolutions become grouped ones.)
     """
-    for s in seed_list(r):
-        params, model_state = (setup.params, setup.model_state) if s == int(r["seed"]) else \
+    setup = job.setup
+    for s in job.seeds:
+        params, model_state = (setup.params, setup.model_state) if s == job.seeds[0] else \
             init_params(setup.model, setup.x, s)
-        name = seed_tag(tag, s)
-        res = ctx.fit(name, trainer, init_state(trainer, params, model_state, info.get("K", 1), steps), setup.x, setup.y, steps,
-                      batch_size=batch_size, eval_sets=setup.evals, eval_every=eval_every, seed=s,
-                      blowup=float(r["blowup"]), **({} if loss_every is None else {"loss_every": int(loss_every)}))
-        runs[name] = {**info, "seed": s, "setting": tag}
+        name = seed_tag(job.tag, s)
+        state = init_state(job.trainer, params, model_state, job.info.get("K", 1), job.steps)
+        res = ctx.run(FitJob(name, job.trainer, state, setup.x, setup.y, job.steps, batch_size=job.batch_size,
+                             eval_sets=setup.evals, eval_every=job.eval_every, seed=s, blowup=job.blowup,
+                             loss_every=None if job.loss_every is None else int(job.loss_every)))
+        runs[name] = {**job.info, "seed": s, "setting": job.tag}
         if setup.final is not None:
-            runs[name].update(final_metrics(trainer, res.state, setup.final))
+            runs[name].update(final_metrics(job.trainer, res.state, setup.final))
 
 
 def final_metrics(trainer, state, final) -> dict:
@@ -419,7 +447,7 @@ def missing(what: str, path):
 
 
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
-           "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics", "fit_seeds",
+           "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "SeedRuns", "seed_runs",
            "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for", "n_test_judged",
            "init_state", "prepare", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
            "trainer", "updates_of"]

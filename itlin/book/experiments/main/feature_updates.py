@@ -160,8 +160,8 @@ def _fit_plan(params: UpdatesParams, ctx, setup, runs: dict, trainers: dict, ite
             trainers[key] = iterative_linearisation(setup.model, S.sgd(lr, params.momentum), S.schedule(K))
         trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": bs}
-        S.fit_seeds(ctx, f"{sweep} {K_label(K)}", trainer, setup, params, steps, info, batch_size=bs, eval_every=every,
-                    runs=runs, loss_every=params.loss_every)
+        S.fit_seeds(ctx, S.seed_runs(params, f"{sweep} {K_label(K)}", trainer, setup, steps, info, batch_size=bs,
+                                     eval_every=every, loss_every=params.loss_every), runs)
 
 
 # ------------------------------------------------------------------------------ rows and claims

@@ -126,8 +126,8 @@ def run(params: Fig2Params, ctx):
         trainer = trainers[key]
         info = {"sweep": sweep, "K": K, "learning_rate": lr, "steps": steps, "batch_size": batch_size,
                 "control": control}
-        S.fit_seeds(ctx, name, trainer, setup, params, steps, info, batch_size=batch_size, eval_every=eval_every,
-                    runs=runs)
+        S.fit_seeds(ctx, S.seed_runs(params, name, trainer, setup, steps, info, batch_size=batch_size,
+                                     eval_every=eval_every), runs)
 
     for K in params.Ks:
         train(tag("full", K), "full", K, params.learning_rate, params.steps, params.eval_every, None)

@@ -89,8 +89,8 @@ def run(params: Fig3Params, ctx):
     for K in params.Ks:
         trainer = iterative_linearisation(setup.model, S.sgd(params.learning_rate, params.momentum),
                                           S.schedule(K), augment=aug)
-        S.fit_seeds(ctx, f"K={fmt_K(K)}", trainer, setup, params, params.steps, {"K": K}, batch_size=params.batch_size,
-                    eval_every=params.eval_every, runs=runs)
+        S.fit_seeds(ctx, S.seed_runs(params, f"K={fmt_K(K)}", trainer, setup, params.steps, {"K": K},
+                                     batch_size=params.batch_size, eval_every=params.eval_every), runs)
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 

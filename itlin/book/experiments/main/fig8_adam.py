@@ -97,8 +97,8 @@ def run(params: Fig8Params, ctx):
         opt = adam if info["optimizer"] == "adam" else sgd
         trainer = iterative_linearisation(setup.model, opt, S.schedule(info["K"]),
                                           reset_optimizer=info.get("reset_optimizer", False))
-        S.fit_seeds(ctx, name, trainer, setup, params, params.steps, info, batch_size=params.batch_size,
-                    eval_every=params.eval_every, runs=runs)
+        S.fit_seeds(ctx, S.seed_runs(params, name, trainer, setup, params.steps, info, batch_size=params.batch_size,
+                                     eval_every=params.eval_every), runs)
     return {"meta": {"resolved": S.measured_sizes(setup), "runs": runs, **S.data_meta(setup.ds, setup.model)}}
 
 

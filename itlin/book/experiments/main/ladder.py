@@ -155,6 +155,9 @@ class _Tagged:
     def fit(self, name, *args, **kw):
         return self._ctx.fit(f"{self._prefix} {name}", *args, **kw)
 
+    def run(self, job):
+        return self._ctx.run(job._replace(tag=f"{self._prefix} {job.tag}"))
+
     def __getattr__(self, name):
         return getattr(self._ctx, name)
 
