@@ -26,7 +26,23 @@ never imports this package. Chapters start with :func:`setup`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+
+from . import registry
+
+
+def _find_experiment(name) -> None:
+    """The registry's :data:`~itlin.book.registry.finder`: the module of experiment ``name`` (every
+    one for ``None``) imported from :mod:`itlin.book.experiments`, so that the layers under the
+    experiments read what one declares without importing it; an unknown name stays unregistered."""
+    from . import experiments
+
+    with contextlib.suppress(experiments.UnknownExperimentError):
+        experiments.names() if name is None else experiments.get(name)
+
+
+registry.finder = _find_experiment
 
 
 def limit_blas_threads(n=None) -> None:
