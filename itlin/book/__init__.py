@@ -33,9 +33,8 @@ from . import registry
 
 
 def _find_experiment(name) -> None:
-    """The registry's :data:`~itlin.book.registry.finder`: the module of experiment ``name`` (every
-    one for ``None``) imported from :mod:`itlin.book.experiments`, so that the layers under the
-    experiments read what one declares without importing it; an unknown name stays unregistered."""
+    """:data:`itlin.book.registry.finder`: experiment ``name``'s module (every one for ``None``)
+    imported, so that the layers under the experiments read their declarations without importing them."""
     from . import experiments
 
     with contextlib.suppress(experiments.UnknownExperimentError):

@@ -20,51 +20,38 @@ from collections.abc import Mapping
 from typing import Callable, Optional
 
 _REGISTRY: dict = {}
-#: ``finder(name)`` imports the module of experiment ``name`` (every experiment's for ``None``);
-#: set by :mod:`itlin.book`
+#: ``finder(name)`` imports experiment ``name``'s module (every one for ``None``); set by :mod:`itlin.book`
 finder: Optional[Callable[[Optional[str]], None]] = None
 
 
 def declared(name: str):
-    """The registered experiment ``name``, its module imported first when it is not yet registered;
-    ``None`` when no experiment has that name."""
+    """The experiment ``name`` (its module imported if it is not registered yet), or ``None``."""
     if name not in _REGISTRY and finder is not None:
         finder(name)
     return _REGISTRY.get(name)
 
 
-def everything() -> list:
-    """Every experiment (each module imported first), by name."""
-    if finder is not None:
-        finder(None)
-    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
-
-
 class Declared(Mapping):
-    """A read-only view of what experiments declare as ``field`` (those that declare one).
-
-    By experiment name (``merged=False``): ``view[name]`` is the experiment's value. With
-    ``merged=True`` the field is a mapping whose keys start with ``<experiment name>-`` (record
-    folders) and the view is their union, looked up under the experiment that the key names."""
+    """A read-only view of what experiments declare as ``field`` (those that declare one): by
+    experiment name, or with ``merged`` the union of their mappings, whose keys (record folders)
+    start with ``<experiment name>-``, each looked up under the experiment it names."""
 
     def __init__(self, field: str, merged: bool = False):
         self.field, self.merged = field, merged
 
     def __getitem__(self, key):
         owners = [key[:i] for i, c in enumerate(key) if c == "-"] if self.merged else [key]
-        for owner in owners if isinstance(key, str) else ():
-            experiment = declared(owner)
-            if experiment is not None:  # the experiment the key names
-                value = getattr(experiment, self.field)
-                if self.merged and key in value:
-                    return value[key]
-                if value and not self.merged:
-                    return value
-                break
+        for experiment in filter(None, map(declared, owners if isinstance(key, str) else ())):
+            value = getattr(experiment, self.field)  # of the experiment the key names
+            if value and (not self.merged or key in value):
+                return value[key] if self.merged else value
+            break
         raise KeyError(key)
 
     def _items(self) -> dict:
-        pairs = [(e.name, getattr(e, self.field)) for e in everything() if getattr(e, self.field)]
+        if finder is not None:
+            finder(None)
+        pairs = [(n, getattr(e, self.field)) for n, e in sorted(_REGISTRY.items()) if getattr(e, self.field)]
         return {k: v for _, d in pairs for k, v in d.items()} if self.merged else dict(pairs)
 
     def __iter__(self):
@@ -77,4 +64,4 @@ class Declared(Mapping):
         return f"Declared({self.field!r}: {self._items()!r})"
 
 
-__all__ = ["Declared", "declared", "everything", "finder"]
+__all__ = ["Declared", "declared", "finder"]
