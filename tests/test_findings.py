@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from itlin.book import experiments
 from itlin.book import findings as F
 from itlin.book import plans
 from itlin.book import render
@@ -335,7 +336,8 @@ def test_a_confirmatory_record_in_parts_is_not_read_until_every_planned_seed_is_
     plan = plans.CONFIRMATORY[name]
     # one planned seed more than the parts hold: the record is incomplete whatever has been made
     wider = plan._replace(seeds=range(plan.seeds.start, plan.seeds.start + made + 1))
-    monkeypatch.setitem(plans.CONFIRMATORY, name, wider)
+    monkeypatch.setitem(experiments.get("feature_updates").plans, name, wider)  # what the view reads
+    assert plans.CONFIRMATORY[name] == wider
     assert F._in_progress(name) == f"in progress, not read yet ({made:,} of {made + 1:,} planned seeds)"
     h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2",
                    others=(name, (name, "mini.suffices_u2")))
@@ -356,7 +358,7 @@ def test_a_confirmatory_record_in_parts_is_not_read_until_every_planned_seed_is_
     assert F._in_progress("fig2_k_sweep-mnist1d-10seeds") == ""
 
 
-def test_another_claim_beside_a_headline_is_judged_as_that_claim(monkeypatch):
+def test_another_claim_beside_a_headline_is_judged_as_that_claim(monkeypatch, request):
     """An ``others`` entry ``(record, claim)`` shows that claim of the record, named in the row;
     where it is the record's planned claim it is judged alone at 95% and marked confirmatory,
     and the record's other claims stay exploratory."""
@@ -365,20 +367,23 @@ def test_another_claim_beside_a_headline_is_judged_as_that_claim(monkeypatch):
             "x": ([0.40, 0.61, 0.70, 0.64], [0.52, 0.60, 0.69, 0.66])}
     family = V.holm([V.judge(c, "c", "p", V.paired_gap(*ab), "not_worse", 0.02) for c, ab in gaps.items()])
     assert family["mini.suffices_u2"].level > V.LEVEL  # so that "judged alone" is seen in the level
-    monkeypatch.setitem(plans.CONFIRMATORY, "other", plans.Plan("78ce98f", "mini.suffices_u2", True))
+    other = "toy_plans-other"  # a record of an experiment whose plan names it
+    request.addfinalizer(lambda: experiments.unregister("toy_plans"))
+    experiments.register(experiments.Experiment("toy_plans", experiments.Params, lambda p, ctx: {},
+                                                plans={other: plans.Plan("78ce98f", "mini.suffices_u2", True)}))
     monkeypatch.setattr(F, "_in_progress", lambda name: "")
     monkeypatch.setattr(F, "_opened", lambda n, cache: (None, family))
     monkeypatch.setattr(F, "setting", lambda rec: "setting")
     h = F.Headline("k", F.MAIN, "Fig. X", "words", "feature_updates", "rec", "full.suffices_u2",
-                   others=("other", ("other", "mini.suffices_u2"), ("other", "absent")))
-    assert h.other_claims == (("other", "full.suffices_u2"), ("other", "mini.suffices_u2"), ("other", "absent"))
+                   others=(other, (other, "mini.suffices_u2"), (other, "absent")))
+    assert h.other_claims == ((other, "full.suffices_u2"), (other, "mini.suffices_u2"), (other, "absent"))
     f = F.judge_headline(h)
     (n0, c0, full), (n1, c1, mini), (_, c2, absent) = f.others
-    assert (n0, c0, n1, c1, c2) == ("other", "full.suffices_u2", "other", "mini.suffices_u2", "absent")
+    assert (n0, c0, n1, c1, c2) == (other, "full.suffices_u2", other, "mini.suffices_u2", "absent")
     assert full.id == "full.suffices_u2" and full.level == family["full.suffices_u2"].level
     assert mini.id == "mini.suffices_u2" and mini.level == V.LEVEL and absent is None
     text = F.row(f)["other records"]
-    assert "`other`: " in text and "`other` (`mini.suffices_u2`): " in text and "`other` (`absent`): not judged" in text
+    assert f"`{other}`: " in text and f"`{other}` (`mini.suffices_u2`): " in text and f"`{other}` (`absent`): not judged" in text
     assert "[confirmatory (fixed in 78ce98f, before its runs)]" in text
     assert "[exploratory (the record is confirmatory for `mini.suffices_u2`)]" in text
 

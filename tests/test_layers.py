@@ -228,10 +228,18 @@ def test_no_import_circle():
     assert not circles, f"modules on an import circle: {circles}"
 
 
-@pytest.mark.parametrize("module", ["itlin.book.store", "itlin.book.records", "itlin.book.opendata"])
+@pytest.mark.parametrize("module", ["itlin.book.store", "itlin.book.records", "itlin.book.opendata", "itlin.book.axes",
+                                    "itlin.book.plans", "itlin.book.registry"])
 def test_the_store_imports_no_experiment_nor_what_sits_above_it(module):
-    """Storing runs sits under the experiments and the judging and presenting above them."""
+    """Storing runs sits under the experiments and the judging and presenting above them; it reads
+    what an experiment declares through the registry's views, which import nothing of the book."""
     above = ("itlin.book.experiments", "itlin.book.study", "itlin.book.runner", "itlin.book.render",
              "itlin.book.findings", "itlin.book.judging", "itlin.book.chapters", "itlin.book.figures")
     graph = _module_graph()
     assert not [m for m in graph[module] if m.startswith(above)], graph[module]
+    assert graph["itlin.book.registry"] == set()
+    # nor the experiments' package itself (the graph leaves it out), at any depth: ``from . import experiments``
+    path = PKG / "book" / f"{module.rsplit('.', 1)[1]}.py"
+    reached = [f"{_resolve(path, n.level, n.module or '') if n.level else n.module}.{a.name}"
+               for n in _walk_at_run_time(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom) for a in n.names]
+    assert not [m for m in reached if m.startswith(above)], reached

@@ -367,20 +367,57 @@ def test_every_axis_of_every_record_kept_with_the_book_has_a_name():
     assert {(e, p) for e, table in axes.AXES.items() for p, _ in table} - used == set()
 
 
-def test_an_experiments_axis_names_are_used_and_checked(tmp_path, monkeypatch):
+@pytest.fixture
+def declare():
+    """``declare(**fields)``: the toy experiment of :func:`_part` registered with those declarations."""
+    from itlin.book import experiments as E
+
+    yield lambda **fields: E.register(E.Experiment("toy", E.Params, lambda p, ctx: {}, **fields), replace=True)
+    E.unregister("toy")
+
+
+def test_an_experiments_axis_names_are_used_and_checked(tmp_path, declare):
     import xarray as xr
 
     from itlin.book import axes
 
     part = _part({}, {"grid": np.arange(6.0).reshape(2, 3), "lr": np.asarray([0.1, 0.2])})
-    monkeypatch.setitem(axes.AXES, "toy", (("grid", ("learning_rate", "seed")), ("lr", ("learning_rate",))))
+    declare(axes=(("grid", ("learning_rate", "seed")), ("lr", ("learning_rate",))))
+    assert axes.AXES["toy"] == (("grid", ("learning_rate", "seed")), ("lr", ("learning_rate",)))
     path = opendata.write([part], tmp_path / "a" / "record.nc")
     with xr.open_dataset(path, engine="h5netcdf") as ds:
         assert ds["grid"].dims == ("learning_rate", "seed") and ds["lr"].dims == ("learning_rate",)
     _same(opendata.read(path)[0], part)
-    monkeypatch.setitem(axes.AXES, "toy", (("grid", ("lr", "seed")),))  # "lr" is a variable of the record
+    declare(axes=(("grid", ("lr", "seed")),))  # "lr" is a variable of the record
     with pytest.raises(ValueError, match="name it otherwise"):
         opendata.write([part], tmp_path / "b" / "record.nc")
-    monkeypatch.setitem(axes.AXES, "toy", (("grid", ("seed",)),))  # out of date with the array
-    with pytest.raises(ValueError, match="update the table"):
+    declare(axes=(("grid", ("seed",)),))  # out of date with the array
+    with pytest.raises(ValueError, match="update its axes declaration"):
         opendata.write([part], tmp_path / "c" / "record.nc")
+    declare()  # an experiment that names no axes: generic names
+    with xr.open_dataset(opendata.write([part], tmp_path / "d" / "record.nc"), engine="h5netcdf") as ds:
+        assert ds["grid"].dims == ("grid_dim0", "grid_dim1") and "toy" not in axes.AXES
+
+
+@pytest.mark.parametrize("fields, why", [
+    (dict(axes=(("grid", "seed"),)), "axes must be a tuple of (pattern, (axis name, ...)) entries"),
+    (dict(axes="grid"), "axes must be a tuple"), (dict(axes=(("grid", ("",)),)), "axes must be"),
+    (dict(axes=(("grid", ("seed",)), ("lr",))), "got ('lr',)"), (dict(tallies=1), "tallies must be True or False"),
+    (dict(pool="seeds"), "pool must be callable"),
+    (dict(plans={"other-rec": ("abc", "c", True)}), "plans must map record folders named 'toy_decl-...' to plans.Plan"),
+    (dict(plans=[("toy_decl-rec", None)]), "plans must map record folders")])
+def test_a_declaration_of_another_form_is_refused_in_one_line(fields, why):
+    from itlin.book import experiments as E
+
+    with pytest.raises(TypeError, match=re.escape(why)) as err:
+        E.Experiment("toy_decl", E.Params, lambda p, ctx: {}, **fields)
+    assert "\n" not in str(err.value) and "'toy_decl'" in str(err.value)
+
+
+def test_tallies_serve_the_experiments_that_declare_them(tmp_path, declare):
+    parts = [_part({"full K=1 seed=0": (np.ones(3), np.ones(3), np.ones(4, bool))}, {})]
+    parts[0].info["meta"]["runs"]["full K=1 seed=0"].update(setting="K=1", seed=0, n_test_final=4)
+    with pytest.raises(ValueError, match="toy reads each seed's per-example results itself"):
+        opendata.tally_parts(parts)
+    declare(tallies=True)
+    assert "toy" in opendata.TALLY_READERS and opendata.tally_parts(parts)[1] is None  # one setting: nothing to pair

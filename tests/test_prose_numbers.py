@@ -117,6 +117,7 @@ def prose_lines(text: str):
     def blank(m):
         return "\n" * m.group(0).count("\n")
 
+    text = re.sub(r"^````.*?^````$", blank, text, flags=re.S | re.M)  # a block that shows fenced blocks
     text = re.sub(r"```.*?```", blank, text, flags=re.S)
     text = re.sub(r"\$\$.*?\$\$", blank, text, flags=re.S)
     text = re.sub(r"\$[^$\n]+\$", "", text)

@@ -26,7 +26,22 @@ never imports this package. Chapters start with :func:`setup`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+
+from . import registry
+
+
+def _find_experiment(name) -> None:
+    """:data:`itlin.book.registry.finder`: experiment ``name``'s module (every one for ``None``)
+    imported, so that the layers under the experiments read their declarations without importing them."""
+    from . import experiments
+
+    with contextlib.suppress(experiments.UnknownExperimentError):
+        experiments.names() if name is None else experiments.get(name)
+
+
+registry.finder = _find_experiment
 
 
 def limit_blas_threads(n=None) -> None:

@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 from typing import NamedTuple, Optional, Sequence
 
-from . import render, runner
+from . import experiments, render, runner
 from . import verdicts as V
 from .plans import CONFIRMATORY, Plan, kind_of_test
 from .records import plan_progress
@@ -438,16 +438,15 @@ class Finding(NamedTuple):
 
 
 def _open(name: str):
+    """The record ``name``; one made in parts pooled as its experiment declares (``pool``)."""
     recs = runner.open_records(name)
     if len(recs) == 1:
         return recs[0]
-    if recs[0].experiment.startswith("arbel"):
-        from .experiments.arbel import _arbel
-
-        return _arbel.pool_lr_sweeps(recs)
-    from .experiments.main import _rows
-
-    return _rows.pool_seeds(recs)
+    pool = experiments.get(recs[0].experiment).pool
+    if pool is None:
+        raise ValueError(f"{name} is made in {len(recs)} parts, but experiment {recs[0].experiment!r} declares no pool: "
+                         "declare how its parts pool (Experiment(..., pool=...)).")
+    return pool(recs)
 
 
 def _in_progress(name: str) -> str:

@@ -53,6 +53,7 @@ import numpy as np
 
 from .. import _io
 from . import axes
+from .registry import Declared
 
 FILE = "record.nc"
 FORMAT = "itlin-record-netcdf/1"
@@ -191,8 +192,9 @@ class ExampleTallies(NamedTuple):
 
 
 #: the experiments whose per-example results only ``_rows.gap_verdict`` reads (paired by seed, one
-#: setting against another), so that tallies serve every gap they judge; others keep bits
-TALLY_READERS = frozenset({"feature_updates", "fig2_k_sweep", "fig3_augmentation", "fig4_resnet", "fig8_adam"})
+#: setting against another), so that tallies serve every gap they judge (they declare ``tallies=True``);
+#: others keep bits. A read-only view, experiment -> True
+TALLY_READERS = Declared("tallies")
 
 
 def tally_parts(parts: Sequence[Part], field: str = "final_correct", n_key: str = "n_test_final"):
@@ -205,7 +207,7 @@ def tally_parts(parts: Sequence[Part], field: str = "final_correct", n_key: str 
     from .intervals import tally
     from .store import record_digest
 
-    other = sorted({str(p.info.get("experiment")) for p in parts} - TALLY_READERS)
+    other = sorted({str(p.info.get("experiment")) for p in parts if p.info.get("experiment") not in TALLY_READERS})
     if other:
         raise ValueError(f"opendata: {other[0]} reads each seed's per-example results itself; keep its record's "
                          f"results as bits (tallies serve {', '.join(sorted(TALLY_READERS))}).")
@@ -461,7 +463,7 @@ def to_dataset(parts: Sequence[Part], tallies: Optional[ExampleTallies] = None):
     clash = sorted((set(coords) | used) & {_axis_base(t, v, i, n) for v, t, _, sh, _, n in planned if n
                                            for i in range(len(sh))})
     if clash:
-        raise ValueError(f"opendata: itlin.book.axes names an axis of {experiment} {clash[0]!r}, which is a setting or "
+        raise ValueError(f"opendata: the axes {experiment} declares name an axis {clash[0]!r}, which is a setting or "
                          "a variable of its record; name it otherwise.")
     variables = {}
     for var, template, names, shape, members, named in planned:

@@ -2,7 +2,8 @@
 commit before any of their runs (a pre-registration), and which claims are therefore
 confirmatory. Every other verdict of the book is exploratory.
 
-:data:`CONFIRMATORY` lists them by folder of ``book/recorded``; ``tests/test_findings.py`` checks
+:data:`CONFIRMATORY` lists them by folder of ``book/recorded``, each declared by the experiment
+that makes the record (``Experiment(..., plans=...)``); ``tests/test_findings.py`` checks
 each plan against the git history (its commit precedes the commit that brought the record's first
 runs, or, where ``verifiable`` is ``False``, plan and runs arrived in one commit, so the history
 cannot show that the plan came first). :func:`mark` flags the planned claim among a record's
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
+
+from .registry import Declared
 
 
 class Plan(NamedTuple):
@@ -29,18 +32,9 @@ class Plan(NamedTuple):
     over: str = ""
 
 
-#: the confirmatory records kept with the book, by folder of ``book/recorded``
-CONFIRMATORY = {
-    "feature_updates-fashion-256-u2-fresh-100seeds": Plan("dce7965", "full.u2", False),
-    "feature_updates-fashion-256-mini-u2-fresh-504seeds": Plan("8c39da3", "mini.u2", True, range(1100, 1604)),
-    "arbel_steps-relu-gn2fullsteps-fresh-277seeds": Plan("6eaba4d", "gn.step_lrfit", False),
-    "ortiz_eigenfunctions-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True),
-    "feature_updates-fashion-pool-u2-fresh-512seeds": Plan("955abd6", "full.suffices_u2", True, range(2000, 2512)),
-    "feature_updates-fashion-pool-mini-u2-fresh-512seeds": Plan("78ce98f", "mini.suffices_u2", True, range(3000, 3512)),
-    "ladder-mnist1d-16seeds": Plan("9d9b62b", "data.u2.shrinks", True, {
-        **{r: range(5000, 5016) for r in ("1000x16x800", "2000x16x800", "4000x16x1600", "1000x32x800", "1000x128x800")},
-        "16000x16x3200": range(5000, 5008)}, "rungs"),
-}
+#: the confirmatory records kept with the book, by folder of ``book/recorded``: a read-only view of
+#: what each experiment declares (``Experiment(..., plans={folder: Plan(...)})``)
+CONFIRMATORY = Declared("plans", merged=True)
 
 
 def plan_of(record) -> Optional[Plan]:

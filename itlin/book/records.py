@@ -372,17 +372,6 @@ def _seed_axis(a_shape: tuple, b_shape: tuple, n: int, offset: int):
     return axes[0]
 
 
-def _seed_slices(a: np.ndarray, b: np.ndarray, n: int, offset: int):
-    """``a`` and the part of ``b`` that holds ``a``'s seeds: the same shape (a run of one seed),
-    or one axis of length ``n`` in ``a`` against one of more seeds in ``b`` (the seed axis)."""
-    axis = _seed_axis(a.shape, b.shape, n, offset)
-    if axis is False:
-        return None
-    if axis is None:
-        return a, b
-    return a, np.take(b, np.arange(offset, offset + n), axis=axis)
-
-
 _SEED_PART = re.compile(r"^(.*\bseed=)(-?\d+)$")
 
 

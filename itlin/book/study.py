@@ -99,6 +99,8 @@ from typing_extensions import TypedDict
 
 from .._io import jsonable
 from .labels import did_you_mean as _suggest
+from .plans import Plan
+from .registry import _REGISTRY
 from ..core.schedules import INF_WORDS, parse_period
 
 SCALES = ("tiny", "default", "paper")
@@ -441,6 +443,17 @@ class Experiment:
     ``version`` (bump it when ``run`` changes its numbers) is stored with a digest of the
     params' ``SCALES``; ``doc`` (one paragraph for ``describe``) defaults to the first paragraph
     of the docstring of ``run``'s module.
+
+    What the book's other layers read of it (:mod:`itlin.book.registry`'s views):
+
+    * ``axes``: the names of the axes of arrays ``run`` stacks itself, for its record files
+      (:data:`itlin.book.axes.AXES`): ``(pattern, (axis name, ...))`` entries, the first whose
+      ``fnmatch`` pattern matches a result key (settings as ``{K}``) wins;
+    * ``tallies``: whether its per-example results may be kept as counts over seeds
+      (:data:`itlin.book.opendata.TALLY_READERS`: only a paired gap between two settings reads them);
+    * ``pool(records) -> record``: how records made for their own seeds (parts) pool into one;
+    * ``plans``: its confirmatory records, ``{record folder: plans.Plan}`` (each folder starting
+      with ``<name>-``; :data:`itlin.book.plans.CONFIRMATORY`).
     """
 
     name: str
@@ -450,6 +463,10 @@ class Experiment:
     doc: str = ""
     summary: Optional[Callable[[Any], list]] = None
     claims: Optional[Callable[[Any], Any]] = None
+    axes: tuple = ()
+    tallies: bool = False
+    pool: Optional[Callable[[Sequence], Any]] = None
+    plans: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -457,10 +474,11 @@ class Experiment:
                              "letters, digits, '_', '-' and '.'.")
         if not (isinstance(self.params, type) and issubclass(self.params, Params)):
             raise TypeError(f"experiment {self.name!r}: params must be a Params subclass, got {self.params!r}.")
-        for what in ("run", "summary", "claims"):
+        for what in ("run", "summary", "claims", "pool"):
             fn = getattr(self, what)
             if not callable(fn) and not (what != "run" and fn is None):
                 raise TypeError(f"experiment {self.name!r}: {what} must be callable, got {fn!r}.")
+        self._check_declarations()
         self.params.from_dict({}, experiment=self.name)  # the defaults must be valid
         if not self.doc:  # the first paragraph of the module's docstring
             text = (getattr(inspect.getmodule(self.run), "__doc__", None) or "").strip().split("\n\n")[0]
@@ -469,6 +487,20 @@ class Experiment:
         if self.params.SCALES:
             version = f"{version}.{scales_digest(self.params.SCALES)}"
         object.__setattr__(self, "version", version)
+
+    def _check_declarations(self) -> None:
+        for entry in self.axes if isinstance(self.axes, tuple) else [self.axes]:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)
+                    and isinstance(entry[1], tuple) and all(isinstance(n, str) and n for n in entry[1])):
+                raise TypeError(f"experiment {self.name!r}: axes must be a tuple of (pattern, (axis name, ...)) entries, "
+                                f"e.g. ('grid', ('learning_rate', 'seed')); got {entry!r}.")
+        if not isinstance(self.tallies, bool):
+            raise TypeError(f"experiment {self.name!r}: tallies must be True or False, got {self.tallies!r}.")
+        bad = next((f"{k!r}: {v!r}" for k, v in self.plans.items() if not (isinstance(k, str) and k.startswith(
+            self.name + "-") and isinstance(v, Plan))), None) if isinstance(self.plans, Mapping) else repr(self.plans)
+        if bad:
+            raise TypeError(f"experiment {self.name!r}: plans must map record folders named '{self.name}-...' to "
+                            f"plans.Plan, got {bad}.")
 
     def resolve(self, params: Optional[Mapping] = None) -> dict:
         """Validate ``params`` and fill in defaults: the dict the runner hashes and stores (``run``
@@ -507,9 +539,6 @@ class Experiment:
 
 
 # ------------------------------------------------------------------------------ registry
-_REGISTRY: dict = {}
-
-
 def register(experiment: Experiment, *, replace: bool = False) -> Experiment:
     """Add ``experiment`` to the registry (returns it). A second experiment under a taken name
     is an error unless ``replace=True`` or it comes from the same function (a module reloaded)."""

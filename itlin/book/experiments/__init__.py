@@ -11,9 +11,10 @@ import importlib
 import pkgutil
 import warnings
 
+from ..plans import Plan  # noqa: F401
+from ..registry import _REGISTRY
 from ..study import (CLOSE_MARGIN, SCALES, Dataset, Derived, Experiment, ParameterError, Params, Period,  # noqa: F401
-                     UnknownExperimentError, _REGISTRY, _suggest, coerce, param, register, scales_digest,
-                     unregister)
+                     UnknownExperimentError, _suggest, coerce, param, register, scales_digest, unregister)
 
 _IMPORT_ERRORS: dict = {}
 _DISCOVERED = False
@@ -72,5 +73,6 @@ def names() -> list:
     return sorted(_REGISTRY)
 
 
-__all__ = ["CLOSE_MARGIN", "SCALES", "Dataset", "Derived", "Experiment", "ParameterError", "Params", "Period", "UnknownExperimentError",
+__all__ = ["CLOSE_MARGIN", "SCALES", "Dataset", "Derived", "Experiment", "ParameterError", "Params", "Period", "Plan",
+           "UnknownExperimentError",
            "get", "names", "param", "register", "scales_digest", "unregister"]

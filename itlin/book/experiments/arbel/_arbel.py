@@ -319,6 +319,21 @@ def lr_sweep(ctx, params: SweepParams, data: dict, z, common: dict, ref_n: int =
     return {**out, "rf_test": out["gn"]["lrfit"][0, :, 0]}
 
 
+def lr_axes(outer: tuple = (), inner: tuple = (), checkpoints: bool = True) -> tuple:
+    """The ``axes`` declaration of a sweep's arrays: for GN and GD, each run's arrays over ``outer``
+    (an ablation's own grid), the method's step sizes, ``inner`` (another grid), the seeds and, with
+    ``checkpoints``, the points along training (``<method>/ends`` gives their steps; ``steps``,
+    ``converged`` and ``diverged`` have one value per run); the step sizes, and ``rf_test``."""
+    out = [(f"{m}/{k}", (f"{m}_{a}",)) for m in ("gn", "gd") for k, a in
+           (("lr", "step_size"), ("lr_ours", "step_size"), ("ends", "checkpoint"))[:3 if checkpoints else 1]]
+    out.append(("rf_test", (*outer, *inner, "seed")))
+    for m in ("gn", "gd"):
+        run = (*outer, f"{m}_step_size", *inner, "seed")
+        out += [(f"{m}/{k}", run) for k in ("steps", "converged", "diverged")[:3 * checkpoints]]
+        out.append((f"{m}/*", run + (f"{m}_checkpoint",) * checkpoints))
+    return tuple(out)
+
+
 def finals(per: dict, params: SweepParams) -> dict:
     """``per[m]``: one dict of sweep arrays ``(L, ..., T)`` per size; as arrays ``(K, L, ...)`` at their
     last checkpoint, with ``m/lr`` and ``rf_test`` ``(K, ...)``: RF's test loss (GN's Test-LRfit at init)."""
@@ -471,5 +486,5 @@ def pool_lr_sweeps(records):
 __all__ = ["ArbelParams", "DIM", "LABELS", "METRICS", "PAPER_GD_STEPS", "PAPER_GN_STEPS", "PAPER_LRS", "REFIT_CUTOFF",
            "REF_N", "REF_WIDTH", "SweepParams", "at", "best_index", "checkpoints", "chosen", "decades", "eps0_ours",
            "finals", "fmt_lr", "gd_lr", "geo", "gn_lr", "hidden_directions", "hidden_gain", "log10",
-           "lr_arrays", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "pool_lr_sweeps", "prepare", "slope_margin",
+           "lr_arrays", "lr_axes", "lr_grid", "lr_rows", "lr_sweep", "make_runner", "pool_lr_sweeps", "prepare", "slope_margin",
            "slope_margin_row", "step_cells", "sweep", "teacher_data", "variant", "with_bias"]

@@ -111,6 +111,8 @@ def tie_in(step: V.Verdict, lrfit: V.Verdict, quintic: V.Verdict) -> list:
                  "better (main paper Fig. 9)", lrfit, quintic, ("Arbel et al.'s setting (Test-LRfit)", "quintic"))]
 
 
-EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, DampingParams, run, version="2", summary=summary, claims=claims, axes=(
+    ("eps0", ("damping_floor",)), ("eps0_ours", ("damping_floor",)), ("rf_test", ("seed",)),
+    ("*", ("damping_floor", "seed")))))
 
 __all__ = ["DampingParams", "EXPERIMENT", "NAME", "SCALES", "claims", "conjunction", "run", "summary", "tie_in"]

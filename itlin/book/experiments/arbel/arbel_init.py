@@ -117,7 +117,8 @@ def summary(rec) -> list:
             for g, t in enumerate(s["tau0"])]
 
 
-EXPERIMENT = register(Experiment(NAME, InitParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, InitParams, run, version="2", summary=summary, claims=claims,
+                                 axes=(("tau0", ("init_scale",)),) + A.lr_axes(inner=("init_scale",))))
 
 __all__ = ["EXPERIMENT", "InitParams", "NAME", "PAPER_TAU0", "SCALES", "arrays", "claims", "judge_arrays", "run",
            "summary"]

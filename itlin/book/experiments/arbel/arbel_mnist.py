@@ -149,7 +149,8 @@ def summary(rec) -> list:
     return A.lr_rows(arrays(rec))
 
 
-EXPERIMENT = register(Experiment(NAME, MnistParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, MnistParams, run, version="2", summary=summary, claims=claims,
+                                 axes=A.lr_axes(), pool=A.pool_lr_sweeps))
 
 __all__ = ["EXPERIMENT", "MnistParams", "NAME", "OUTPUTS", "REF_N_MNIST", "SCALES", "arrays", "claims", 
            "gd_onset", "judge_arrays", "load_data", "run", "summary"]

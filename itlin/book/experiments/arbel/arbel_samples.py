@@ -141,7 +141,9 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, SamplesParams, run, version="2", summary=summary, claims=claims, axes=(
+    ("n_train", ("train_size",)), ("tau0", ("init_scale",)),
+    *A.lr_axes(outer=("train_size",), inner=("init_scale",), checkpoints=False))))
 
 __all__ = ["EXPERIMENT", "NAME", "SCALES", "SamplesParams", "arrays", "bend", "claims", "judge_arrays", "run",
            "summary"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import Derived, Experiment, param, register
+from .. import Derived, Experiment, Plan, param, register
 from . import _arbel as A
 
 NAME = "arbel_steps"
@@ -257,7 +257,9 @@ def summary(rec) -> list:
     return A.lr_rows(A.lr_arrays(rec))
 
 
-EXPERIMENT = register(Experiment(NAME, StepsParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, StepsParams, run, version="2", summary=summary, claims=claims,
+                                 axes=A.lr_axes(), pool=A.pool_lr_sweeps,
+                                 plans={f"{NAME}-relu-gn2fullsteps-fresh-277seeds": Plan("6eaba4d", "gn.step_lrfit", False)}))
 
 __all__ = ["ADDED_AFTER", "EFFECT_READINGS", "EXPERIMENT", "NAME", "SCALES", "StepsParams", "budget_step", "claims",
            "effect_readings", "gd_steps", "iterations_to_optimum", "judge_arrays", "judge_as_planned", "run",

@@ -116,7 +116,8 @@ def summary(rec) -> list:
                 for m in ("gn", "gd")}} for i, M in enumerate(s["width"])]
 
 
-EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, WidthParams, run, version="2", summary=summary, claims=claims, axes=(
+    ("width", ("hidden_width",)), *A.lr_axes(outer=("hidden_width",), checkpoints=False))))
 
 __all__ = ["EXPERIMENT", "MIN_RATIO", "NAME", "SCALES", "WidthParams", "arrays", "claims", "judge_arrays", "run",
            "summary"]

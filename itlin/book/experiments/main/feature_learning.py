@@ -25,6 +25,7 @@ import numpy as np
 from .. import CLOSE_MARGIN, Experiment, Period, param, register
 from .... import metrics
 from ... import verdicts as V
+from ...axes import PACKED
 from ...labels import K_label, fmt_K
 from . import _rows as R
 from . import _setup as S
@@ -435,7 +436,10 @@ def fewest_updates_claims(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -
                         if v.id.startswith("filters.") or v.id.endswith((".slower", ".lower"))]))
 
 
-EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="5", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, FeatureParams, run, version="5", summary=summary, claims=claims, axes=(
+    ("snapshots/*/filters", ("snapshot", "filter", "tap", "in_channel")),
+    ("snapshots/*/probe_conv*_correct", ("snapshot", PACKED)),
+    ("snapshots/*/probe_conv*", ("snapshot",)), ("snapshots/*/step", ("snapshot",)))))
 
 __all__ = ["EXPERIMENT", "FeatureParams", "LAYERS", "MEASURES", "MUCH_FASTER", "MUCH_FASTER_READINGS", "NAME", "PAPER_FRACTION",
            "PAPER_FRACTION_MARGIN", "PAPER_UPDATES", "SCALES", "claims", "compared_K", "fewest_updates_claims",

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Optional
 
-from .. import CLOSE_MARGIN, Derived, Experiment, param, register
+from .. import CLOSE_MARGIN, Derived, Experiment, Plan, param, register
 from ... import verdicts as V
 from ...labels import K_label
 from . import _rows as R
@@ -268,7 +268,13 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, UpdatesParams, run, version="2", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, UpdatesParams, run, version="2", summary=summary, claims=claims, tallies=True,
+                                 pool=R.pool_seeds, plans={f"{NAME}-fashion-{k}": Plan(*p) for k, p in {
+                                     "256-u2-fresh-100seeds": ("dce7965", "full.u2", False),
+                                     "256-mini-u2-fresh-504seeds": ("8c39da3", "mini.u2", True, range(1100, 1604)),
+                                     "pool-u2-fresh-512seeds": ("955abd6", "full.suffices_u2", True, range(2000, 2512)),
+                                     "pool-mini-u2-fresh-512seeds": ("78ce98f", "mini.suffices_u2", True,
+                                                                     range(3000, 3512))}.items()}))
 
 __all__ = ["EXPERIMENT", "Fit", "HEADLINE_UPDATES", "MINI_SAYS", "NAME", "PAPER_SAYS", "SCALES", "UpdatesParams", "claims",
            "curve", "first_close", "judge_rows", "paper_says", "period", "rows", "summary"]

@@ -258,7 +258,8 @@ def late_gain(histories, metric: str = "test/accuracy_lin") -> float:
     return float(np.nanmean([R.late_gain(h, metric) for h in histories])) if histories else math.nan
 
 
-EXPERIMENT = register(Experiment(NAME, Fig2Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig2Params, run, version="3", summary=summary, claims=claims, tallies=True,
+                                 pool=R.pool_seeds))
 
 __all__ = ["EXPERIMENT", "Fig2Params", "NAME", "SCALES", "claims", "judge_rows", "late_gain", "phase_starts", "rows",
            "settings_of", "summary", "tag"]

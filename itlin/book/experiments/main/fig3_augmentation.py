@@ -160,6 +160,7 @@ def judge_rows(rows_, *, n_test: int, margin: float, premise: bool = True) -> li
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, Fig3Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig3Params, run, version="3", summary=summary, claims=claims, tallies=True,
+                                 pool=R.pool_seeds))
 
 __all__ = ["EXPERIMENT", "Fig3Params", "NAME", "PAPER_TOLERANCE", "SCALES", "augmentation", "claims", "judge_rows", "summary"]

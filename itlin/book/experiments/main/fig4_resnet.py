@@ -374,7 +374,8 @@ def mode_ranking(verdicts) -> tuple:
     return (most[0] if most else None), (least[0] if least else None)
 
 
-EXPERIMENT = register(Experiment(NAME, Fig4Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig4Params, run, version="3", summary=summary, claims=claims, tallies=True,
+                                 pool=R.pool_seeds))
 
 __all__ = ["ALL", "BN_MODES", "CONFIG_LABELS", "EVAL_BATCH", "EXPERIMENT", "Fig4Params", "NAME", "NO_BN", "PAPER",
            "PAPER_WORDS", "PREMISE_SOURCE", "PREMISE_UNMET", "SCALES", "baseline_rows", "claims", "configs_of",

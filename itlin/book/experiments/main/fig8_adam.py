@@ -196,7 +196,8 @@ def judge_rows(rows_, by_seed: dict, *, n_test: int, margin: float, solved_accur
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, Fig8Params, run, version="3", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig8Params, run, version="3", summary=summary, claims=claims, tallies=True,
+                                 pool=R.pool_seeds))
 
 __all__ = ["EXPERIMENT", "Fig8Params", "NAME", "SCALES", "Setting", "claims", "judge_rows", "phase_rows", "phases", "phases_of",
            "rows", "solved_tag", "summary"]

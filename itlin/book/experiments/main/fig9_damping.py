@@ -348,7 +348,12 @@ def summary(rec) -> list:
 
 
 # 4.1: gauss_newton_fit rolls diverged runs back (issue 47): only outputs that every claim drops change
-EXPERIMENT = register(Experiment(NAME, Fig9Params, run, version="4.1", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, Fig9Params, run, version="4.1", summary=summary, claims=claims, axes=(
+    ("train_rmse_trace", ("damping", "seed", "trace_point")), ("functions", ("damping", "sample_seed", "x_test_point")),
+    ("dampings", ("damping",)), ("seed_index", ("seed",)), ("ntk_eigs_init", ("seed", "ntk_eigenvalue")),
+    ("trace_steps", ("trace_point",)), ("sample_dampings", ("sample_damping",)),
+    *((f"{v}_{k}", (f"x_{k}_point",)) for k in ("test", "train") for v in "xy"),
+    *((k, ("damping", "seed")) for k in ("train_rmse", "test_rmse", "steps", "diverged", "reached_tol", "still_descending")))))
 
 __all__ = ["BEST_QUANTILE", "BLOWUP", "CLAIMS", "CLAIM_IDS", "EXPERIMENT", "Fig9Params", "HIGH_RMSE", "NAME",
            "ROBUSTNESS", "RUN_COUNTS", "SCALES", "SIMILAR", "STATS", "blown_up", "bootstrap", "claims", "columns", "diverged",

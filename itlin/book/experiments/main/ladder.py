@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import NamedTuple, Optional
 
-from .. import Experiment, param, register
+from .. import Experiment, Plan, param, register
 from ... import verdicts as V
 from ...labels import K_label
 from . import _rows as R
@@ -320,7 +320,12 @@ def summary(rec) -> list:
     return out
 
 
-EXPERIMENT = register(Experiment(NAME, LadderParams, run, version="1", summary=summary, claims=claims))
+#: the book's record, fixed in commit 9d9b62b before any of its runs: each rung's planned seeds
+PLANNED = {**dict.fromkeys(("1000x16x800", "2000x16x800", "4000x16x1600", "1000x32x800", "1000x128x800"),
+                           range(5000, 5016)), "16000x16x3200": range(5000, 5008)}
+EXPERIMENT = register(Experiment(NAME, LadderParams, run, version="1", summary=summary, claims=claims, pool=pool,
+                                 plans={f"{NAME}-mnist1d-16seeds": Plan("9d9b62b", "data.u2.shrinks", True, PLANNED,
+                                                                        "rungs")}))
 
-__all__ = ["EXPERIMENT", "GENERATION", "LadderParams", "NAME", "Rung", "SCALES", "Trend", "Z", "axes_of", "claims", "judge_rows",
+__all__ = ["EXPERIMENT", "GENERATION", "LadderParams", "NAME", "PLANNED", "Rung", "SCALES", "Trend", "Z", "axes_of", "claims", "judge_rows",
            "ladder_report", "pool", "rows", "rungs_of", "summary", "trend"]

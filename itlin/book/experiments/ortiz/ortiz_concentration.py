@@ -22,6 +22,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ... import verdicts as V
+from ...axes import PACKED
 from ...labels import K_label
 from .. import CLOSE_MARGIN, Derived, Experiment, Period, param, register
 from ....core.linearise import kernel_eigh
@@ -394,7 +395,14 @@ def link_rows(rec) -> list:
             for K, u, ec, kta, acc, div in link_table(res, r["link_model"], r["Ks"])]
 
 
-EXPERIMENT = register(Experiment(NAME, ConcentrationParams, run, version="4", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, ConcentrationParams, run, version="4", summary=summary, claims=claims, axes=(
+    ("models/*/link/K={K}/test_correct", ("seed", PACKED)),
+    ("models/*/link/K={K}/ec_curve", ("seed", "top_eigenvectors")), ("models/*/link/K={K}/*", ("seed",)),
+    ("models/*/test_correct", ("seed", PACKED)), ("models/*/*/ec_curve", ("seed", "top_eigenvectors")),
+    ("models/*/*/eigvals", ("seed", "eigenvalue")), ("models/*/end/gain", ("seed", "eigenvalue")),
+    ("models/*/align/a_init", ("seed", "init_eigenvector")), ("models/*/align/final_loss", ("seed", "target")),
+    ("models/*/align/*", ("seed", "target", "init_eigenvector")), ("Ks", ("period",)),
+    ("align_indices", ("target",)), ("models/*", ("seed",)))))
 
 __all__ = ["CURVE_K", "ConcentrationParams", "EXPERIMENT", "NAME", "PAPER_N", "PAPER_TABLE", "SCALES", "claims",
            "grams_per_seed", "judge_link", "judge_spikes", "judge_table1", "kernel_summary", "key_K", "link_rows",

@@ -24,7 +24,8 @@ from typing import Literal, Mapping, Optional, Sequence
 import numpy as np
 
 from ... import verdicts as V
-from .. import Derived, Experiment, param, register
+from ...axes import PACKED
+from .. import Derived, Experiment, Plan, param, register
 from ....core.linearise import kernel_eigh
 from ....metrics import iterations_to, ntk_block_size, ntk_gram, weight_distances
 from . import _common as C
@@ -379,7 +380,11 @@ def summary(rec) -> list:
             if f"{opt}_{variant}" in res["models"][name] for acc in [_acc(res, name, f"{opt}_{variant}")]]
 
 
-EXPERIMENT = register(Experiment(NAME, EigenParams, run, version="4", summary=summary, claims=claims))
+EXPERIMENT = register(Experiment(NAME, EigenParams, run, version="4", summary=summary, claims=claims, axes=(
+    ("eigen_indices", ("target",)), ("models/*/eigvals", ("seed", "eigenvalue")),
+    ("models/*/*/val_correct", ("seed", "target_or_labels", PACKED)),
+    ("models/*/*/epoch_loss", ("seed", "target_or_labels", "epoch")), ("models/*/*", ("seed", "target_or_labels"))),
+    plans={f"{NAME}-mnist1d-mlp-sgd-fresh-3492seeds": Plan("88e2c05", "linear_advantage.mlp.sgd", True)}))
 
 __all__ = ["CLEAR_MARGIN", "CLEAR_READINGS", "EXPERIMENT", "EigenParams", "NAME", "PAPER_POOL", "SCALES", "VARIANTS",
            "claims", "clear_readings",
