@@ -676,3 +676,25 @@ if __name__ == "__main__":  # add this processor's digests for the current XLA_F
                                                    verbose=False)) for name in (f4.NAME, f5.NAME)}
     DIGESTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"{DIGESTS}: {config} digests for {here}")
+
+
+def test_the_planned_fig4_record_is_read_only_once_every_planned_seed_is_in(tmp_path, monkeypatch):
+    """The chapter's planned Fig. 4 record on tiny parts kept as a folder of parts: with a planned
+    seed missing it says how far the record has come and no number; complete, it judges the premise
+    and the planned claim alone at 95%, as the record's own claims give them."""
+    import shutil
+
+    from itlin.book.chapters import resnet_and_data as C
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    folder = tmp_path / "planned"
+    for first in (0, 2):
+        rec = runner.run("fig4_resnet", {"scale": "tiny", "seed": first, "seeds": 2, "bn_modes": ["recalibrate"]},
+                         verbose=False)
+        shutil.copytree(rec.path, folder / f"seeds-{first}")
+    text = C.fig4_planned(folder, range(0, 5))["f4_planned_reading"].data
+    assert text.startswith("**Not judged yet**: 4 of the 5 planned seeds (0-4) are made, in 2 parts")
+    text = C.fig4_planned(folder, range(0, 4))["f4_planned_reading"].data
+    pooled = f4.EXPERIMENT.pool(runner.open_records(folder))
+    v = V.Verdicts(f4.claims(pooled))
+    assert V.says(v["nobn.large_not_worse"].judged_at(V.LEVEL)) in text and V.says(v["nobn.k1_trained"]) in text

@@ -14,21 +14,50 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
-from .. import render, runner
+from .. import plans, render, runner
 from .. import verdicts as V
 from ..experiments.main import fig4_resnet as fig4
 from ..experiments.main import fig5_data_scaling as fig5
 from ..experiments.main._setup import n_test_judged
 
 __all__ = [
-    "can_hold", "decades", "fig4_ids", "fig4_values", "fig5_values", "flip_text", "margin_values",
+    "FIG4_PLANNED", "can_hold", "decades", "fig4_ids", "fig4_planned", "fig4_values", "fig5_values", "flip_text", "margin_values",
     "n_test_judged", "seed_price", "slope_margins", "test_term_values", "traded_values", "updates_text",
 ]
 
 
 # ------------------------------------------------------------------------------ Figure 4
+#: Fig. 4 at a setting where K=1 fits (width 8, 5,000 steps), fixed before any run in commit a6d81ac
+FIG4_PLANNED = "fig4_resnet-mnist1d-width8-16seeds"
+
+
+def fig4_planned(name: str = FIG4_PLANNED, planned=None) -> dict:
+    """The planned Fig. 4 record (:data:`FIG4_PLANNED`): how far it has come and, only once every
+    planned seed is in (``planned``: default the plan's), its premise and its one claim judged
+    alone at 95%. Returns the glue (``f4_planned_reading``)."""
+    from ..records import plan_progress
+
+    plan = plans.plan_of(FIG4_PLANNED)
+    try:
+        parts = runner.open_records(name)
+    except FileNotFoundError:  # none of its parts made yet
+        parts = []
+    progress = plan_progress([p.meta["resolved"] for p in parts], plan.seeds if planned is None else planned)[None]
+    if not progress.complete:
+        return {"f4_planned_reading": Markdown(
+            f"**Not judged yet**: {progress.text()}. Nothing of the record is read until every planned seed is in, "
+            "so no number from it appears here.")}
+    rec = fig4.EXPERIMENT.pool(parts)
+    verdicts = V.Verdicts(plans.mark(rec, fig4.claims(rec)))
+    v, premise = verdicts[plan.claim].judged_at(V.LEVEL), verdicts["nobn.k1_trained"]
+    display(Markdown(render.claims(V.Verdicts([premise, v]), bottom_line=False)))
+    return {"f4_planned_reading": Markdown(
+        f"That $K=1$ fits its training set without batch norm *{V.says(premise)}* ({premise.measured}); the planned "
+        f"claim, that $K=1250$ ends no worse than $K=1$, *{V.says(v)}*" + (f" ({v.gap_text()})." if v.tested else "."))}
+
+
 def fig4_ids(verdicts, rec4) -> list:
     """The ids of the chapter's claims that are Figure 4's, in the chapter's order."""
     return [v.id for v in verdicts if v.id in fig4.EXPERIMENT.verdicts(rec4).ids]

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from .. import CLOSE_MARGIN, Derived, Experiment, Params, Period, param, register
+from .. import CLOSE_MARGIN, Derived, Experiment, Params, Period, Plan, param, register
 from ... import verdicts as V
 from ...labels import K_label, fmt_K
 from . import _rows as R
@@ -375,7 +375,8 @@ def mode_ranking(verdicts) -> tuple:
 
 
 EXPERIMENT = register(Experiment(NAME, Fig4Params, run, version="3", summary=summary, claims=claims, tallies=True,
-                                 pool=R.pool_seeds))
+                                 pool=R.pool_seeds, plans={f"{NAME}-mnist1d-width8-16seeds": Plan(
+                                     "a6d81ac", "nobn.large_not_worse", True, range(6000, 6016))}))
 
 __all__ = ["ALL", "BN_MODES", "CONFIG_LABELS", "EVAL_BATCH", "EXPERIMENT", "Fig4Params", "NAME", "NO_BN", "PAPER",
            "PAPER_WORDS", "PREMISE_SOURCE", "PREMISE_UNMET", "SCALES", "baseline_rows", "claims", "configs_of",
