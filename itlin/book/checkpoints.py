@@ -103,10 +103,12 @@ class FitJob(NamedTuple):
     seed: int = 0
     blowup: Optional[float] = None
     loss_every: Optional[int] = None
+    callback: Optional[Callable] = None
 
     def options(self) -> dict:
         """The job's options for :func:`itlin.fit`."""
-        return {k: getattr(self, k) for k in ("batch_size", "eval_sets", "eval_every", "seed", "blowup", "loss_every")}
+        return {k: getattr(self, k) for k in ("batch_size", "eval_sets", "eval_every", "seed", "blowup", "loss_every",
+                                              "callback")}
 
 
 class RunContext:

@@ -15,6 +15,7 @@ import numpy as np
 from ... import verdicts as V
 from ...labels import K_label
 from .. import Experiment, Period, param, register
+from ...checkpoints import FitJob
 from . import _rows as R
 from . import _setup as S
 
@@ -207,9 +208,9 @@ def run(params: AdaptiveParams, ctx):
         statuses = []
         for s in seed_list:
             name = S.seed_tag(f"{group} {value_label(family, value)}" + (f" lr={lr:g}" if lr_in_tag else ""), s)
-            res = ctx.fit(name, trainer, start(trainer, *inits[s], family, value, lr, mom, steps), setup.x, setup.y,
-                          steps, eval_sets=setup.evals, eval_every=params.eval_every, seed=s,
-                          blowup=params.blowup)
+            res = ctx.run(FitJob(name, trainer, start(trainer, *inits[s], family, value, lr, mom, steps), setup.x,
+                                 setup.y, steps, eval_sets=setup.evals, eval_every=params.eval_every, seed=s,
+                                 blowup=params.blowup))
             runs[name] = {"group": group, "family": family, "value": value, "learning_rate": lr, "momentum": mom,
                           "seed": s}
             if setup.final is not None and res.history.status == "completed":

@@ -26,6 +26,7 @@ from .. import CLOSE_MARGIN, Experiment, Period, param, register
 from .... import metrics
 from ... import verdicts as V
 from ...axes import PACKED
+from ...checkpoints import FitJob
 from ...labels import K_label, fmt_K
 from . import _rows as R
 from . import _setup as S
@@ -183,9 +184,9 @@ def run(params: FeatureParams, ctx):
                 if step % every == 0 and step not in got and hist.evals.get("step", [None])[-1] == step:
                     got[step] = ctx.stage(f"{name} snap={step}", lambda: snapshot(st, keep))
 
-            res = ctx.fit(name, trainer, state0, setup.x, setup.y, params.steps, batch_size=params.batch_size,
-                          eval_sets={"test": setup.evals["test"]}, eval_every=every, seed=s,
-                          blowup=params.blowup, callback=callback)
+            res = ctx.run(FitJob(name, trainer, state0, setup.x, setup.y, params.steps, batch_size=params.batch_size,
+                                 eval_sets={"test": setup.evals["test"]}, eval_every=every, seed=s,
+                                 blowup=params.blowup, callback=callback))
             # a run restored from its checkpoints: its snapshots were kept as stages (the final one
             # is the restored state's own)
             final = int(res.state.step)

@@ -25,6 +25,7 @@ from typing import Literal, Optional
 
 from .. import CLOSE_MARGIN, Derived, Experiment, Params, Period, Plan, param, register
 from ... import verdicts as V
+from ...checkpoints import FitJob
 from ...labels import K_label, fmt_K
 from . import _rows as R
 from . import _setup as S
@@ -178,9 +179,9 @@ def run(params: Fig4Params, ctx):
                 if calibrate is not None:
                     state = calibrate(weights, state, x[jnp.asarray(batch_indices(s, 0, 1, ds.n_train, bs)[0])])
                 name = S.seed_tag(tag(config, K), s)
-                res = ctx.fit(name, trainer, S.start(trainer, weights, state, K, steps, lr), x, y, steps,
-                              batch_size=bs, eval_sets=evals, eval_every=params.eval_every, seed=s,
-                              blowup=params.blowup)
+                res = ctx.run(FitJob(name, trainer, S.start(trainer, weights, state, K, steps, lr), x, y, steps,
+                                     batch_size=bs, eval_sets=evals, eval_every=params.eval_every, seed=s,
+                                     blowup=params.blowup))
                 runs[name] = {"K": K, "config": config, "seed": s, "setting": tag(config, K),
                               "batch_norm": config != NO_BN, "learning_rate": lr}
                 if final is not None and config in (NO_BN, "BN", params.bn_mode):  # the runs the "close" claims judge

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import Derived, Experiment, Params, Period, param, register
 from ... import verdicts as V
+from ...checkpoints import FitJob
 from ...labels import K_label
 from . import _rows as R
 from . import _setup as S
@@ -178,10 +179,10 @@ def run(params: Fig5Params, ctx):
                             hist.evals["val/accuracy_lin"][-1] > best.get("acc", -1.0):
                         best.update(acc=hist.evals["val/accuracy_lin"][-1], step=int(st.step), state=st)
 
-                res = ctx.fit(name, trainer, state0, x, y, steps, batch_size=params.batch_size,
-                              eval_sets={"train": (ds.x_train[:n_eval], ds.y_train[:n_eval]), "val": val},
-                              eval_every=max(1, steps // params.n_evals), seed=s, blowup=params.blowup,
-                              callback=keep)
+                res = ctx.run(FitJob(name, trainer, state0, x, y, steps, batch_size=params.batch_size,
+                                     eval_sets={"train": (ds.x_train[:n_eval], ds.y_train[:n_eval]), "val": val},
+                                     eval_every=max(1, steps // params.n_evals), seed=s, blowup=params.blowup,
+                                     callback=keep))
                 h = res.history
                 at = int(h.eval_array("step")[int(np.argmax(np.nan_to_num(h.eval_array("val/accuracy_lin"),
                                                                           nan=-1.0)))]) \

@@ -152,9 +152,6 @@ class _Tagged:
     def __init__(self, ctx, prefix: str):
         self._ctx, self._prefix = ctx, prefix
 
-    def fit(self, name, *args, **kw):
-        return self._ctx.fit(f"{self._prefix} {name}", *args, **kw)
-
     def run(self, job):
         return self._ctx.run(job._replace(tag=f"{self._prefix} {job.tag}"))
 
