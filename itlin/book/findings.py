@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional, Sequence
 from . import experiments, render, runner
 from . import verdicts as V
 from .plans import CONFIRMATORY, Plan, kind_of_test
-from .records import plan_progress
+from .records import made_parts, plan_progress
 
 MAIN, ARBEL, ORTIZ = "Goldwaser & Ge", "Arbel et al.", "Ortiz-Jiménez et al."
 PAPERS = (MAIN, ARBEL, ORTIZ)
@@ -456,11 +456,7 @@ def _in_progress(name: str) -> str:
     plan = CONFIRMATORY.get(name)
     if plan is None or plan.seeds is None:
         return ""
-    try:
-        parts = runner.open_records(name)
-    except FileNotFoundError:  # planned, none of its parts made yet
-        parts = []
-    progress = plan_progress([p.meta["resolved"] for p in parts], plan.seeds, plan.over).values()
+    progress = plan_progress([p.meta["resolved"] for p in made_parts(name)], plan.seeds, plan.over).values()
     made, planned = sum(p.made for p in progress), sum(len(p.planned) for p in progress)
     return "" if all(p.complete for p in progress) else f"in progress, not read yet ({made:,} of {planned:,} planned seeds)"
 

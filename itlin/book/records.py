@@ -116,6 +116,18 @@ def open_records(name) -> list:
     return [open_record(p) for p in subs]
 
 
+def made_parts(name) -> list:
+    """The parts made so far of a record made in parts (:func:`open_records`): ``[]`` while its
+    folder holds none yet (a planned record's folder holds its plan, ``NOTES.md``, before any run);
+    a folder that does not exist is an error, as for :func:`open_records`."""
+    try:
+        return open_records(name)
+    except FileNotFoundError:
+        if _resolve(name).is_dir():
+            return []
+        raise
+
+
 def recorded_runs(folder=None) -> list:
     """Every finished run kept with the book (``folder``, default :func:`recorded_dir`): each
     part of each record, in folder order."""
@@ -541,4 +553,4 @@ def compare_seeds(rec: Record, other: Record) -> SeedComparison:
 
 
 __all__ = ["SeedComparison", "SeedProgress", "compare_seeds", "matching_record", "open_record", "open_records",
-           "pool_problem", "pooled_record", "recorded_dir", "recorded_runs", "plan_progress", "seed_progress", "seed_range"]
+           "pool_problem", "pooled_record", "recorded_dir", "made_parts", "recorded_runs", "plan_progress", "seed_progress", "seed_range"]

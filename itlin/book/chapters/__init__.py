@@ -6,8 +6,8 @@ reads with MyST ``{glue}``; figures are in :mod:`itlin.book.figures`. Each funct
 it computes (a dict of glue names and values where a section glues several), so that a chapter's
 code cells stay a few lines long and every name they use is public.
 
-This module holds what several chapters share: :func:`glue_all`, :func:`print_lines`, and the one-line provenance of a
-run (:func:`ran_here`, :func:`made`). It also re-exports what chapters read from the helpers the
+This module holds what several chapters share: :func:`glue_all`, :func:`print_lines`, the one-line provenance of a
+run (:func:`ran_here`, :func:`made`), and what a planned record still being made shows (:func:`not_judged_yet`). It also re-exports what chapters read from the helpers the
 experiments share (private modules of :mod:`itlin.book.experiments`), so that a chapter imports
 only public names: rows and pooled seeds of the main paper's records (``pool_seeds``,
 ``rows_of``, ``select``, ``updates``), the test-set size a verdict is judged on
@@ -25,7 +25,17 @@ from ..experiments.main._rows import pool_seeds, rows_of, select, updates
 from ..experiments.main._setup import PAPER, n_test_judged
 
 __all__ = ["PAPER", "REF_N", "at", "eps0_ours", "fmt_lr", "gd_lr", "gn_lr", "glue_all", "lr_arrays", "made",
-           "n_test_judged", "pool_lr_sweeps", "pool_seeds", "print_lines", "ran_here", "rows_of", "select", "updates"]
+           "n_test_judged", "not_judged_yet", "pool_lr_sweeps", "pool_seeds", "print_lines", "ran_here", "rows_of", "select", "updates"]
+
+
+def not_judged_yet(made: str):
+    """What a confirmatory record made in parts shows while planned seeds are missing: ``made``
+    (how far it has come, e.g. :meth:`~itlin.book.records.SeedProgress.text`) and that nothing else
+    of it is read, as Markdown."""
+    from IPython.display import Markdown
+
+    return Markdown(f"**Not judged yet**: {made}. Nothing of the record is read until every planned seed is in, so "
+                    "no number from it appears here.")
 
 
 def glue_all(values: Mapping) -> None:

@@ -21,7 +21,7 @@ from .. import verdicts as V
 from ..experiments.main._rows import pool_seeds, select
 from ..experiments.main.feature_updates import claims, curve, first_close, rows
 from ..figures import feature_updates as figures
-from . import made
+from . import made, not_judged_yet
 
 __all__ = [
     "claims", "curve", "fashion", "fashion_common", "fashion_label", "fashion_mini", "fashion_values",
@@ -304,11 +304,6 @@ def _parts(name: str, plan: dict):
     return parts
 
 
-def _not_judged_yet(progress) -> Markdown:
-    return Markdown(f"**Not judged yet**: {progress.text()}. Nothing of the record is read until every planned seed "
-                    "is in, so no number from it appears here.")
-
-
 def fresh_mini(fm3a, v_fm3a, fm3, v_fm3, fm4, v4):
     """The mini-batch record of two updates on fresh seeds (:data:`FM5`): prints how far it has
     come and, only once every planned seed is in, shows its verdict, the full-batch runs that are
@@ -339,7 +334,7 @@ def fresh_mini(fm3a, v_fm3a, fm3, v_fm3, fm4, v4):
     out["fu_fm5_data_seed"] = plan["data_seed"]
 
     if not progress.complete:
-        out["fu_fm5_reading"] = _not_judged_yet(progress)
+        out["fu_fm5_reading"] = not_judged_yet(progress.text())
         return out, progress, None
     fm5 = pool_seeds(fm5_parts)
     # the claims fixed before its runs (8c39da3), judged as planned: the one-sided rows were added later
@@ -431,7 +426,7 @@ def _pooled_planned(name: str, plan: dict, claim: str, prefix: str, what: str) -
     for line in render.parts_provenance(parts):
         print(line)
     if not progress.complete:
-        out[f"{prefix}_reading"] = _not_judged_yet(progress)
+        out[f"{prefix}_reading"] = not_judged_yet(progress.text())
         return out
     rec = pool_seeds(parts)
     v = V.Verdicts(plans.mark(rec, claims(rec)))[claim].judged_at(V.LEVEL)
@@ -459,14 +454,11 @@ def ladder_section(planned: Optional[dict] = None) -> dict:
     rung inside the margin and the gap extrapolated to four times the largest rung. ``planned``:
     seeds per rung (default: the confirmatory plan's). Returns the glue (``fu_ladder_*``)."""
     from ..experiments.main import ladder as L
-    from ..records import plan_progress
+    from ..records import made_parts, plan_progress
 
     plan = plans.plan_of(LADDER)
     planned = dict(planned if planned is not None else plan.seeds)
-    try:
-        parts = runner.open_records(LADDER)
-    except FileNotFoundError:  # none of its parts made yet
-        parts = []
+    parts = made_parts(LADDER)
     progress = plan_progress([p.meta["resolved"] for p in parts], planned, "rungs")
     rows_ = []
     for text, seeds in planned.items():
@@ -479,10 +471,8 @@ def ladder_section(planned: Optional[dict] = None) -> dict:
     out = {}
     if not all(p.complete for p in progress.values()):
         made = sum(p.made for p in progress.values())
-        out["fu_ladder_reading"] = Markdown(
-            f"**Not judged yet**: {made:,} of the {sum(len(s) for s in planned.values()):,} planned runs of a seed on "
-            "a rung are made. Nothing of the record is read until every planned part is in, so no number from it "
-            "appears here.")
+        out["fu_ladder_reading"] = not_judged_yet(
+            f"{made:,} of the {sum(len(s) for s in planned.values()):,} planned runs of a seed on a rung are made")
         return out
     rec = L.pool(parts)
     r = rec.meta["resolved"]

@@ -21,6 +21,7 @@ from .. import verdicts as V
 from ..experiments.main import fig4_resnet as fig4
 from ..experiments.main import fig5_data_scaling as fig5
 from ..experiments.main._setup import n_test_judged
+from . import not_judged_yet
 
 __all__ = [
     "FIG4_PLANNED", "can_hold", "decades", "fig4_ids", "fig4_planned", "fig4_values", "fig5_values", "flip_text", "margin_values",
@@ -37,18 +38,13 @@ def fig4_planned(name: str = FIG4_PLANNED, planned=None) -> dict:
     """The planned Fig. 4 record (:data:`FIG4_PLANNED`): how far it has come and, only once every
     planned seed is in (``planned``: default the plan's), its premise and its one claim judged
     alone at 95%. Returns the glue (``f4_planned_reading``)."""
-    from ..records import plan_progress
+    from ..records import made_parts, plan_progress
 
     plan = plans.plan_of(FIG4_PLANNED)
-    try:
-        parts = runner.open_records(name)
-    except FileNotFoundError:  # none of its parts made yet
-        parts = []
+    parts = made_parts(name)
     progress = plan_progress([p.meta["resolved"] for p in parts], plan.seeds if planned is None else planned)[None]
     if not progress.complete:
-        return {"f4_planned_reading": Markdown(
-            f"**Not judged yet**: {progress.text()}. Nothing of the record is read until every planned seed is in, "
-            "so no number from it appears here.")}
+        return {"f4_planned_reading": not_judged_yet(progress.text())}
     rec = fig4.EXPERIMENT.pool(parts)
     verdicts = V.Verdicts(plans.mark(rec, fig4.claims(rec)))
     v, premise = verdicts[plan.claim].judged_at(V.LEVEL), verdicts["nobn.k1_trained"]
