@@ -149,6 +149,31 @@ def test_a_ladder_in_parts_converts_to_one_open_file_that_pools_back(tmp_path, m
     assert sorted(L.rows(back), key=key) == sorted(L.rows(L.pool(parts)), key=key)
 
 
+def test_a_rungs_parts_joined_in_a_sub_folder_open_with_the_other_parts(tmp_path, monkeypatch):
+    """The book's ladder keeps one file per rung (its parts joined there, no padding to other rungs'
+    K values): a record folder whose sub-folder holds a file of several parts opens as every part,
+    beside a part still kept alone, and pools into the rows of the parts as made."""
+    import shutil
+
+    from itlin.book import opendata
+    from itlin.book.records import open_records
+
+    monkeypatch.setenv("ITLIN_RESULTS", str(tmp_path / "results"))
+    base = {"scale": "tiny", "updates": [2], "seeds": 1, "eval_every": 5}
+    made = [runner.run("ladder", {**base, "rungs": [r], "seed": s}, verbose=False)
+            for r, s in (("256x4x20", 0), ("256x4x20", 1), ("256x8x20", 0))]
+    folder = tmp_path / "ladder-rec"
+    for (r, s), p in zip((("256x4x20", 0), ("256x4x20", 1)), made):
+        shutil.copytree(p.path, folder / "256x4x20" / f"256x4x20-seeds-{s}")
+    opendata.convert(folder / "256x4x20")  # joined in place: one file of two parts
+    shutil.copytree(made[2].path, folder / "256x8x20-seeds-0")
+    assert len(opendata.read(folder / "256x4x20" / opendata.FILE)) == 2
+    back = open_records(folder)
+    assert sorted(p.path.name for p in back) == ["256x4x20-seeds-0", "256x4x20-seeds-1", "256x8x20-seeds-0"]
+    key = lambda r: (r["rung"], r["K"], r["seed"])
+    assert sorted(L.rows(L.pool(back)), key=key) == sorted(L.rows(L.pool(made)), key=key)
+
+
 def test_the_chapter_reads_the_ladder_only_once_every_planned_part_is_in(tmp_path, monkeypatch):
     """The chapter's ladder section on tiny parts kept as the recorded folder: with one planned seed
     missing it pools nothing and says how far the record has come; complete, it judges the planned

@@ -101,19 +101,22 @@ def open_records(name) -> list:
     """Every finished run kept under ``name`` (a recorded run's folder, or a folder of such
     folders, e.g. one per seed), each through :func:`open_record`, in folder order; for a
     ``record.nc`` made in parts, one per part (its ``path`` is the part's folder as it was made),
-    then any parts in sub-folders not yet joined to it."""
+    then any parts in sub-folders not yet joined to it (a sub-folder's ``record.nc`` may hold
+    several parts too)."""
     from . import opendata
 
     folder = _resolve(name)
     subs = sorted(p for p in folder.iterdir() if (p / RECORD_FILE).is_file() or (p / opendata.FILE).is_file()) \
         if folder.is_dir() else []
+    # a sub-folder's record file may itself hold several parts (e.g. one file per rung of a ladder)
+    each = lambda p: _from_file(p) if (p / opendata.FILE).is_file() else [open_record(p)]
     if (folder / opendata.FILE).is_file():  # then the parts not yet joined to it
-        return _from_file(folder) + [open_record(p) for p in subs]
+        return _from_file(folder) + [r for p in subs for r in each(p)]
     if (folder / RECORD_FILE).is_file():
         return [open_record(folder)]
     if not subs:
         raise _no_run(folder, sub_folders=True)
-    return [open_record(p) for p in subs]
+    return [r for p in subs for r in each(p)]
 
 
 def made_parts(name) -> list:
