@@ -107,7 +107,7 @@ def test_start_writes_family_tolerance_learning_rate_and_momentum_and_momentum_z
 
 
 def test_run_cost_counts_checks():
-    r = {"loss_check_every": 5, "kernel_check_every": 10}
+    r = ad.AdaptiveParams.rebuild({"loss_check_every": 5, "kernel_check_every": 10})
     flops = {"step": 10.0, "relinearise": 3.0, "loss_check": 2.0, "kernel_check": 25.0}
     assert ad.run_cost("fixed", 100, 4, r, flops) == {"train": 1012.0, "checks": 0.0, "total": 1012.0, "n_checks": 0}
     assert ad.run_cost("loss", 100, 4, r, flops)["checks"] == 20 * 2.0

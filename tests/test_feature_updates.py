@@ -129,8 +129,8 @@ def test_a_training_pool_keeps_every_seeds_subset_out_of_the_enlarged_test_set()
 
     full = data.load("mnist1d")
     r = {"dataset": "mnist1d", "n_train": 100, "n_test": 200, "seed": 3, "train_pool": 1000, "n_test_final": 15_000}
-    ds, (xf, yf) = S.load_with_final(r)
-    ds2, (xf2, _) = S.load_with_final({**r, "seed": 4})
+    ds, (xf, yf) = S.load_with_final(S.SparseParams.rebuild(r))
+    ds2, (xf2, _) = S.load_with_final(S.SparseParams.rebuild({**r, "seed": 4}))
     inside, rest = S.pool_split(full.y_train, 1000)
     assert ds.n_train == 100 and ds.n_test == 200 and xf.shape[0] == full.n_test + full.n_train - 1000
     assert np.array_equal(np.asarray(xf), np.asarray(xf2))  # one test set for every seed

@@ -611,9 +611,9 @@ def test_fig5_tiny_runs_every_setting_and_size_chooses_on_validation_and_draws(t
     assert len(rows) == 4 * len(sc["sizes"]) * sc["seeds"]
     r = tiny5.meta["resolved"]
     labels = f5.labels_of(rows)
-    assert labels == [x[0] for x in f5.settings(r)] and r["n_val"] == sc["n_val"] and r["n_test"] == sc["n_test"]
+    assert labels == [x[0] for x in f5.settings(f5.Fig5Params.rebuild(r))] and r["n_val"] == sc["n_val"] and r["n_test"] == sc["n_test"]
     for row in rows:
-        assert row["steps"] == f5.steps_for(row["n"], sc)
+        assert row["steps"] == f5.steps_for(row["n"], f5.Fig5Params.rebuild(sc))
         assert row["updates"] == (row["steps"] if row["K"] == 1 else S.updates_of(row["K"], row["steps"]))
         h = tiny5.history(row["tag"])
         val = h.eval_array("val/accuracy_lin")

@@ -497,7 +497,7 @@ def test_formatting_helpers():
 
     assert fmt_K(5_000_000) == "5e6" and fmt_K(15000) == "15000" and fmt_K(math.inf) == "inf"
     assert fmt_value(10 ** 9) == "all" and fmt_value([1, 50_000, "inf"]) == "1, 50,000, ∞" and fmt_value(10 ** 6) == "1e6"
-    assert S.seed_list({"seed": 3, "seeds": 2}) == [3, 4] and S.seed_tag("K=1", 4) == "K=1 seed=4"
+    assert S.seed_list(S.SparseParams.rebuild({"seed": 3, "seeds": 2})) == [3, 4] and S.seed_tag("K=1", 4) == "K=1 seed=4"
 
 
 def test_late_gain_ignores_the_sawtooth_of_relinearisations():
@@ -538,7 +538,7 @@ def test_default_scale_test_set_can_resolve_the_close_margin(name):
 def test_prepare_measures_final_accuracies_on_the_large_test_set():
     r = {"dataset": "mnist1d", "n_train": 200, "n_test": 100, "n_eval_train": 100, "channels": 2, "seed": 0,
          "n_test_final": 3000}
-    setup = S.prepare(r)
+    setup = S.prepare(S.SparseParams.rebuild(r))
     assert setup.final[0].shape[0] == 3000 and setup.ds.n_test == 100       # curves on 100, verdicts on 3000
     assert np.bincount(np.asarray(setup.final[1])).min() == 300              # class-balanced
     assert S.n_test_judged(r) == 3000 and S.n_test_judged({**r, "n_test_final": None}) == 100

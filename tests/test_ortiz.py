@@ -127,7 +127,7 @@ def test_concentration_tiny_returns_what_the_chapter_needs(conc_tiny):
     for name in sizes["models"]:
         c = conc_tiny.meta["cost"][name]
         assert c["n"] == nk and len(c["ntk_seconds"]) == S and min(c["ntk_seconds"]) > 0
-        assert c["grams_per_seed"] == oc.grams_per_seed(r, name)
+        assert c["grams_per_seed"] == oc.grams_per_seed(oc.ConcentrationParams.rebuild(r), name)
 
 
 # ------------------------------------------------------------------------------ numerics against oracles
@@ -539,8 +539,8 @@ def test_modules_keep_to_the_contract_and_the_line_budget():
 
 
 def test_grams_per_seed_counts_every_gram_matrix():
-    r = {"align_models": ["mlp", "lenet"], "align_indices": [4, 16, 64], "link_model": "lenet",
-         "Ks": [1, 10, 70, math.inf]}
+    r = oc.ConcentrationParams.rebuild({"align_models": ["mlp", "lenet"], "align_indices": [4, 16, 64],
+                                        "link_model": "lenet", "Ks": [1, 10, 70, math.inf]})
     assert oc.grams_per_seed(r, "mlp") == 2 + 3
     assert oc.grams_per_seed(r, "lenet") == 2 + 3 + 2
     assert oc.grams_per_seed(r, "resnet18") == 2

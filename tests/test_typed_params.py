@@ -1,5 +1,6 @@
 """Typed parameters (issue 47): ``run`` receives its experiment's Params instance, resolved; the
-instance reads as a mapping too; the stored records keep their hashes."""
+instance is read by attribute only (a record's stored settings are typed again by ``rebuild``); the
+stored records keep their hashes."""
 
 import dataclasses
 import json
@@ -30,7 +31,7 @@ def test_run_receives_its_params_instance_resolved(tmp_path):
 
     def run(params, ctx):
         got.append(params)
-        return {"x": [params.steps * params.rate, params["steps"], len(params.sizes)]}
+        return {"x": [params.steps * params.rate, params.steps, len(params.sizes)]}
 
     register(Experiment("test_typed_toy", ToyParams, run), replace=True)
     try:
@@ -39,27 +40,37 @@ def test_run_receives_its_params_instance_resolved(tmp_path):
         unregister("test_typed_toy")
     (p,) = got
     assert type(p) is ToyParams and all(getattr(p, f.name) is not None for f in dataclasses.fields(p))
-    assert p.sizes == (1, 2) and p.extra == 7 and p["extra"] == 7 and list(rec["x"]) == [1.5, 3, 2]
+    assert p.sizes == (1, 2) and p.extra == 7 and list(rec["x"]) == [1.5, 3, 2]
     assert rec.meta["resolved"] == {**ToyParams.from_dict({"scale": "tiny"}).resolved()}
 
 
-def test_attribute_and_mapping_access_agree_and_resolve_matches_resolved():
+def test_params_are_read_by_attribute_resolve_matches_resolved_and_a_record_rebuilds_them():
+    """An instance is not a mapping (one way to read it: attributes); what ``run`` receives
+    (``resolve``) holds the values the record stores (``resolved``), and ``rebuild`` types a
+    record's stored settings again as ``run`` received them."""
+    from collections.abc import Mapping
+
     p = ToyParams.from_dict({"scale": "default"}).resolve()
-    assert p.extra is None and "extra" not in p and p.get("extra", 1) == 1  # the class's value for the other scales
-    assert isinstance(hash(p), int) and dict(p) == {**p} and len(p) == len(list(p))
-    with pytest.raises(KeyError):
-        p["SCALES"]
+    assert p.extra is None and not isinstance(p, Mapping)  # the class's value for the other scales
+    with pytest.raises(TypeError):
+        p["steps"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.steps = 1
+    assert isinstance(hash(p), int) and p.replace(seed=5).seed == 5 and p.replace(seed=5).steps == p.steps
     for name in E.names():
         cls = E.get(name).params
         for scale in ("tiny", "default", "paper"):
             given = cls.from_dict({"scale": scale})
             inst, plain = given.resolve(), given.resolved()
-            assert type(inst) is cls and list(inst) == list(plain), (name, scale)
+            back = cls.rebuild(plain)
+            assert type(inst) is cls and type(back) is cls, (name, scale)
+            assert set(vars(inst)) == set(plain) == set(vars(back)), (name, scale)
             for k, v in plain.items():
-                assert inst[k] == getattr(inst, k) and (list(inst[k]) if isinstance(inst[k], tuple) else inst[k]) == v
-                assert not isinstance(inst[k], list), (name, k)  # tuples stay tuples
+                got = getattr(inst, k)
+                assert (list(got) if isinstance(got, tuple) else got) == v and getattr(back, k) == got, (name, k)
+                assert not isinstance(got, list), (name, k)  # tuples stay tuples
+            moved = inst.replace(seed=inst.seed + 1)
+            assert vars(moved) == {**vars(inst), "seed": inst.seed + 1}, (name, scale)  # scale-only settings kept
 
 
 def test_every_stored_record_keeps_its_params_hash():

@@ -82,7 +82,6 @@ Conventions:
 from __future__ import annotations
 
 import ast
-import collections.abc
 import dataclasses
 import functools
 import hashlib
@@ -280,7 +279,7 @@ def _check_batch_fits(resolved: Mapping) -> None:
 
 
 @dataclass(frozen=True)
-class Params(collections.abc.Mapping):
+class Params:
     """Base of every experiment's parameters: a frozen dataclass with ``scale`` and ``seed``.
 
     Subclasses add fields (:func:`param`) and may set ``SCALES = {scale: {field: value}}`` for
@@ -290,11 +289,9 @@ class Params(collections.abc.Mapping):
     value for the scales that leave it out.
 
     ``run`` receives an instance with every ``None`` filled in (:meth:`resolve`) and reads it
-    by attribute (``params.n_train``). An instance is also a read-only mapping (``params["n_train"]``,
-    ``params.get("n_test_final")``, ``dict(params)``; its keys are the fields and the scale-only
-    settings :meth:`resolve` filled in) because the helpers that ``run`` shares with ``claims`` and
-    ``summary`` are given either the instance or a record's stored settings, a plain dict
-    (:meth:`Experiment.resolved`), and read both the same way.
+    by attribute (``params.n_train``); an instance is not a mapping. A helper that ``run`` shares
+    with ``claims`` or a chapter reads attributes too, and is given a record's stored settings
+    typed again (:meth:`rebuild`), not the plain dict the record keeps.
     """
 
     SCALES: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
@@ -366,17 +363,35 @@ class Params(collections.abc.Mapping):
                 object.__setattr__(obj, k, v)
         return obj
 
-    def __getitem__(self, key):
-        if isinstance(key, str) and key in self.__dict__:  # the fields, and the scale-only settings
-            return self.__dict__[key]
-        raise KeyError(key)
+    @classmethod
+    def rebuild(cls, stored: Mapping) -> "Params":
+        """A record's stored settings (``meta["resolved"]``, :meth:`Experiment.resolved`) typed
+        again, as ``run`` received them: its fields from ``stored`` (defaults for those it lacks,
+        lists as tuples, not validated again: the record ran with them) and its other settings (the
+        scale's, or sizes a run measured) as attributes.
 
-    def __iter__(self):
-        fields = self.names()
-        return iter([*fields, *(k for k in self.__dict__ if k not in fields)])
+        >>> @dataclass(frozen=True)
+        ... class P(Params):
+        ...     n_train: int = param(10, "training examples")
+        >>> p = P.rebuild({"scale": "tiny", "seed": 3, "n_train": 8, "n_test_final": 500})
+        >>> p.seed, p.n_train, p.n_test_final
+        (3, 8, 500)
+        """
+        fields, typed = set(cls.names()), {k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()}
+        obj = cls(**{k: v for k, v in typed.items() if k in fields})
+        for k, v in typed.items():
+            if k not in fields:
+                object.__setattr__(obj, k, v)
+        return obj
 
-    def __len__(self) -> int:
-        return len(self.__dict__)
+    def replace(self, **changes) -> "Params":
+        """A copy with ``changes`` to its fields that keeps its other settings
+        (:func:`dataclasses.replace` keeps the fields only)."""
+        obj, fields = dataclasses.replace(self, **changes), set(self.names())
+        for k, v in vars(self).items():
+            if k not in fields:
+                object.__setattr__(obj, k, v)
+        return obj
 
     def check(self) -> None:
         """Cross-field checks (raise ValueError naming the parameters); none by default."""

@@ -136,14 +136,15 @@ class Setup(NamedTuple):
     final: Optional[tuple] = None
 
 
-def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[int] = None,
+def prepare(r: "Params", batch_size: Optional[int] = None, data_seed: Optional[int] = None,
             generation: Optional[Mapping] = None) -> Setup:
-    """Load the data and build and initialise the model for resolved parameters ``r``. A
+    """Load the data and build and initialise the model for resolved parameters ``r`` (an
+    experiment's :class:`~itlin.book.study.Params`, or a record's rebuilt by its ``rebuild``). A
     ``batch_size`` larger than the training set fails here, before any training. The subsets
-    are drawn with ``data_seed`` (default ``r["seed"]``); the model is initialised from
-    ``r["seed"]`` either way.
+    are drawn with ``data_seed`` (default ``r.seed``); the model is initialised from
+    ``r.seed`` either way.
 
-    With ``r["n_test_final"]`` set (a scale-table entry), the final accuracies are measured on a
+    With ``r.n_test_final`` set (a scale-table entry), the final accuracies are measured on a
     class-balanced test set of that many examples (``Setup.final``; for MNIST-1D generated with
     :data:`MNIST1D_LARGE` when it exceeds the standard split), while the curves during training
     are evaluated on ``n_test`` of them (``Setup.evals["test"]``): a large test set resolves small
@@ -151,12 +152,12 @@ def prepare(r: Mapping, batch_size: Optional[int] = None, data_seed: Optional[in
     there (default :data:`MNIST1D_LARGE`, see :func:`load_with_final`)."""
     import jax.numpy as jnp
 
-    ds, final = load_with_final(r if data_seed is None else {**r, "seed": int(data_seed)}, generation)
+    ds, final = load_with_final(r if data_seed is None else r.replace(seed=int(data_seed)), generation)
     if batch_size is not None and batch_size > ds.n_train:
         raise ValueError(f"batch_size={batch_size} is more than the {ds.n_train} training examples.")
-    model = model_for(r["dataset"], r["channels"], ds.num_outputs)
-    params, model_state = init_params(model, ds.x_train, r["seed"])
-    return Setup(ds, model, params, model_state, eval_sets(ds, r["n_eval_train"]),
+    model = model_for(r.dataset, r.channels, ds.num_outputs)
+    params, model_state = init_params(model, ds.x_train, r.seed)
+    return Setup(ds, model, params, model_state, eval_sets(ds, r.n_eval_train),
                  jnp.asarray(ds.x_train), jnp.asarray(ds.y_train), final)
 
 
@@ -184,7 +185,7 @@ def pool_split(labels, pool: int) -> tuple:
     return np.sort(inside), np.setdiff1d(np.arange(labels.size), inside)
 
 
-def load_with_final(r: Mapping, generation: Optional[Mapping] = None) -> tuple:
+def load_with_final(r: "Params", generation: Optional[Mapping] = None) -> tuple:
     """``(ds, final)``: the data of :func:`prepare` for resolved parameters ``r`` (``dataset``,
     ``n_train``, ``n_test``, ``seed`` and optionally ``n_test_final`` and ``train_pool``), and the
     large test set ``final = (x, y)`` the final accuracies are measured on (``None`` without
@@ -198,31 +199,31 @@ def load_with_final(r: Mapping, generation: Optional[Mapping] = None) -> tuple:
     every run's training subset."""
     import jax.numpy as jnp
 
-    if r.get("train_pool"):
+    if getattr(r, "train_pool", None):
         from dataclasses import replace as _replace
 
         from .... import data
 
-        full = data.load(r["dataset"])
-        inside, rest = pool_split(full.y_train, int(r["train_pool"]))
-        if int(r["n_train"]) > inside.size:
-            raise ValueError(f"n_train={r['n_train']} is more than the train_pool of {inside.size} examples it is "
+        full = data.load(r.dataset)
+        inside, rest = pool_split(full.y_train, int(r.train_pool))
+        if int(r.n_train) > inside.size:
+            raise ValueError(f"n_train={r.n_train} is more than the train_pool of {inside.size} examples it is "
                              "drawn from.")
         pooled = _replace(full, x_train=full.x_train[inside], y_train=full.y_train[inside],
                           meta={**full.meta, "train_index": inside, "n_train": int(inside.size)})
-        n_te = None if r["n_test"] >= full.n_test else int(r["n_test"])
-        ds = pooled.subset(int(r["n_train"]), n_te, seed=r["seed"])
+        n_te = None if r.n_test >= full.n_test else int(r.n_test)
+        ds = pooled.subset(int(r.n_train), n_te, seed=r.seed)
         final = (jnp.asarray(np.concatenate([full.x_test, full.x_train[rest]])),
                  jnp.asarray(np.concatenate([full.y_test, full.y_train[rest]])))
         return ds, final
-    big = r.get("n_test_final")
+    big = getattr(r, "n_test_final", None)
     if not big:
-        return load_data(r["dataset"], r["n_train"], r["n_test"], r["seed"]), None
-    gen = (generation or MNIST1D_LARGE) if r["dataset"] == "mnist1d" and int(big) > MNIST1D_TEST else None
-    ds = load_data(r["dataset"], r["n_train"], int(big), r["seed"], generation=gen)
+        return load_data(r.dataset, r.n_train, r.n_test, r.seed), None
+    gen = (generation or MNIST1D_LARGE) if r.dataset == "mnist1d" and int(big) > MNIST1D_TEST else None
+    ds = load_data(r.dataset, r.n_train, int(big), r.seed, generation=gen)
     final = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
-    if r["n_test"] < ds.n_test:
-        ds = ds.subset(None, int(r["n_test"]), seed=r["seed"])
+    if r.n_test < ds.n_test:
+        ds = ds.subset(None, int(r.n_test), seed=r.seed)
     return ds, final
 
 
@@ -308,9 +309,9 @@ def data_meta(ds, model) -> dict:
 
 
 # ------------------------------------------------------------------------------ seeds
-def seed_list(r: Mapping) -> list:
+def seed_list(r: "Params") -> list:
     """The seeds of a run: ``seed, seed + 1, ..., seed + seeds - 1``."""
-    return [int(r["seed"]) + i for i in range(int(r["seeds"]))]
+    return [int(r.seed) + i for i in range(int(r.seeds))]
 
 
 def seed_tag(tag: str, seed: int) -> str:
@@ -338,10 +339,10 @@ class SeedRuns(NamedTuple):
     loss_every: Optional[int] = None
 
 
-def seed_runs(r: Mapping, tag: str, trainer, setup: Setup, steps: int, info: Mapping, **options) -> SeedRuns:
+def seed_runs(r: "Params", tag: str, trainer, setup: Setup, steps: int, info: Mapping, **options) -> SeedRuns:
     """The :class:`SeedRuns` of a setting of an experiment whose resolved parameters ``r`` give the
     seeds (:func:`seed_list`) and ``blowup``; ``options``: its other fields."""
-    return SeedRuns(tag, trainer, setup, int(steps), dict(info), tuple(seed_list(r)), float(r["blowup"]), **options)
+    return SeedRuns(tag, trainer, setup, int(steps), dict(info), tuple(seed_list(r)), float(r.blowup), **options)
 
 
 def fit_seeds(ctx, job: SeedRuns, runs: dict) -> None:

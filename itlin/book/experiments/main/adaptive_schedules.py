@@ -175,24 +175,24 @@ def cost_flops(setup, probe) -> dict:
             "kernel_check": flops(jax.jit(lambda p: ntk(f, p, probe, trace=True)).lower(setup.params))}
 
 
-def run_cost(family: str, steps: int, updates: int, r: Mapping, flops: Mapping) -> dict:
+def run_cost(family: str, steps: int, updates: int, r: AdaptiveParams, flops: Mapping) -> dict:
     """A run's flops: ``train`` (steps, relinearisations), ``checks`` (the anchor's kernel included)."""
-    n = {"loss": int(steps) // int(r["loss_check_every"]),
-         "kernel": int(steps) // int(r["kernel_check_every"]) + 1}.get(family, 0)
+    n = {"loss": int(steps) // int(r.loss_check_every),
+         "kernel": int(steps) // int(r.kernel_check_every) + 1}.get(family, 0)
     checks = n * {"loss": flops["loss_check"], "kernel": flops["kernel_check"]}.get(family, 0.0)
     train = steps * flops["step"] + updates * flops["relinearise"]
     return {"train": float(train), "checks": float(checks), "total": float(train + checks), "n_checks": n}
 
 
-def frontier_trainer(setup, r: Mapping):
+def frontier_trainer(setup, r: AdaptiveParams):
     """``(trainer, probe)``: the one trainer of every run of resolved parameters ``r`` on ``setup``
     (:func:`schedule_in_state`; its probe, the first ``probe_size`` training inputs)."""
     from ....core.train import iterative_linearisation
 
-    probe = setup.x[: int(r["probe_size"])]
+    probe = setup.x[: int(r.probe_size)]
     trainer = iterative_linearisation(setup.model, optimizer(), schedule_in_state(
-        setup.model.bind(setup.model_state), probe, loss_check_every=int(r["loss_check_every"]),
-        kernel_check_every=int(r["kernel_check_every"])))
+        setup.model.bind(setup.model_state), probe, loss_check_every=int(r.loss_check_every),
+        kernel_check_every=int(r.kernel_check_every)))
     return trainer, probe
 
 
@@ -237,7 +237,7 @@ def run(params: AdaptiveParams, ctx):
 # ------------------------------------------------------------------------------ rows and claims
 def rows(rec) -> list:
     """One row per run: :func:`~._rows.run_summary` plus its group, family, value, rates, seed and cost."""
-    r, flops, out = rec.meta["resolved"], {k: float(v) for k, v in rec["flops"].items()}, []
+    r, flops, out = AdaptiveParams.rebuild(rec.meta["resolved"]), {k: float(v) for k, v in rec["flops"].items()}, []
     for name, info in rec.meta["runs"].items():
         row = R.run_summary(rec, name)
         row.update(group=info["group"], family=info["family"], seed=int(info["seed"]),
@@ -258,7 +258,7 @@ class FrontierRuns:
     the record's runs (up to the machine's last bits)."""
 
     def __init__(self, rec):
-        self.r = dict(rec.meta["resolved"])
+        self.r = AdaptiveParams.rebuild(rec.meta["resolved"])
         self.flops = {k: float(v) for k, v in rec["flops"].items()}
         self._setup = self._trainer = None
         self._rows = {}
@@ -277,15 +277,15 @@ class FrontierRuns:
         for s in seeds:
             key = (family, float(value), int(s))
             if key not in self._rows:
-                init = (setup.params, setup.model_state) if int(s) == int(r["seed"]) else \
+                init = (setup.params, setup.model_state) if int(s) == int(r.seed) else \
                     S.init_params(setup.model, setup.x, int(s))
-                res = fit(trainer, start(trainer, *init, family, float(value), r["learning_rate"], r["momentum"],
-                                         r["steps"]), setup.x, setup.y, int(r["steps"]), eval_sets=setup.evals,
-                          eval_every=int(r["eval_every"]), seed=int(s), blowup=float(r["blowup"]))
+                res = fit(trainer, start(trainer, *init, family, float(value), r.learning_rate, r.momentum,
+                                         r.steps), setup.x, setup.y, int(r.steps), eval_sets=setup.evals,
+                          eval_every=int(r.eval_every), seed=int(s), blowup=float(r.blowup))
                 h, done = res.history, res.history.status == "completed"
                 final = S.final_metrics(trainer, res.state, setup.final) if done and setup.final is not None else {}
                 row = {"group": "frontier", "family": family, "value": float(value), "seed": int(s),
-                       "learning_rate": float(r["learning_rate"]), "momentum": float(r["momentum"]),
+                       "learning_rate": float(r.learning_rate), "momentum": float(r.momentum),
                        "steps": int(res.state.step), "updates": int(res.state.feature_updates),
                        "status": "completed" if done else h.describe(), "diverged_at": h.diverged_at,
                        "relin_steps": list(h.relin_steps), "trained_here": True,

@@ -58,8 +58,9 @@ SCALES = {
 }
 
 
-def steps_for(n: int, r) -> int:
-    return max(int(r["min_steps"]), int(math.ceil(float(r["epochs"]) * n / int(r["batch_size"]))))
+def steps_for(n: int, r: "Fig5Params") -> int:
+    """The steps of a run on ``n`` examples: at least ``min_steps``, and ``epochs`` passes."""
+    return max(int(r.min_steps), int(math.ceil(float(r.epochs) * n / int(r.batch_size))))
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Fig5Params(Params):
     DERIVED = (
         Derived("network", lambda r: f"LeNet-{'2D' if r['dataset'] in S.IMAGE_DATASETS else '1D'}, "
                                      f"{r['channels']} channels", "Appendix C", after="dataset"),
-        Derived("steps per run (by size)", lambda r: [steps_for(n, r) for n in r["sizes"]],
+        Derived("steps per run (by size)", lambda r: [steps_for(n, Fig5Params.rebuild(r)) for n in r["sizes"]],
                 "our choice: \"trained until convergence\", at least min_steps and epochs passes", after="epochs"),
     )
 
@@ -129,11 +130,10 @@ class Setting(NamedTuple):
     learning_rate: float
 
 
-def settings(r) -> list:
-    """The four :class:`Setting` s, in plotting order (``r``: resolved parameters, a mapping)."""
-    return [Setting(f"K=1, lr {r['lr']:g}", 1, r["lr"]), Setting(f"{K_label(r['K'])}, lr {r['lr']:g}", r["K"], r["lr"]),
-            Setting(f"K=1, lr {r['lr_inf']:g}", 1, r["lr_inf"]),
-            Setting(f"K=∞, lr {r['lr_inf']:g}", math.inf, r["lr_inf"])]
+def settings(r: Fig5Params) -> list:
+    """The four :class:`Setting` s, in plotting order (``r``: resolved parameters)."""
+    return [Setting(f"K=1, lr {r.lr:g}", 1, r.lr), Setting(f"{K_label(r.K)}, lr {r.lr:g}", r.K, r.lr),
+            Setting(f"K=1, lr {r.lr_inf:g}", 1, r.lr_inf), Setting(f"K=∞, lr {r.lr_inf:g}", math.inf, r.lr_inf)]
 
 
 def split(full, n_val: int, seed: int):

@@ -103,16 +103,16 @@ class ConcentrationParams(C.OrtizParams):
 
 
 # ------------------------------------------------------------------------------ kernels
-def grams_per_seed(r: Mapping, name: str) -> int:
+def grams_per_seed(r: ConcentrationParams, name: str) -> int:
     """NTK Gram matrices one initialisation of ``name`` needs: at initialisation, after training,
     per trained eigenfunction (``align_models``) and per period ``1 < K < inf`` (``link_model``).
 
-    >>> grams_per_seed({"align_models": ["mlp"], "align_indices": [4, 16], "link_model": "mlp",
-    ...                 "Ks": [1, 10, 70, float("inf")]}, "mlp")
+    >>> grams_per_seed(ConcentrationParams.rebuild({"align_models": ["mlp"], "align_indices": [4, 16],
+    ...                                             "link_model": "mlp", "Ks": [1, 10, 70, float("inf")]}), "mlp")
     6
     """
-    n = 2 + (len(r["align_indices"]) if name in r["align_models"] else 0)
-    return n + (sum(1 for K in r["Ks"] if float(K) != 1 and math.isfinite(float(K))) if name == r["link_model"] else 0)
+    n = 2 + (len(r.align_indices) if name in r.align_models else 0)
+    return n + (sum(1 for K in r.Ks if float(K) != 1 and math.isfinite(float(K))) if name == r.link_model else 0)
 
 
 def key_K(K) -> str:
