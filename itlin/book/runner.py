@@ -8,7 +8,7 @@ Every chapter of the book runs its experiment through :func:`run`::
     rec.status_text       # in words: "completed", "diverged at step 412", or a summary of several
                           # runs (each run's status is data in rec.runs[tag]: "status" and "diverged_at")
     rec["test_rmse"]      # the arrays the experiment returned
-    rec.history("K=inf")  # the History of one training run made with ctx.fit
+    rec.history("K=inf")  # the History of one training run made with ctx.run
 
 What it does:
 

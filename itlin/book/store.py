@@ -135,7 +135,7 @@ class Record:
 
     @property
     def runs(self) -> dict:
-        """``{tag: summary}`` of the training runs made with ``ctx.fit``: status, diverged_at,
+        """``{tag: summary}`` of the training runs made with ``ctx.run``: status, diverged_at,
         steps, feature_updates, resumed_from and ``final`` (the last evaluation's metrics)."""
         return self.info.get("runs", {})
 
@@ -188,7 +188,7 @@ class Record:
         raise KeyError(f"{key!r} is not in the results of {self.experiment}; keys: {', '.join(self.keys())}.")
 
     def history(self, tag: str):
-        """The :class:`itlin.History` of the training run ``tag`` (as made by ``ctx.fit``)."""
+        """The :class:`itlin.History` of the training run ``tag`` (as made by ``ctx.run``)."""
         from ..core.loop import History
 
         if tag not in self.runs:

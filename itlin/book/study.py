@@ -75,7 +75,7 @@ Conventions:
   again, and records of the same major version still stand for the chapter's live run.
 * ``run`` returns a dict (nested dicts allowed) of arrays, numbers or strings. Two keys are
   special: ``"status"`` (overrides the status the runner derives from the fits) and ``"meta"``
-  (a JSON-able dict stored in the record). Use ``ctx.fit`` for training runs and ``ctx.stage``
+  (a JSON-able dict stored in the record). Use ``ctx.run(FitJob(...))`` for training runs and ``ctx.stage``
   for other expensive sub-results so that an interrupted run resumes.
 """
 

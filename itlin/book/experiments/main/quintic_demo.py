@@ -9,12 +9,13 @@ import functools
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
 from ....metrics import two_line_fit
 from ... import verdicts as V
+from ...checkpoints import FitJob
 from ...labels import K_label, fmt_value
 from .. import Experiment, Params, Period, param, register
 from . import _setup as S
@@ -97,10 +98,10 @@ def _problem(width, depth, seed):
 
 
 def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: int = 5, evals: int = 200,
-                  fit_fn: Optional[Callable] = None, tag: Optional[str] = None,
-                  blowup: Optional[float] = BLOWUP) -> DemoRun:
+                  ctx=None, blowup: Optional[float] = BLOWUP) -> DemoRun:
     """Train one setting (full batch, SGD at ``lr``, period ``K``; diverged above ``blowup`` times the
-    first loss); ``fit_fn``: :func:`itlin.fit` or the runner's ``ctx.fit``."""
+    first loss): by :func:`itlin.fit`, or with ``ctx`` (a run's context) as its training run
+    :func:`setting_tag` (:class:`~itlin.book.checkpoints.FitJob`, checkpointed)."""
     from ....core._tree import tree_all_finite
     from ....core.linearise import linearised_apply, ntk as empirical_ntk
     from ....core.loop import fit
@@ -110,10 +111,10 @@ def train_setting(K, lr, steps: int, *, seed: int = 0, width: int = 50, depth: i
     ds, net, params, x_grid = _problem(width, depth, seed)
     K = parse_period(K)
     trainer = S.trainer(net, K == 1, loss="squared")  # compiled once for every K and lr of a grid
-    kw = {"eval_sets": {"train": (ds.x_train, ds.y_train), "test": (ds.x_test, ds.y_test)},
-          "eval_every": max(1, int(steps) // max(1, int(evals))), "blowup": blowup}
-    args = (trainer, S.start(trainer, params, None, K, None, lr), ds.x_train, ds.y_train, int(steps))
-    res = fit(*args, **kw) if fit_fn is None else fit_fn(tag or setting_tag(K, lr), *args, **kw)
+    job = FitJob(setting_tag(K, lr), trainer, S.start(trainer, params, None, K, None, lr), ds.x_train, ds.y_train,
+                 int(steps), eval_sets={"train": (ds.x_train, ds.y_train), "test": (ds.x_test, ds.y_test)},
+                 eval_every=max(1, int(steps) // max(1, int(evals))), blowup=blowup)
+    res = fit(job.trainer, job.state, job.x, job.y, job.steps, **job.options()) if ctx is None else ctx.run(job)
     st, apply = res.state, net.bind(res.state.model_state)
 
     def ntk_max(p):
@@ -158,7 +159,7 @@ def run(params: QuinticParams, ctx):
     for lr in params.learning_rates:
         for K in params.Ks:
             res = train_setting(K, lr, params.steps, seed=params.seed, width=params.width, depth=params.depth,
-                                evals=params.evals, fit_fn=ctx.fit, tag=setting_tag(K, lr), blowup=params.blowup)
+                                evals=params.evals, ctx=ctx, blowup=params.blowup)
             out["settings"][setting_tag(K, lr)] = {"f_net": res.f_net, "f_lin": res.f_lin, "ntk_max_init": res.ntk_max_init,
                                                      "feature_updates": res.feature_updates, "ntk_max_end": res.ntk_max_end}
             out.setdefault("x_grid", res.x_grid)
