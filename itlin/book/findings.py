@@ -743,10 +743,8 @@ def setting(rec) -> str:
     parts = []
     if r.get("dataset"):
         parts.append(data.get(r["dataset"], r["dataset"]))
-    elif name.startswith("arbel"):
-        parts.append("teacher-student")
-    elif name.startswith("fig9"):
-        parts.append("quintic")
+    elif experiments.get(name).params.TASK:
+        parts.append(experiments.get(name).params.TASK)
     if r.get("n_train"):
         parts.append(f"{int(r['n_train']):,} training examples")
     if r.get("steps"):

@@ -300,6 +300,8 @@ class Params:
     PAPER: ClassVar[Mapping[str, Any]] = {}
     #: rows of the settings table computed from the resolved parameters
     DERIVED: ClassVar[Sequence[Derived]] = ()
+    #: the data, in words, of an experiment without a ``dataset`` parameter (the Findings' setting)
+    TASK: ClassVar[str] = ""
 
     scale: Literal["default", "tiny", "paper"] = param("default", "tiny (tests), default (the book), paper")
     seed: int = param(0, "random seed", min=0, lt=2 ** 32)

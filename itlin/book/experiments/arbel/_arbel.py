@@ -48,6 +48,8 @@ class ArbelParams(Params):
     """What every Arbel experiment takes: sizes, seeds, the student, GN's damping, the stopping
     rule and the margin of the claims."""
 
+    TASK = "teacher-student"
+
     seeds: Optional[int] = _p(None, "independent runs (teacher, data and student change); None: from scale", "seeds",
                               "one in their Figs. 1-2, five in App. C.1", min=1)
     width: Optional[int] = _p(None, "hidden units M of the student", "student width M", "Section 5.1", min=1)

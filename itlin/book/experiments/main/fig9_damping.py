@@ -46,6 +46,7 @@ NOT_STATED = "our choice: not stated"
 @dataclass(frozen=True)
 class Fig9Params(Params):
     SCALES = SCALES
+    TASK = "quintic"
     DERIVED = (Derived("gradient-flow time at the largest damping (steps / λ)",
                        lambda r: r["gn_steps"] / max(r["dampings"]), "our rule: 20 at every scale", after="gn_steps"),)
 
