@@ -17,8 +17,8 @@ from itlin.book.experiments import Experiment, Params, param, register
 
 
 def run_seeds(p, ctx):
-    seeds = range(p["seed"], p["seed"] + p["seeds"])
-    draws = np.stack([np.random.default_rng(s).normal(p["shift"], 1.0, size=3) for s in seeds])
+    seeds = range(p.seed, p.seed + p.seeds)
+    draws = np.stack([np.random.default_rng(s).normal(p.shift, 1.0, size=3) for s in seeds])
     return {"draws": draws, "constant": np.arange(4.0), "seconds": np.random.default_rng().random(2)}
 
 

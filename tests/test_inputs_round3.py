@@ -394,7 +394,7 @@ def test_rewrite_keeps_a_tallied_record_made_in_parts(tmp_path):
 
 # ------------------------------------------------------------------------------ commands: one line per failure
 def _seeds_run(p, ctx):
-    seeds = range(p["seed"], p["seed"] + p["seeds"])
+    seeds = range(p.seed, p.seed + p.seeds)
     return {"draws": np.stack([np.random.default_rng(s).normal(1.0, 1.0, size=3) for s in seeds])}
 
 

@@ -76,16 +76,16 @@ def run_tiny(p, ctx):
     CALLS["test_tiny"] += 1
     from itlin.data import load
 
-    ds = load(p["dataset"])
+    ds = load(p.dataset)
     x, y, xt, yt = ds.x_train, ds.y_train, ds.x_test[::10], ds.y_test[::10]
-    init = ctx.stage("init", lambda: {"params": mlp_init(p["seed"]), "note": "initial weights"})
+    init = ctx.stage("init", lambda: {"params": mlp_init(p.seed), "note": "initial weights"})
     out = {"init_note": init["note"]}
-    for K in ctx.progress(p["Ks"], desc="K"):
-        trainer = tiny_trainer(K, p["learning_rate"])
+    for K in ctx.progress(p.Ks, desc="K"):
+        trainer = tiny_trainer(K, p.learning_rate)
         state = trainer.init(jax.tree_util.tree_map(jnp.asarray, init["params"]))
         tag = f"K={K}"
-        res = ctx.fit(tag, trainer, state, x, y, p["steps"], batch_size=p["batch_size"], chunk_size=8,
-                      loop=p["loop"], eval_sets={"train": (x, y), "test": (xt, yt)}, eval_every=20, seed=p["seed"],
+        res = ctx.fit(tag, trainer, state, x, y, p.steps, batch_size=p.batch_size, chunk_size=8,
+                      loop=p.loop, eval_sets={"train": (x, y), "test": (xt, yt)}, eval_every=20, seed=p.seed,
                       callback=_callback(tag))
         out[tag] = {"params": res.state.params, "anchor": res.state.anchor,
                     "opt_state": {str(i): leaf for i, leaf in enumerate(jax.tree_util.tree_leaves(res.state.opt_state))},
@@ -114,12 +114,12 @@ def run_diverge(p, ctx):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 2)).astype(np.float32)
     y = np.sin(x[:, :1]).astype(np.float32)
-    s = p["nan_at"]
+    s = p.nan_at
     runs = {"stable": 0.05, "unstable": lambda count: jnp.where(count >= s - 2, jnp.nan, 0.05)}
     out = {}
-    for tag in p["runs"]:
-        trainer = itlin.iterative_linearisation(mlp_apply, optax.sgd(runs[tag]), p["K"], loss="squared")
-        res = ctx.fit(tag, trainer, trainer.init(mlp_init(0, d_in=2)), x, y, p["steps"],
+    for tag in p.runs:
+        trainer = itlin.iterative_linearisation(mlp_apply, optax.sgd(runs[tag]), p.K, loss="squared")
+        res = ctx.fit(tag, trainer, trainer.init(mlp_init(0, d_in=2)), x, y, p.steps,
                       eval_sets={"train": (x, y)}, eval_every=5)
         out[tag] = {"loss": np.asarray(res.history.loss)}
     return out
@@ -142,7 +142,7 @@ def run_stage(p, ctx):
 
     def sweep():
         CALLS["test_stage/sweep"] += 1
-        d = np.asarray(p["dampings"])
+        d = np.asarray(p.dampings)
         return {"dampings": d, "curves": {"eval/test/rmse": np.outer(d, np.arange(3.0))}, "count": 3}
 
     res = ctx.stage("sweep", sweep)
