@@ -5,6 +5,7 @@ itlin.metrics.min_cosine_distance. Every claim's rule is checked on constructed 
 fails and cannot resolve where it should."""
 
 import math
+from types import SimpleNamespace
 
 import jax
 import matplotlib
@@ -355,7 +356,7 @@ def _steps(gn=(0.01, 0.03), gd=(0.05, 0.02), noise=0.02, seeds=6, gain_gn=0.5, g
     lrs, T = np.array([1e-2, 10.0, 100.0]), 6
     rf = np.full(seeds, 0.06)
     out = {"lr": {"gn": lrs, "gd": lrs}, "final": {}, "trace": {}, "ends": {"gn": np.arange(T), "gd": np.arange(T)},
-           "diverged": {}, "converged": {}, "steps": {}, "best": {}, "rf": rf, "r": {**R_STEPS, **r}}
+           "diverged": {}, "converged": {}, "steps": {}, "best": {}, "rf": rf, "r": SimpleNamespace(**{**R_STEPS, **r})}
     for m, (a, b), gain in (("gn", gn, gain_gn), ("gd", gd, gain_gd)):
         lrfit = np.array([a, math.sqrt(a * b), b])[:, None] * 10 ** (noise * rng.standard_normal((3, seeds)))
         train = np.ones((3, seeds, T))
@@ -530,7 +531,7 @@ def test_silu_claims_compare_the_steps_chosen_on_validation():
 def _init(gap_small=0.5, gap_large=0.0, sigma_rel_growth=1.0, sigma_rel_large=0.0, noise=0.02, seeds=6):
     rng = np.random.default_rng(1)
     rf = np.full((3, seeds), 0.06) * 10 ** (noise * rng.standard_normal((3, seeds)))
-    s = {"tau0": np.array([1e-3, 1.0, 100.0]), "rf": rf, "r": {"effect": 0.1},
+    s = {"tau0": np.array([1e-3, 1.0, 100.0]), "rf": rf, "r": SimpleNamespace(effect=0.1),
          "lr": {"gn": np.array([10.0]), "gd": np.array([10.0])}, "best": {"gn": np.zeros(3, int),
                                                                           "gd": np.zeros(3, int)},
          "best_final": {}, "best_trace": {}, "best_diverged": {}}
@@ -573,7 +574,7 @@ def _samples(learned=-1.5, rf=-0.5, regime=0.5, bend=0.0, noise=0.02, seeds=8, n
     test[:, 1] = curve(learned + regime)[:, 1]
     return {"n": n, "tau0": np.array([1e-3, 1.0]), "rf": curve(rf), "test": {"gn": test, "gd": test.copy()},
             "diverged": {m: np.zeros((len(n), 2, seeds), bool) for m in ("gn", "gd")},
-            "lr": {}, "best": {}, "r": {"activation": "relu", "effect": 0.1, "n_trains": list(n)}}
+            "lr": {}, "best": {}, "r": SimpleNamespace(activation="relu", effect=0.1, n_trains=list(n))}
 
 
 def test_sample_size_claims_hold_fail_and_cannot_resolve():
@@ -608,8 +609,8 @@ def _width(gn=0.0, gd=0.02, rf=-0.4, noise=0.01, seeds=10):
     lw = np.log10(w / 160)[:, None]
     curve = lambda slope, level: level * 10 ** (slope * lw + noise * rng.standard_normal((4, seeds)))  # noqa: E731
     return {"width": w, "rf": curve(rf, 0.1), "test": {"gn": curve(gn, 0.02), "gd": curve(gd, 0.03)},
-            "diverged": {m: np.zeros((4, seeds), bool) for m in ("gn", "gd")}, "r": {"effect": 0.1,
-                                                                                  "widths": list(w)}}
+            "diverged": {m: np.zeros((4, seeds), bool) for m in ("gn", "gd")}, "r": SimpleNamespace(effect=0.1,
+                                                                                               widths=list(w))}
 
 
 def test_width_claims_hold_fail_and_cannot_resolve():
@@ -623,7 +624,7 @@ def test_width_claims_hold_fail_and_cannot_resolve():
 
 def _mnist(small=0.01, large=0.03, **kw):
     s = _steps(gn=(small, large), **kw)
-    s["r"]["gd_limit"] = 10.0
+    s["r"].gd_limit = 10.0
     s["lr"]["gd"] = np.array([1.0, 10.0, 100.0])
     s["diverged"]["gd"] = np.array([[False] * 6, [False] * 6, [True] * 6])
     return s
@@ -666,7 +667,7 @@ def test_damping_claims_and_the_quintic_claim_read_from_its_record():
            "lrfit": np.array([[0.05] * 5, [0.1] * 5]) * 10 ** (0.01 * np.arange(5))}
 
     class Rec(dict):
-        meta = {"resolved": {"effect": 0.1}}
+        settings = SimpleNamespace(effect=0.1)
 
     assert _verdicts(ED.claims(Rec(rec))) == {"damping.test": HOLDS, "damping.lrfit": FAILS}
     noisy = Rec(rec, test=np.array([[0.1] * 5, [0.08] * 5]) * 10 ** (0.3 * np.random.default_rng(0).standard_normal(
@@ -704,5 +705,5 @@ def test_conjunction_holds_fails_and_cannot_resolve():
 def test_claim_ids_are_unique_when_a_chapter_runs_two_activations():
     relu, silu = ES.judge_arrays(_steps()), ES.judge_arrays(_steps(activation="silu", beta=1.0))
     assert len(verdicts.Verdicts(relu + silu)) == len(relu) + len(silu)   # Verdicts refuses a repeated id
-    assert A.variant({"activation": "silu", "beta": 1e6}) == ("silu_b1e6.", "SiLU β = 1e6: ")
-    assert A.variant({"activation": "relu", "beta": 1.0}, default="silu") == ("relu.", "ReLU: ")
+    assert A.variant(SimpleNamespace(activation="silu", beta=1e6)) == ("silu_b1e6.", "SiLU β = 1e6: ")
+    assert A.variant(SimpleNamespace(activation="relu", beta=1.0), default="silu") == ("relu.", "ReLU: ")

@@ -44,6 +44,23 @@ def test_run_receives_its_params_instance_resolved(tmp_path):
     assert rec.meta["resolved"] == {**ToyParams.from_dict({"scale": "tiny"}).resolved()}
 
 
+def test_a_record_gives_its_settings_typed(tmp_path):
+    """``Record.settings``: its stored settings rebuilt as its experiment's Params (its parameters
+    resolved where it stores none); an experiment no longer registered is a one-line error."""
+    register(Experiment("test_typed_toy", ToyParams, lambda params, ctx: {"x": [params.steps]}), replace=True)
+    try:
+        rec = runner.run("test_typed_toy", {"scale": "tiny"}, results_dir=tmp_path, progress=False, verbose=False)
+        got, want = rec.settings, ToyParams.rebuild(rec.meta["resolved"])
+        assert type(got) is ToyParams and vars(got) == vars(want) and got.sizes == (1, 2) and got.extra == 7
+        bare = dataclasses.replace(rec, info={k: v for k, v in rec.info.items() if k != "meta"})
+        assert vars(bare.settings) == vars(want)
+    finally:
+        unregister("test_typed_toy")
+    with pytest.raises(ValueError, match="test_typed_toy") as err:
+        rec.settings
+    assert "\n" not in str(err.value)
+
+
 def test_params_are_read_by_attribute_resolve_matches_resolved_and_a_record_rebuilds_them():
     """An instance is not a mapping (one way to read it: attributes); what ``run`` receives
     (``resolve``) holds the values the record stores (``resolved``), and ``rebuild`` types a

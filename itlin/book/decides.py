@@ -252,7 +252,7 @@ def _arbel_sweep(rec, ids, keys) -> dict:
     s = A.lr_arrays(rec)
     r = s["r"]
     pre, _ = A.variant(r)
-    ns, nl = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"])
+    ns, nl = A.at(s["lr"]["gn"], r.small_lr), A.at(s["lr"]["gn"], r.large_lr)
     var = lambda m, k: f"var({keys[f'{m}/{k}']!r})"  # noqa: E731
     out = {}
     for cid in ids:
@@ -261,23 +261,23 @@ def _arbel_sweep(rec, ids, keys) -> dict:
             out[cid] = {"statistic": "paired", "a": f"log10({var('gn', 'lrfit')}[{nl}, :, -1])",
                         "b": f"log10({var('gn', 'lrfit')}[{ns}, :, -1])",
                         "keep": f"({var('gn', 'diverged')}[{nl}] == 0) & ({var('gn', 'diverged')}[{ns}] == 0)",
-                        "formula": f"log10 of GN's final Test-LRfit at step {r['large_lr']:g} minus at step {r['small_lr']:g}"}
+                        "formula": f"log10 of GN's final Test-LRfit at step {r.large_lr:g} minus at step {r.small_lr:g}"}
         elif what == "gd.step_lrfit":
             ds, dl, budgeted = AS.gd_steps(s)
             small = s["lr"]["gd"][ds]
             out[cid] = {"statistic": "paired", "a": f"log10({var('gd', 'lrfit')}[{ds}, :, -1])",
                         "b": f"log10({var('gd', 'lrfit')}[{dl}, :, -1])",
                         "keep": f"({var('gd', 'diverged')}[{ds}] == 0) & ({var('gd', 'diverged')}[{dl}] == 0)",
-                        "formula": f"log10 of GD's final Test-LRfit at step {small:g} minus at step {r['large_lr']:g}"
+                        "formula": f"log10 of GD's final Test-LRfit at step {small:g} minus at step {r.large_lr:g}"
                                    + (f" (its step {small:g}: the smallest whose budget covers the step x iterations "
-                                      f"of the paper's GD at {r['small_lr']:g})" if budgeted else "")}
+                                      f"of the paper's GD at {r.small_lr:g})" if budgeted else "")}
         elif what == "gn.step_faster":
             out[cid] = {"statistic": "paired",
                         "define": {"ok": f"({var('gn', 'converged')} != 0) & ({var('gn', 'diverged')} == 0)",
-                                   "count": f"where(ok, {var('gn', 'steps')}, {float(r['gn_steps'])!r})"},
+                                   "count": f"where(ok, {var('gn', 'steps')}, {float(r.gn_steps)!r})"},
                         "a": f"log10(count[{ns}])", "b": f"log10(count[{nl}])", "keep": f"ok[{ns}] | ok[{nl}]",
                         "formula": f"log10 of GN's iterations to the stopping loss (the budget where it did not reach "
-                                   f"it) at step {r['small_lr']:g} minus at step {r['large_lr']:g}; seeds where "
+                                   f"it) at step {r.small_lr:g} minus at step {r.large_lr:g}; seeds where "
                                    "neither reached it left out"}
         elif what == "best":
             define = {}
@@ -286,7 +286,7 @@ def _arbel_sweep(rec, ids, keys) -> dict:
                                         f"nanmean(log10({var(m, 'val')}[:, :, -1]), axis=-1))")
                 define[f"best_{m}"] = f"argmin(where(isnan(score_{m}), inf, score_{m}))"
             loss = {m: f"log10({var(m, 'test')}[best_{m}, :, -1])" for m in ("gn", "gd")}
-            ahead, behind = ("gn", "gd") if r["beta"] > 1 else ("gd", "gn")
+            ahead, behind = ("gn", "gd") if r.beta > 1 else ("gd", "gn")
             out[cid] = {"statistic": "paired", "define": define, "a": loss[behind], "b": loss[ahead],
                         "keep": f"({var('gn', 'diverged')}[best_gn] == 0) & ({var('gd', 'diverged')}[best_gd] == 0)",
                         "formula": f"each method at the step with the lowest mean log10 validation loss: log10 of "
@@ -294,18 +294,18 @@ def _arbel_sweep(rec, ids, keys) -> dict:
         elif what in ("hidden.gn", "mnist.hidden.gn"):
             out[cid] = {"statistic": "paired",
                         "define": {"lt": f"log10({var('gn', 'train')}[{ns}])",
-                                   "k": f"sum(cumprod(lt >= lt[:, :1] - {float(r['effect'])!r}, axis=1), axis=1) - 1",
+                                   "k": f"sum(cumprod(lt >= lt[:, :1] - {float(r.effect)!r}, axis=1), axis=1) - 1",
                                    "gain": f"log10(var({keys['rf_test']!r})) - log10(take_along_axis("
                                            f"{var('gn', 'lrfit')}[{ns}], k[:, None], axis=1)[:, 0])"},
                         "a": "gain", "b": "0 * gain", "keep": f"{var('gn', 'diverged')}[{ns}] == 0",
-                        "formula": f"GN at step {r['small_lr']:g}: log10 of RF's test loss minus Test-LRfit's at the last "
+                        "formula": f"GN at step {r.small_lr:g}: log10 of RF's test loss minus Test-LRfit's at the last "
                                    "checkpoint whose training loss is still within the margin of its first"}
         elif what == "speed.gn_faster":
             define = {}
             for m in ("gn", "gd"):
                 define[f"ok_{m}"] = f"({var(m, 'converged')} != 0) & ({var(m, 'diverged')} == 0)"
                 define[m] = (f"where(any(ok_{m}, axis=0), min(where(ok_{m}, {var(m, 'steps')}, inf), axis=0), "
-                             f"{float(r[f'{m}_steps'])!r})")
+                             f"{float(getattr(r, f'{m}_steps'))!r})")
             out[cid] = {"statistic": "paired", "define": define, "a": "log10(gd)", "b": "log10(gn)",
                         "keep": "any(ok_gn, axis=0) | any(ok_gd, axis=0)",
                         "formula": "log10 of the fewest iterations to the stopping loss over the step sizes (the budget "

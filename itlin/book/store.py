@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from .. import _io
+from . import registry
 from ..core.history import Status
 
 if TYPE_CHECKING:  # the store imports no experiment machinery: a run's plan names its experiment
@@ -142,6 +143,17 @@ class Record:
     @property
     def meta(self) -> dict:
         return self.info.get("meta", {})
+
+    @property
+    def settings(self):
+        """The settings the run used, typed as its experiment's ``Params`` (``Params.rebuild`` of
+        ``meta["resolved"]``, or of its parameters resolved where a record stores none)."""
+        exp = registry.declared(self.experiment)
+        if exp is None:
+            raise ValueError(f"experiment {self.experiment!r} of the record at {self.path} is not registered.")
+        stored = self.meta.get("resolved")
+        return exp.params.rebuild(exp.params.from_dict(self.params, experiment=exp.name).resolved()
+                                  if stored is None else stored)
 
     def __post_init__(self):
         if not isinstance(self.status, Status):

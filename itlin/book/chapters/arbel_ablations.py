@@ -118,7 +118,7 @@ def samples_section(R) -> dict:
         figures.samples(EN.arrays(rec), title=f"{act}, ")
         plt.show()
         display(Markdown(render.summary(rec)))
-        pre = A.variant(rec.meta["resolved"])[0]
+        pre = A.variant(rec.settings)[0]
         show(R.verdicts, *[v.id for v in R.verdicts
                            if v.id.startswith(tuple(pre + k for k in ("lead.", "regime.", "affine")))])
     r_n = next(iter(R.rec_ns.values())).meta["resolved"]

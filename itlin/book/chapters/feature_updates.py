@@ -475,11 +475,11 @@ def ladder_section(planned: Optional[dict] = None) -> dict:
             f"{made:,} of the {sum(len(s) for s in planned.values()):,} planned runs of a seed on a rung are made")
         return out
     rec = L.pool(parts)
-    r = rec.meta["resolved"]
+    r = rec.settings
     verdicts = V.Verdicts(plans.mark(rec, L.claims(rec)))
     v = verdicts[plan.claim].judged_at(V.LEVEL)
     display(Markdown(render.claims(V.Verdicts([v]), bottom_line=False)))
-    rungs, updates, margin = L.rungs_of(r), [int(u) for u in r["updates"]], float(r["close_margin"])
+    rungs, updates, margin = L.rungs_of(r), [int(u) for u in r.updates], float(r.close_margin)
     figures.ladder(list(verdicts), rungs, updates=updates, margin=margin)
     plt.show()
     lines = [f"{x['axis']}, u={x['u']}: first rung inside the margin "

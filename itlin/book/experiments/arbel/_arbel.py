@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Mapping, Optional
+from typing import Literal, Optional
 
 import numpy as np
 
@@ -120,15 +120,15 @@ def slope_margin_row(grid: str, symbol: str) -> Derived:
                    lambda r: f"{slope_margin(r['effect'], r[grid]):.3g}", f"ours: margin over {symbol}'s range")
 
 
-def variant(r: Mapping, default: str = "relu") -> tuple:
+def variant(r: ArbelParams, default: str = "relu") -> tuple:
     """``(id prefix, claim prefix)`` of a run whose activation is not the default, e.g.
-    ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter. ``r``: a
-    record's stored settings (``rec.meta["resolved"]``) or a :class:`ArbelParams`."""
-    if r["activation"] == default:
+    ``("silu_b1e6.", "SiLU β = 1e6: ")``, so that two runs' claims can share a chapter. ``r``: an
+    :class:`ArbelParams` (a record's ``settings``)."""
+    if r.activation == default:
         return "", ""
-    if r["activation"] == "silu":
-        return f"silu_b{fmt_lr(r['beta'])}.", f"SiLU β = {fmt_lr(r['beta'])}: "
-    return f"{r['activation']}.", f"{r['activation'].replace('relu', 'ReLU')}: "
+    if r.activation == "silu":
+        return f"silu_b{fmt_lr(r.beta)}.", f"SiLU β = {fmt_lr(r.beta)}: "
+    return f"{r.activation}.", f"{r.activation.replace('relu', 'ReLU')}: "
 
 
 # ------------------------------------------------------------------------------ units
@@ -429,9 +429,9 @@ def step_cells(s: dict, i, test: dict) -> dict:
 def lr_arrays(rec) -> dict:
     """A step-size sweep's record as arrays: ``lr[m]``, ``trace[m][metric]`` (L, S, T), ``final[m][metric]``,
     ``diverged[m]``, ``converged[m]``, ``steps[m]`` (L, S), ``ends[m]``, ``rf`` (S,), ``best[m]`` (chosen on
-    validation) and ``r`` (the parameters)."""
+    validation) and ``r`` (the settings, ``rec.settings``)."""
     out = {k: {} for k in ("lr", "trace", "final", "ends", "diverged", "converged", "steps", "best")}
-    out.update(rf=np.asarray(rec["rf_test"], np.float64), r=dict(rec.meta["resolved"]))
+    out.update(rf=np.asarray(rec["rf_test"], np.float64), r=rec.settings)
     for m in ("gn", "gd"):
         out["lr"][m] = np.asarray(rec[f"{m}/lr"], np.float64)
         out["trace"][m] = {k: np.asarray(rec[f"{m}/{k}"], np.float64) for k in METRICS}
@@ -458,7 +458,7 @@ def pool_lr_sweeps(records):
     if not records:
         raise ValueError("pool_lr_sweeps: no records to pool.")
     first = records[0]
-    settings = lambda rec: {k: v for k, v in rec.meta["resolved"].items() if k not in ("seed", "seeds")}
+    settings = lambda rec: vars(rec.settings.replace(seed=0, seeds=0))
     shared = ("/lr", "/lr_ours", "/ends")
     arrays = dict(first.arrays)
     for prev, rec in zip(records, records[1:]):
@@ -467,10 +467,10 @@ def pool_lr_sweeps(records):
         if settings(rec) != settings(first):
             raise ValueError(f"pool_lr_sweeps: {rec.path} has other settings than {first.path}; pool records that "
                              "differ only in their seeds.")
-        pr, r = prev.meta["resolved"], rec.meta["resolved"]
-        if int(r["seed"]) != int(pr["seed"]) + int(pr["seeds"]):
-            raise ValueError(f"pool_lr_sweeps: {rec.path} starts at seed {r['seed']}, not at "
-                             f"{int(pr['seed']) + int(pr['seeds'])} where {prev.path} ends; pool consecutive seeds.")
+        pr, r = prev.settings, rec.settings
+        if int(r.seed) != int(pr.seed) + int(pr.seeds):
+            raise ValueError(f"pool_lr_sweeps: {rec.path} starts at seed {r.seed}, not at "
+                             f"{int(pr.seed) + int(pr.seeds)} where {prev.path} ends; pool consecutive seeds.")
         if set(rec.arrays) != set(first.arrays):
             raise ValueError(f"pool_lr_sweeps: {rec.path} holds other arrays than {first.path}.")
         for k, v in rec.arrays.items():
@@ -481,7 +481,7 @@ def pool_lr_sweeps(records):
                 arrays[k] = np.concatenate([arrays[k], v], axis=0 if k == "rf_test" else 1)
             else:
                 raise ValueError(f"pool_lr_sweeps: no seed axis known for array {k!r}.")
-    seeds = sum(int(rec.meta["resolved"]["seeds"]) for rec in records)
+    seeds = sum(int(rec.settings.seeds) for rec in records)
     return pooled_record(records, arrays, [list(p) for p in first.paths], params={**first.params, "seeds": seeds})
 
 

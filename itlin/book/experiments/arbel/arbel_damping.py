@@ -64,7 +64,7 @@ def claims(rec) -> list:
     return [A.decades(f"damping.{k}", f"GN: {w} lower with damping floor ε0 = {A.fmt_lr(eps[-1])} than "
                       f"{A.fmt_lr(eps[0])}", "main paper: more damping generalises better (Fig. 9); Arbel et al.: "
                       "small ε0 changes little", np.asarray(rec[k])[0], np.asarray(rec[k])[-1],
-                      rec.meta["resolved"]["effect"], diverged=div[0] | div[-1],
+                      rec.settings.effect, diverged=div[0] | div[-1],
                       measured="log10 at the smallest floor minus at the largest")
             for k, w in (("test", "test loss"), ("lrfit", "Test-LRfit"))]
 

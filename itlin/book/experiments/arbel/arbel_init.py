@@ -57,10 +57,9 @@ def run(params: InitParams, ctx) -> dict:
 def arrays(rec) -> dict:
     """``tau0`` (G,), ``rf`` (G, S), ``lr[m]``, ``ends[m]``; ``best[m]`` (G,): the step with the
     lowest mean log validation loss per ``tau0``; ``best_trace[m][metric]`` (G, S, T),
-    ``best_final[m][metric]`` and ``best_diverged[m]`` (G, S) there; ``r``: the parameters."""
+    ``best_final[m][metric]`` and ``best_diverged[m]`` (G, S) there; ``r``: the settings (``rec.settings``)."""
     out = {"tau0": np.asarray(rec["tau0"], np.float64), "rf": np.asarray(rec["rf_test"], np.float64),
-           "r": dict(rec.meta["resolved"]), **{k: {} for k in ("lr", "ends", "best", "best_trace", "best_final",
-                                                                 "best_diverged")}}
+           "r": rec.settings, **{k: {} for k in ("lr", "ends", "best", "best_trace", "best_final", "best_diverged")}}
     for m in ("gn", "gd"):
         div = np.asarray(rec[f"{m}/diverged"], bool)
         best = A.best_index(np.moveaxis(np.asarray(rec[f"{m}/val"])[..., -1], 0, 1), np.moveaxis(div, 0, 1))
@@ -84,7 +83,7 @@ def judge_arrays(s) -> list:
     ``init.sigma_grows`` / ``init.sigma_stays``: ``sigma_min(J J^T)`` *relative to the mean
     eigenvalue* rises at the smallest ``tau0`` and stays at the largest (sigma_min itself rises
     from any readout that starts at zero, whatever the features do)."""
-    e, t, F = s["r"]["effect"], s["tau0"], s["best_final"]
+    e, t, F = s["r"].effect, s["tau0"], s["best_final"]
     tl, th = A.fmt_lr(t[0]), A.fmt_lr(t[-1])
     step = lambda m, g: A.fmt_lr(s["lr"][m][s["best"][m][g]])  # noqa: E731
     out = [A.decades(f"init.small_{m}_beats_rf", f"τ0 = {tl}: {A.LABELS[m]} beats RF", "features are learned at small "

@@ -112,26 +112,26 @@ def judge_arrays(s) -> list:
     fits (:func:`~._arbel.hidden_gain`); ``mnist.gd_diverges`` (a count, not a test) GD diverges
     at every step above ``gd_limit`` and at none up to it."""
     r, F, div = s["r"], s["final"], s["diverged"]
-    i, j, fs = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"]), A.fmt_lr(r["small_lr"])
-    gain = A.hidden_gain(s["trace"]["gn"]["train"][i], s["trace"]["gn"]["lrfit"][i], s["rf"], r["effect"])
+    i, j, fs = A.at(s["lr"]["gn"], r.small_lr), A.at(s["lr"]["gn"], r.large_lr), A.fmt_lr(r.small_lr)
+    gain = A.hidden_gain(s["trace"]["gn"]["train"][i], s["trace"]["gn"]["lrfit"][i], s["rf"], r.effect)
     out = [A.decades("mnist.gn_step_lrfit", f"images: GN's Test-LRfit lower at step {fs} than at "
-                     f"{A.fmt_lr(r['large_lr'])}", "on MNIST \"a degraded generalization error as the step size "
+                     f"{A.fmt_lr(r.large_lr)}", "on MNIST \"a degraded generalization error as the step size "
                      "increases\" (App. C.4, Fig. 8)",
-                     F["gn"]["lrfit"][j], F["gn"]["lrfit"][i], r["effect"], diverged=div["gn"][i] | div["gn"][j],
+                     F["gn"]["lrfit"][j], F["gn"]["lrfit"][i], r.effect, diverged=div["gn"][i] | div["gn"][j],
                      measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the large "
                               "step minus at the small", headline=True),
            A.decades("mnist.hidden.gn", f"images: GN at step {fs} beats RF's features before the readout fits",
                      "\"hidden learning occurring for GN when using small step sizes\" (App. C.4, Fig. 8)", gain, 0 * gain,
-                     r["effect"], log=False, diverged=div["gn"][i],
+                     r.effect, log=False, diverged=div["gn"][i],
                      measured="decades of test loss, log10 RF's minus Test-LRfit while the training loss is within the "
                               "margin of its initial value")]
     lr, d = s["lr"]["gd"], div["gd"]
-    up = lr > r["gd_limit"] * (1 + 1e-9)
+    up = lr > r.gd_limit * (1 + 1e-9)
     if up.any() and (~up).any():
         n_a, n_b, t_a, t_b = int(d[up].sum()), int(d[~up].sum()), int(d[up].size), int(d[~up].size)
         res = V.HOLDS if n_a == t_a and n_b == 0 else (V.FAILS if n_a == 0 or n_b > 0 else V.UNRESOLVED)
-        out.append(V.stated("mnist.gd_diverges", f"images: GD diverges above step {A.fmt_lr(r['gd_limit'])} and not "
-                            f"below", f"GD diverges beyond λ = {A.fmt_lr(r['gd_limit'])} (Fig. 8 caption)",
+        out.append(V.stated("mnist.gd_diverges", f"images: GD diverges above step {A.fmt_lr(r.gd_limit)} and not "
+                            f"below", f"GD diverges beyond λ = {A.fmt_lr(r.gd_limit)} (Fig. 8 caption)",
                             f"diverged: {n_a} of {t_a} runs above, {n_b} of {t_b} at or below; {gd_onset(lr, d)}",
                             res, detail=f"the grid places the onset within λ = {A.fmt_lr(lr[~up].max())} to "
                                         f"{A.fmt_lr(lr[up].min())}"))

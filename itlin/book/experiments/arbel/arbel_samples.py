@@ -69,7 +69,7 @@ def arrays(rec) -> dict:
     log validation loss, diverged excluded), ``test[m]``, ``diverged[m]`` (K, G, S) there,
     ``lr[m]`` and ``r``."""
     return {"n": np.asarray(rec["n_train"], np.float64), "tau0": np.asarray(rec["tau0"], np.float64),
-            "rf": np.asarray(rec["rf_test"], np.float64), "r": dict(rec.meta["resolved"]), **A.chosen(rec, 1)}
+            "rf": np.asarray(rec["rf_test"], np.float64), "r": rec.settings, **A.chosen(rec, 1)}
 
 
 def bend(n, values) -> np.ndarray:
@@ -95,7 +95,7 @@ def judge_arrays(s) -> list:
     left out; ids carry the activation when it is not ReLU."""
     r = s["r"]
     pre, word = A.variant(r)
-    sm, n, lab = A.slope_margin(r["effect"], r["n_trains"]), s["n"], A.LABELS
+    sm, n, lab = A.slope_margin(r.effect, r.n_trains), s["n"], A.LABELS
     div = {m: s["diverged"][m].any(axis=0) for m in ("gn", "gd")}    # (G, S)
     out = []
     for g, tau in enumerate(s["tau0"]):
@@ -115,7 +115,7 @@ def judge_arrays(s) -> list:
     if len(n) >= 3:
         b = np.mean([bend(n, s["test"][m]) for m in ("gn", "gd")], axis=(0, 1))
         out.append(A.decades(f"{pre}affine", f"{word}log test loss affine in log N",
-                             "almost affine relation in logarithmic scale (C.2)", b, np.zeros_like(b), r["effect"],
+                             "almost affine relation in logarithmic scale (C.2)", b, np.zeros_like(b), r.effect,
                              rule="close", log=False, diverged=div["gn"].any(0) | div["gd"].any(0),
                              measured=f"departure from a line at mid-range, N = {n[0]:g} to {n[-1]:g}, mean of "
                                       "GN and GD at every τ0"))

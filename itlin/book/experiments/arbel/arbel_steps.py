@@ -66,9 +66,9 @@ def gd_steps(s) -> tuple:
     (of :func:`~._arbel.lr_arrays` ``s``) and the small step itself when it is :func:`budget_step`
     (the grid has one below the large step; else ``None``, and the small step is ``small_lr``)."""
     r = s["r"]
-    lr_b = budget_step(s["lr"]["gd"], r["gd_steps"], r["small_lr"])
-    lr_b = lr_b if lr_b is not None and lr_b < r["large_lr"] else None
-    return A.at(s["lr"]["gd"], lr_b or r["small_lr"]), A.at(s["lr"]["gd"], r["large_lr"]), lr_b
+    lr_b = budget_step(s["lr"]["gd"], r.gd_steps, r.small_lr)
+    lr_b = lr_b if lr_b is not None and lr_b < r.large_lr else None
+    return A.at(s["lr"]["gd"], lr_b or r.small_lr), A.at(s["lr"]["gd"], r.large_lr), lr_b
 
 
 def small_steps_check(s, below: float = 1.0, method: str = "gn") -> dict:
@@ -105,7 +105,7 @@ def iterations_to_optimum(s, m: str) -> tuple:
     ok = s["converged"][m] & ~s["diverged"][m]
     best = np.where(ok, np.asarray(s["steps"][m], np.float64), np.inf).min(axis=0)
     exact = ok.any(axis=0)
-    return np.where(exact, best, float(s["r"][f"{m}_steps"])), exact
+    return np.where(exact, best, float(getattr(s["r"], f"{m}_steps"))), exact
 
 
 def speed_claim(s, pre: str = "", word: str = "", headline: bool = False):
@@ -122,10 +122,10 @@ def speed_claim(s, pre: str = "", word: str = "", headline: bool = False):
     reached = lambda ok, c: f"{int(ok.sum())}/{ok.size} reached it" + (
         f", median {int(np.median(c[ok])):,} iterations" if ok.any() else "")
     return A.decades(pre + "speed.gn_faster", f"{word}GN reaches the stopping loss in fewer iterations than GD",
-                     "\"GN is consistently faster than GD in finding a global optimum\" (abstract)", gd, gn, r["effect"],
+                     "\"GN is consistently faster than GD in finding a global optimum\" (abstract)", gd, gn, r.effect,
                      diverged=neither, headline=headline,
-                     measured=f"each at its fastest step: GN {reached(gn_ok, gn)} (budget {r['gn_steps']:,}), GD "
-                              f"{reached(gd_ok, gd)} (budget {r['gd_steps']:,}); decades of iterations, log10 GD's "
+                     measured=f"each at its fastest step: GN {reached(gn_ok, gn)} (budget {r.gn_steps:,}), GD "
+                              f"{reached(gd_ok, gd)} (budget {r.gd_steps:,}); decades of iterations, log10 GD's "
                               "over GN's",
                      detail="a run that never reached it counts its budget; seeds where neither reached it are left "
                             "out; iterations, not time (a GN iteration solves an N x N system; no time per run is kept)")
@@ -142,17 +142,17 @@ def step_speed_claim(s):
     ordered and is left out and counted, so the claim cannot hold. Computed from the record's
     stop steps; no new runs."""
     r = s["r"]
-    ns, nl = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"])
+    ns, nl = A.at(s["lr"]["gn"], r.small_lr), A.at(s["lr"]["gn"], r.large_lr)
     ok = s["converged"]["gn"] & ~s["diverged"]["gn"]
-    budget = float(r["gn_steps"])
+    budget = float(r.gn_steps)
     count = lambda i: np.where(ok[i], np.asarray(s["steps"]["gn"][i], np.float64), budget)  # noqa: E731
     small, large = count(ns), count(nl)
     reached = lambda i: f"{int(ok[i].sum())}/{ok[i].size} reached it" + (  # noqa: E731
         f", median {int(np.median(count(i)[ok[i]])):,} iterations" if ok[i].any() else "")
-    fs, fl = A.fmt_lr(r["small_lr"]), A.fmt_lr(r["large_lr"])
+    fs, fl = A.fmt_lr(r.small_lr), A.fmt_lr(r.large_lr)
     return A.decades("gn.step_faster", f"GN reaches the stopping loss in fewer iterations at step {fl} than at {fs}",
                      "\"Better generalization of GN comes at the cost of a slower training\" (§5.3, Fig. 2 right): "
-                     "larger steps train faster", small, large, r["effect"], diverged=~ok[ns] & ~ok[nl],
+                     "larger steps train faster", small, large, r.effect, diverged=~ok[ns] & ~ok[nl],
                      measured=f"GN at {fl}: {reached(nl)}; at {fs}: {reached(ns)} (budget {int(budget):,}); decades "
                               f"of iterations, log10 the small step's over the large step's",
                      detail="a run that never reached the stopping loss counts its budget; seeds where neither step "
@@ -173,10 +173,10 @@ def judge_arrays(s) -> list:
     GD's below GN's otherwise. Ids carry the activation when it is not ReLU."""
     r, F, div = s["r"], s["final"], s["diverged"]
     pre, word = A.variant(r)
-    e, fs, fl = r["effect"], A.fmt_lr(r["small_lr"]), A.fmt_lr(r["large_lr"])
-    ns, nl = A.at(s["lr"]["gn"], r["small_lr"]), A.at(s["lr"]["gn"], r["large_lr"])
+    e, fs, fl = r.effect, A.fmt_lr(r.small_lr), A.fmt_lr(r.large_lr)
+    ns, nl = A.at(s["lr"]["gn"], r.small_lr), A.at(s["lr"]["gn"], r.large_lr)
     ds, dl, lr_b = gd_steps(s)
-    fb = A.fmt_lr(lr_b or r["small_lr"])
+    fb = A.fmt_lr(lr_b or r.small_lr)
     budget = f"; GD at {fb} covers the λ × steps of the paper's GD at {fs}" if lr_b else ""
 
     def pair(id, claim, paper, m, key, hi, lo, margin=e, **kw):  # key at step hi minus at step lo, log10
@@ -192,9 +192,9 @@ def judge_arrays(s) -> list:
                 ds, dl,
                 measured="decades of Test-LRfit (the test loss after re-fitting the readout), log10 at the small step "
                          "minus at the large" + budget)]
-    if r["activation"] != "relu":
+    if r.activation != "relu":
         i, j = s["best"]["gn"], s["best"]["gd"]
-        (w, a), (l, b) = (("GN", F["gn"]["test"][i]), ("GD", F["gd"]["test"][j]))[::1 if r["beta"] > 1 else -1]
+        (w, a), (l, b) = (("GN", F["gn"]["test"][i]), ("GD", F["gd"]["test"][j]))[::1 if r.beta > 1 else -1]
         return out + [A.decades(pre + "best", f"{word}{w}'s best test loss below {l}'s", "GN outperforms GD at "
                                 "β = 1e6, GD outperforms GN at β = 1 (App. C.3, Fig. 6)", b, a, e,
                                 diverged=div["gn"][i] | div["gd"][j],
@@ -218,7 +218,7 @@ def judge_arrays(s) -> list:
     if lr_b is not None:
         out.append(A.decades("gn_vs_gd.small", f"GN at step {fs}: Test-LRfit much lower than GD's at step {fb}",
                              "after re-fitting, much lower for GN than for GD at small steps (Section 5.3)",
-                             F["gd"]["lrfit"][ds], F["gn"]["lrfit"][ns], r["large_effect"],
+                             F["gd"]["lrfit"][ds], F["gn"]["lrfit"][ns], r.large_effect,
                              diverged=div["gn"][ns] | div["gd"][ds],
                              measured="decades of Test-LRfit, log10 GD's minus GN's" + budget))
     return out
@@ -232,9 +232,7 @@ def claims(rec) -> list:
     there the speed claim would hold at beta = 1 and not resolve at beta = 1e6 (seeds where
     neither method reached the stopping loss)."""
     s = A.lr_arrays(rec)
-    if s["r"]["activation"] != "relu":
-        return judge_arrays(s)
-    return judge_arrays(s) + [speed_claim(s, headline=True), step_speed_claim(s)]
+    return judge_arrays(s) + ([speed_claim(s, headline=True), step_speed_claim(s)] if s["r"].activation == "relu" else [])
 
 
 #: the claims added to ReLU's records after they were made (:func:`claims`): a record fixed before

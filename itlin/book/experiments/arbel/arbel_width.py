@@ -81,7 +81,7 @@ def arrays(rec) -> dict:
     loss, diverged excluded), ``test[m]``, ``converged[m]``, ``diverged[m]`` (W, S) there,
     ``lr[m]`` and ``r``."""
     return {"width": np.asarray(rec["width"], np.float64), "rf": np.asarray(rec["rf_test"], np.float64),
-            "r": dict(rec.meta["resolved"]), **A.chosen(rec, 1)}
+            "r": rec.settings, **A.chosen(rec, 1)}
 
 
 def claims(rec) -> list:
@@ -92,7 +92,7 @@ def judge_arrays(s) -> list:
     """Appendix C.1 (Fig. 4 left), slopes of log10 test loss per decade of ``M`` per seed against
     :func:`~._arbel.slope_margin`: ``width.<m>_stable`` (within it; a diverged run counts against
     it) and ``width.rf_falls`` (RF's slope below minus the margin)."""
-    w, sm = s["width"], A.slope_margin(s["r"]["effect"], s["r"]["widths"])
+    w, sm = s["width"], A.slope_margin(s["r"].effect, s["r"].widths)
     rng = f"M = {w[0]:g} to {w[-1]:g}"
     out = []
     for m in ("gn", "gd"):

@@ -237,7 +237,7 @@ def run(params: AdaptiveParams, ctx):
 # ------------------------------------------------------------------------------ rows and claims
 def rows(rec) -> list:
     """One row per run: :func:`~._rows.run_summary` plus its group, family, value, rates, seed and cost."""
-    r, flops, out = AdaptiveParams.rebuild(rec.meta["resolved"]), {k: float(v) for k, v in rec["flops"].items()}, []
+    r, flops, out = rec.settings, {k: float(v) for k, v in rec["flops"].items()}, []
     for name, info in rec.meta["runs"].items():
         row = R.run_summary(rec, name)
         row.update(group=info["group"], family=info["family"], seed=int(info["seed"]),
@@ -258,7 +258,7 @@ class FrontierRuns:
     the record's runs (up to the machine's last bits)."""
 
     def __init__(self, rec):
-        self.r = AdaptiveParams.rebuild(rec.meta["resolved"])
+        self.r = rec.settings
         self.flops = {k: float(v) for k, v in rec["flops"].items()}
         self._setup = self._trainer = None
         self._rows = {}
@@ -372,9 +372,9 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
 
 
 def claims(rec) -> list:
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=S.n_test_judged(r), steps=int(r["steps"]), margin=float(r["close_margin"]),
-                      stable_lr=rec.meta.get("stable_lr"), stable_K=R.as_K(r["stable_K"]))
+    r = rec.settings
+    return judge_rows(rows(rec), n_test=S.n_test_of(r), steps=int(r.steps), margin=float(r.close_margin),
+                      stable_lr=rec.meta.get("stable_lr"), stable_K=R.as_K(r.stable_K))
 
 
 def summary(rec) -> list:

@@ -227,7 +227,7 @@ def rows(rec) -> list:
     snapshot's probe classifies right) and kernel measurements (``movement_anchor``,
     ``rotation_anchor``, ... ``_net``)."""
     snaps, kern = rec["snapshots"], rec["kernel"]
-    n = rec.meta["resolved"].get("n_test_final")
+    n = rec.settings.n_test_final
     out = []
     for row in R.rows_of(rec):
         sn = snaps[row["tag"]]
@@ -326,8 +326,8 @@ def _exceeds(id, claim, paper, rows_a, rows_b, fa, fb=None, *, describe, n_test=
 
 
 def claims(rec) -> list:
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=int(r.get("n_test_final") or r["n_test"]), margin=float(r["close_margin"]))
+    r = rec.settings
+    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:

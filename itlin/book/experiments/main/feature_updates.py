@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Optional
 
-from .. import CLOSE_MARGIN, Derived, Experiment, Plan, param, register
+from .. import Derived, Experiment, Plan, param, register
 from ... import verdicts as V
 from ...labels import K_label
 from . import _rows as R
@@ -250,8 +250,8 @@ def first_close(verdicts, sweep: str = "full"):
 
 
 def claims(rec) -> list:
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)))
+    r = rec.settings
+    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin))
 
 
 def summary(rec) -> list:

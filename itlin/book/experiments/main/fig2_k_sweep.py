@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import CLOSE_MARGIN, Derived, Experiment, Period, param, register
+from .. import Derived, Experiment, Period, param, register
 from ...labels import K_label, fmt_K
 from . import _rows as R
 from . import _setup as S
@@ -160,7 +160,7 @@ def settings_of(rows_) -> list:
 def summary(rec) -> list:
     """Per sweep and K: learning rate, feature updates, the final accuracies over seeds."""
     rows_ = rows(rec)
-    mult = rec.meta["resolved"]["inf_lr_multiplier"]
+    mult = rec.settings.inf_lr_multiplier
     out = []
     for sweep, K, control in settings_of(rows_):
         g = R.select(rows_, sweep=sweep, K=K, control=control)
@@ -175,9 +175,9 @@ def summary(rec) -> list:
 
 def claims(rec) -> list:
     """The paper's claims for Fig. 2 on a record: :func:`judge_rows` on its rows and settings."""
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)),
-                      rescale=int(r["rescale"]), inf_lr_multiplier=float(r["inf_lr_multiplier"]))
+    r = rec.settings
+    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin), rescale=int(r.rescale),
+                      inf_lr_multiplier=float(r.inf_lr_multiplier))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float, rescale: int, inf_lr_multiplier: float = 10.0) -> list:

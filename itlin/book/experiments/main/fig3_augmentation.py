@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import CLOSE_MARGIN, Derived, Period, param, register, Experiment
+from .. import Derived, Period, param, register, Experiment
 from ... import verdicts as V
 from ...labels import K_label, fmt_K, pct, pts
 from . import _rows as R
@@ -112,8 +112,8 @@ PAPER_TOLERANCE = 0.01
 
 def claims(rec) -> list:
     """Fig. 3's claims on a record: :func:`judge_rows` on its rows."""
-    r = rec.meta["resolved"]
-    return judge_rows(R.rows_of(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)))
+    r = rec.settings
+    return judge_rows(R.rows_of(rec), n_test=S.n_test_of(r), margin=float(r.close_margin))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float, premise: bool = True) -> list:

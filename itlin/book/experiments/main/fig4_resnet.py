@@ -260,8 +260,8 @@ def summarise(rows_) -> list:
 
 
 def claims(rec) -> list:
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=S.n_test_judged(r), margin=float(r["close_margin"]), bn_mode=r["bn_mode"])
+    r = rec.settings
+    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin), bn_mode=r.bn_mode)
 
 
 def premise_threshold(margin: float) -> float:

@@ -210,7 +210,7 @@ def rows(rec) -> list:
     validation accuracy there, ``n`` and ``learning_rate``, and ``correct``: which test signals
     the run classifies right there (booleans, one per signal; ``None`` for records made before
     runs kept them)."""
-    out, n_test = R.rows_of(rec), int(rec.meta["resolved"]["n_test"])
+    out, n_test = R.rows_of(rec), int(rec.settings.n_test)
     for row in out:
         h = rec.history(row["tag"])
         i = int(np.searchsorted(h.eval_array("step"), int(row["chosen_step"])))
@@ -228,7 +228,7 @@ def labels_of(rows_) -> list:
 def summary(rec) -> list:
     """Per setting and size: feature updates, the test accuracy at the chosen evaluation, the
     validation accuracy there and the final training accuracy, over the seeds that completed."""
-    rows_, metric = rows(rec), rec.meta["resolved"]["metric"]
+    rows_, metric = rows(rec), rec.settings.metric
     out = []
     for label in labels_of(rows_):
         for n in sorted({int(r["n"]) for r in rows_}):
@@ -290,8 +290,7 @@ def slope_gap(rows_, a: str, b: str, *, n_test: int):
 
 
 def claims(rec) -> list:
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), n_test=int(r["n_test"]), margin=float(r["slope_margin"]))
+    return judge_rows(rows(rec), n_test=int(rec.settings.n_test), margin=float(rec.settings.slope_margin))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float) -> list:

@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from .. import CLOSE_MARGIN, Experiment, Period, param, register
+from .. import Experiment, Period, param, register
 from ... import verdicts as V
 from ...labels import fmt_K, pct, pts
 from . import _rows as R
@@ -144,9 +144,9 @@ def phases_of(history, K: int, solved_accuracy: float) -> list:
 
 def phases(rec) -> dict:
     """``{seed: phases_of(...)}`` for the Adam-solved runs of a record."""
-    res = rec.meta["resolved"]
-    return {row["seed"]: phases_of(rec.history(row["tag"]), int(res["K"]), float(res["solved_accuracy"]))
-            for row in rows(rec) if row["setting"] == solved_tag(res["K"])}
+    r = rec.settings
+    return {row["seed"]: phases_of(rec.history(row["tag"]), int(r.K), float(r.solved_accuracy))
+            for row in rows(rec) if row["setting"] == solved_tag(r.K)}
 
 
 def phase_rows(by_seed: dict) -> list:
@@ -161,9 +161,9 @@ def phase_rows(by_seed: dict) -> list:
 
 def claims(rec) -> list:
     """Fig. 8's claims on a record: :func:`judge_rows` on its rows and phases."""
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), phases(rec), n_test=S.n_test_judged(r), margin=float(r.get("close_margin", CLOSE_MARGIN)),
-                      solved_accuracy=float(r["solved_accuracy"]), K=int(r["K"]))
+    r = rec.settings
+    return judge_rows(rows(rec), phases(rec), n_test=S.n_test_of(r), margin=float(r.close_margin),
+                      solved_accuracy=float(r.solved_accuracy), K=int(r.K))
 
 
 def judge_rows(rows_, by_seed: dict, *, n_test: int, margin: float, solved_accuracy: float, K: int) -> list:

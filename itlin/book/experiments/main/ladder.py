@@ -115,15 +115,15 @@ class LadderParams(UpdatesParams):
                                  "each rung moves one axis")
 
 
-def rungs_of(r) -> list:
-    return [Rung.parse(t) for t in r["rungs"]]
+def rungs_of(r: LadderParams) -> list:
+    return [Rung.parse(t) for t in r.rungs]
 
 
 def run(params: LadderParams, ctx):
     from ....core.train import iterative_linearisation
 
     runs, meta = {}, {}
-    for g in rungs_of(params.resolved()):
+    for g in rungs_of(params):
         part = replace(params, n_train=g.n_train, channels=g.channels, steps=g.steps, n_eval_train=g.n_train,
                        eval_every=max(1, g.steps // 4)).resolve()  # the premise reads every training example
         setup = S.prepare(part, data_seed=params.data_seed, generation=GENERATION)
@@ -277,9 +277,9 @@ def judge_rows(rows_, rungs: list, *, updates, n_test: int, margin: float) -> li
 
 
 def claims(rec) -> list:
-    r = rec.meta["resolved"]
-    return judge_rows(rows(rec), rungs_of(r), updates=[int(u) for u in r["updates"]], n_test=S.n_test_judged(r),
-                      margin=float(r["close_margin"]))
+    r = rec.settings
+    return judge_rows(rows(rec), rungs_of(r), updates=[int(u) for u in r.updates], n_test=S.n_test_of(r),
+                      margin=float(r.close_margin))
 
 
 def ladder_report(verdicts, rungs: list, *, updates, margin: float) -> list:
@@ -308,7 +308,7 @@ def ladder_report(verdicts, rungs: list, *, updates, margin: float) -> list:
 def summary(rec) -> list:
     """Per rung and run: feature updates and the final accuracies over seeds."""
     out, rows_ = [], rows(rec)
-    for g in rungs_of(rec.meta["resolved"]):
+    for g in rungs_of(rec.settings):
         for K in sorted({r["K"] for r in R.select(rows_, rung=g.name)}):
             grp = R.select(rows_, rung=g.name, K=K)
             out.append({"rung": g.name, "steps": g.steps, "run": K_label(K), "feature updates": R.updates(grp),

@@ -171,8 +171,8 @@ def run(params: QuinticParams, ctx):
 
 def grid(record) -> tuple:
     """``(Ks, learning_rates)`` of a ``quintic_demo`` record, as numbers (``math.inf`` for inf)."""
-    r = record.meta["resolved"]
-    return [math.inf if math.isinf(float(k)) else int(k) for k in r["Ks"]], [float(v) for v in r["learning_rates"]]
+    r = record.settings
+    return [math.inf if math.isinf(float(k)) else int(k) for k in r.Ks], [float(v) for v in r.learning_rates]
 
 
 def runs_of(record) -> dict:

@@ -364,16 +364,15 @@ def judge_link(res: Mapping, name: str, Ks: Sequence[float], n_test: int, margin
 
 def claims(rec) -> list:
     """The paper's claims on a record: :func:`judge_table1`, :func:`judge_spikes`, :func:`judge_link`."""
-    res, r = rec.tree(), rec.meta["resolved"]
-    return (judge_table1(res, int(r["n_test"])) + judge_spikes(res, list(r["align_indices"]), r["window"],
-                                                               r["spike_z"])
-            + judge_link(res, r["link_model"], r["Ks"], int(r["n_test"]), r["close_margin"]))
+    res, r = rec.tree(), rec.settings
+    return (judge_table1(res, int(r.n_test)) + judge_spikes(res, list(r.align_indices), r.window, r.spike_z)
+            + judge_link(res, r.link_model, r.Ks, int(r.n_test), r.close_margin))
 
 
 def summary(rec) -> list:
     """Their Table 1 beside ours (mean ± 95% half-width over seeds); the last row is the level of
     labels unrelated to the kernel, ``sqrt(k / N)``, for our ``N`` and theirs."""
-    res, r = rec.tree(), rec.meta["resolved"]
+    res, r = rec.tree(), rec.settings
     rows = [{"": label, **{f"{C.LABELS[m]}: {who}": v for m in models_of(res) for who, v in (
                 ("ours", C.fmt_finite(get(res["models"][m]))), ("theirs", f"{100 * PAPER_TABLE[m][i]:.1f}%"))}}
             for label, get, i in (("energy concentration, initialisation", lambda v: v["init"]["ec"], 0),
@@ -381,18 +380,18 @@ def summary(rec) -> list:
                                   ("test accuracy", lambda v: v["test_acc"], 2))]
     return rows + [{"": "labels unrelated to the kernel, sqrt(k/N)", **{
         f"{C.LABELS[m]}: {who}": f"{100 * random_baseline(k, n):.1f}%" for m in models_of(res)
-        for who, k, n in (("ours", r["k"], r["n_kernel"]), ("theirs", 50, PAPER_N))}}]
+        for who, k, n in (("ours", r.k, r.n_kernel), ("theirs", 50, PAPER_N))}}]
 
 
 def link_rows(rec) -> list:
     """The link model per period: feature updates, energy concentration, alignment, test accuracy."""
-    res, r = rec.tree(), rec.meta["resolved"]
-    if "link" not in res["models"].get(r["link_model"], {}):
+    res, r = rec.tree(), rec.settings
+    if "link" not in res["models"].get(r.link_model, {}):
         return []
     return [{"K": K_label(K), "feature updates": "every step" if K == 1 else int(np.median(u)),
              "energy concentration": C.fmt_finite(ec), "centred alignment": C.fmt_finite(kta, 1, "", 3),
              "test accuracy": C.fmt_finite(acc), "diverged": f"{int(div.sum())} of {div.size}"}
-            for K, u, ec, kta, acc, div in link_table(res, r["link_model"], r["Ks"])]
+            for K, u, ec, kta, acc, div in link_table(res, r.link_model, r.Ks)]
 
 
 EXPERIMENT = register(Experiment(NAME, ConcentrationParams, run, version="4", summary=summary, claims=claims, axes=(

@@ -351,10 +351,9 @@ def judge_hardness(res: Mapping, js: Sequence[int], threshold: float, steps: int
 
 def claims(rec) -> list:
     """The paper's claims on a record: :func:`judge_accuracy` and :func:`judge_hardness`."""
-    res, r = rec.tree(), rec.meta["resolved"]
+    res, r = rec.tree(), rec.settings
     js = [int(j) for j in res["eigen_indices"]]
-    return judge_accuracy(res, js, int(r["n_val"])) + judge_hardness(res, js, r["loss_threshold"], r["steps"],
-                                                                     r["steps_per_epoch"])
+    return judge_accuracy(res, js, int(r.n_val)) + judge_hardness(res, js, r.loss_threshold, r.steps, r.steps_per_epoch)
 
 
 def clear_readings(verdicts, readings: Sequence[float] = CLEAR_READINGS) -> str:
