@@ -239,11 +239,6 @@ def n_test_judged(r: Mapping) -> int:
     return int(r.get("n_test_final") or r["n_test"])
 
 
-def n_test_of(r: "Params") -> int:
-    """:func:`n_test_judged` of settings typed (a record's ``settings``)."""
-    return int(r.n_test_final or r.n_test)
-
-
 def init_params(model, x, seed: int):
     """``(params, model_state)`` of ``model`` initialised from ``seed`` (on the first inputs of ``x``)."""
     import jax
@@ -455,5 +450,5 @@ def missing(what: str, path):
 __all__ = ["DATASETS", "IMAGE_DATASETS", "MNIST1D_LARGE", "MNIST1D_TEST", "PAPER", "Setup", "SparseParams",
            "augmenter", "check_periods", "correct_of", "data_meta", "eval_sets", "final_metrics", "fit_seeds", "SeedRuns", "seed_runs",
            "init_params", "load_data", "load_with_final", "measured_sizes", "missing", "model_for", "n_test_judged",
-           "n_test_of", "init_state", "prepare", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
+           "init_state", "prepare", "schedule", "seed_list", "seed_tag", "sgd", "sgd_in_state", "start",
            "trainer", "updates_of"]

@@ -373,7 +373,7 @@ def judge_rows(rows_, *, n_test: int, steps: int, margin: float, stable_lr: Opti
 
 def claims(rec) -> list:
     r = rec.settings
-    return judge_rows(rows(rec), n_test=S.n_test_of(r), steps=int(r.steps), margin=float(r.close_margin),
+    return judge_rows(rows(rec), n_test=S.n_test_judged(vars(r)), steps=int(r.steps), margin=float(r.close_margin),
                       stable_lr=rec.meta.get("stable_lr"), stable_K=R.as_K(r.stable_K))
 
 

@@ -327,7 +327,7 @@ def _exceeds(id, claim, paper, rows_a, rows_b, fa, fb=None, *, describe, n_test=
 
 def claims(rec) -> list:
     r = rec.settings
-    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin))
+    return judge_rows(rows(rec), n_test=S.n_test_judged(vars(r)), margin=float(r.close_margin))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float = CLOSE_MARGIN) -> list:

@@ -251,7 +251,7 @@ def first_close(verdicts, sweep: str = "full"):
 
 def claims(rec) -> list:
     r = rec.settings
-    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin))
+    return judge_rows(rows(rec), n_test=S.n_test_judged(vars(r)), margin=float(r.close_margin))
 
 
 def summary(rec) -> list:

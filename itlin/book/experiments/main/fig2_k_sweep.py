@@ -176,7 +176,7 @@ def summary(rec) -> list:
 def claims(rec) -> list:
     """The paper's claims for Fig. 2 on a record: :func:`judge_rows` on its rows and settings."""
     r = rec.settings
-    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin), rescale=int(r.rescale),
+    return judge_rows(rows(rec), n_test=S.n_test_judged(vars(r)), margin=float(r.close_margin), rescale=int(r.rescale),
                       inf_lr_multiplier=float(r.inf_lr_multiplier))
 
 

@@ -113,7 +113,7 @@ PAPER_TOLERANCE = 0.01
 def claims(rec) -> list:
     """Fig. 3's claims on a record: :func:`judge_rows` on its rows."""
     r = rec.settings
-    return judge_rows(R.rows_of(rec), n_test=S.n_test_of(r), margin=float(r.close_margin))
+    return judge_rows(R.rows_of(rec), n_test=S.n_test_judged(vars(r)), margin=float(r.close_margin))
 
 
 def judge_rows(rows_, *, n_test: int, margin: float, premise: bool = True) -> list:

@@ -261,7 +261,7 @@ def summarise(rows_) -> list:
 
 def claims(rec) -> list:
     r = rec.settings
-    return judge_rows(rows(rec), n_test=S.n_test_of(r), margin=float(r.close_margin), bn_mode=r.bn_mode)
+    return judge_rows(rows(rec), n_test=S.n_test_judged(vars(r)), margin=float(r.close_margin), bn_mode=r.bn_mode)
 
 
 def premise_threshold(margin: float) -> float:

@@ -162,7 +162,7 @@ def phase_rows(by_seed: dict) -> list:
 def claims(rec) -> list:
     """Fig. 8's claims on a record: :func:`judge_rows` on its rows and phases."""
     r = rec.settings
-    return judge_rows(rows(rec), phases(rec), n_test=S.n_test_of(r), margin=float(r.close_margin),
+    return judge_rows(rows(rec), phases(rec), n_test=S.n_test_judged(vars(r)), margin=float(r.close_margin),
                       solved_accuracy=float(r.solved_accuracy), K=int(r.K))
 
 

@@ -278,7 +278,7 @@ def judge_rows(rows_, rungs: list, *, updates, n_test: int, margin: float) -> li
 
 def claims(rec) -> list:
     r = rec.settings
-    return judge_rows(rows(rec), rungs_of(r), updates=[int(u) for u in r.updates], n_test=S.n_test_of(r),
+    return judge_rows(rows(rec), rungs_of(r), updates=[int(u) for u in r.updates], n_test=S.n_test_judged(vars(r)),
                       margin=float(r.close_margin))
 
 
